@@ -1,0 +1,1 @@
+"""Algorithms for agl: Baseline, adapters, APO, local GRPO backend, VERL."""

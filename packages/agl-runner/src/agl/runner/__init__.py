@@ -1,0 +1,1 @@
+"""Runners, agents and the Trainer of agl."""

@@ -1,0 +1,302 @@
+"""The ``LightningStore`` contract: the one source of truth shared by algorithms and runners.
+
+Every data method is a coroutine that appears atomic to concurrent callers. Unknown ids raise
+:class:`agl.types.NotFoundError` (a ``ValueError``) where the method documents it; queries on
+unknown ids return empty results. Timeouts, heartbeats, retries and worker status are decided by
+the store, identically in every backend.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from typing_extensions import TypedDict
+
+from agl.types import (
+    UNSET,
+    Attempt,
+    AttemptedRollout,
+    AttemptStatus,
+    EnqueueRolloutRequest,
+    FilterLogic,
+    NamedResources,
+    PaginatedResult,
+    ResourcesUpdate,
+    Rollout,
+    RolloutConfig,
+    RolloutMode,
+    RolloutStatus,
+    SortOrder,
+    Span,
+    TaskInput,
+    Unset,
+    Worker,
+    WorkerStatus,
+)
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan
+
+__all__ = ["LightningStore", "LightningStoreCapabilities", "LightningStoreStatistics"]
+
+
+class LightningStoreCapabilities(TypedDict, total=False):
+    """What a store can be trusted with. Missing keys mean ``False``."""
+
+    thread_safe: bool
+    """Safe to call from several threads (each with its own event loop)."""
+    async_safe: bool
+    """Safe under concurrent coroutines of one event loop."""
+    zero_copy: bool
+    """One copy of the data shared across processes: usable from a forked or spawned child."""
+    otlp_traces: bool
+    """Accepts OTLP/HTTP traces at :meth:`LightningStore.otlp_traces_endpoint`."""
+
+
+class LightningStoreStatistics(TypedDict, total=False):
+    name: str
+    total_rollouts: int
+    total_attempts: int
+    total_spans: int
+    total_resources: int
+    total_workers: int
+    uptime: float
+
+
+class LightningStore(ABC):
+    """Rollouts, attempts, spans, resources and workers, with the status machine that links them."""
+
+    @property
+    def capabilities(self) -> LightningStoreCapabilities:
+        return LightningStoreCapabilities()
+
+    async def statistics(self) -> LightningStoreStatistics:
+        """Counts of each collection and the uptime in seconds."""
+        return LightningStoreStatistics(name=type(self).__name__)
+
+    def otlp_traces_endpoint(self) -> str:
+        """URL ending in ``/v1/traces`` where OTLP/HTTP exporters can send spans."""
+        raise NotImplementedError(f"{type(self).__name__} does not accept OTLP traces")
+
+    async def close(self) -> None:
+        """Release connections and background resources. The store is unusable afterwards."""
+
+    # -- rollouts and the queue ---------------------------------------------------------------
+
+    @abstractmethod
+    async def start_rollout(
+        self,
+        input: TaskInput,
+        mode: RolloutMode | None = None,
+        resources_id: str | None = None,
+        config: RolloutConfig | None = None,
+        metadata: dict[str, Any] | None = None,
+        worker_id: str | None = None,
+    ) -> AttemptedRollout:
+        """Create a rollout that starts at once (status ``preparing``) with attempt #1; it is never queued.
+
+        ``resources_id=None`` means the latest resources at this moment.
+        """
+
+    @abstractmethod
+    async def enqueue_rollout(
+        self,
+        input: TaskInput,
+        mode: RolloutMode | None = None,
+        resources_id: str | None = None,
+        config: RolloutConfig | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Rollout:
+        """Append a new ``queuing`` rollout to the tail of the queue."""
+
+    @abstractmethod
+    async def enqueue_many_rollouts(self, requests: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
+        """Enqueue several rollouts in one batch, in order; returns them in the same order."""
+
+    @abstractmethod
+    async def dequeue_rollout(self, worker_id: str | None = None, *, timeout: float = 0.0) -> AttemptedRollout | None:
+        """Claim the oldest queued rollout: a new ``preparing`` attempt is created for ``worker_id``.
+
+        With ``timeout > 0``, wait up to that many seconds for work to arrive; ``None`` if none came.
+        """
+
+    @abstractmethod
+    async def dequeue_many_rollouts(
+        self, *, limit: int = 1, worker_id: str | None = None, timeout: float = 0.0
+    ) -> list[AttemptedRollout]:
+        """Claim up to ``limit`` queued rollouts (FIFO). ``limit <= 0`` → ``[]``.
+
+        With ``timeout > 0``, wait up to that many seconds for the first one.
+        """
+
+    @abstractmethod
+    async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
+        """Manual retry: a new attempt for ``rollout_id`` regardless of ``max_attempts``. Unknown id → NotFoundError."""
+
+    @abstractmethod
+    async def query_rollouts(
+        self,
+        *,
+        status_in: Sequence[RolloutStatus] | None = None,
+        rollout_id_in: Sequence[str] | None = None,
+        rollout_id_contains: str | None = None,
+        filter_logic: FilterLogic = "and",
+        sort_by: str | None = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Rollout | AttemptedRollout]:
+        """Rollouts matching the filters (pooled with ``filter_logic``), each with its latest attempt if any.
+
+        Without ``sort_by``, in creation order.
+        """
+
+    @abstractmethod
+    async def get_rollout_by_id(self, rollout_id: str) -> Rollout | AttemptedRollout | None:
+        """The rollout with its latest attempt attached (if any), or ``None``."""
+
+    @abstractmethod
+    async def query_attempts(
+        self,
+        rollout_id: str,
+        *,
+        sort_by: str | None = "sequence_id",
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Attempt]:
+        """Attempts of one rollout; empty for an unknown rollout."""
+
+    @abstractmethod
+    async def get_latest_attempt(self, rollout_id: str) -> Attempt | None:
+        """The attempt with the highest sequence id, or ``None``."""
+
+    @abstractmethod
+    async def update_rollout(
+        self,
+        rollout_id: str,
+        input: TaskInput | Unset = UNSET,
+        mode: RolloutMode | None | Unset = UNSET,
+        resources_id: str | None | Unset = UNSET,
+        status: RolloutStatus | Unset = UNSET,
+        config: RolloutConfig | Unset = UNSET,
+        metadata: dict[str, Any] | None | Unset = UNSET,
+    ) -> Rollout:
+        """Write the given fields only. A terminal status sets ``end_time``; a queued one requeues once."""
+
+    @abstractmethod
+    async def update_attempt(
+        self,
+        rollout_id: str,
+        attempt_id: str | Literal["latest"],
+        status: AttemptStatus | Unset = UNSET,
+        worker_id: str | Unset = UNSET,
+        last_heartbeat_time: float | Unset = UNSET,
+        metadata: dict[str, Any] | Unset = UNSET,
+    ) -> Attempt:
+        """Write the given fields; a status change of the latest attempt propagates to the rollout (retries included)."""
+
+    @abstractmethod
+    async def wait_for_rollouts(self, *, rollout_ids: Sequence[str], timeout: float | None = None) -> list[Rollout]:
+        """The requested rollouts that are finished by the deadline (unknown ids omitted). ``timeout<=0``: check once."""
+
+    # -- resources ----------------------------------------------------------------------------
+
+    @abstractmethod
+    async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:
+        """Store a new snapshot (version 1); it becomes the latest."""
+
+    @abstractmethod
+    async def update_resources(self, resources_id: str, resources: NamedResources) -> ResourcesUpdate:
+        """Replace a snapshot's resources (version + 1), or create it with version 1; it becomes the latest."""
+
+    @abstractmethod
+    async def get_resources_by_id(self, resources_id: str) -> ResourcesUpdate | None: ...
+
+    @abstractmethod
+    async def get_latest_resources(self) -> ResourcesUpdate | None:
+        """The snapshot most recently added or updated."""
+
+    @abstractmethod
+    async def query_resources(
+        self,
+        *,
+        resources_id: str | None = None,
+        resources_id_contains: str | None = None,
+        sort_by: str | None = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[ResourcesUpdate]: ...
+
+    # -- spans --------------------------------------------------------------------------------
+
+    @abstractmethod
+    async def add_span(self, span: Span) -> Span | None:
+        """Store one span (a heartbeat for its attempt). A duplicate (same rollout, attempt, span id) → ``None``."""
+
+    @abstractmethod
+    async def add_many_spans(self, spans: Sequence[Span]) -> list[Span]:
+        """Store many spans in one batch; returns those stored (duplicates skipped)."""
+
+    async def add_otel_span(
+        self, rollout_id: str, attempt_id: str, readable_span: ReadableSpan, sequence_id: int | None = None
+    ) -> Span | None:
+        """Convert an OpenTelemetry span and store it, allocating a sequence id when none is given."""
+        if sequence_id is None:
+            sequence_id = await self.get_next_span_sequence_id(rollout_id, attempt_id)
+        return await self.add_span(Span.from_opentelemetry(readable_span, rollout_id, attempt_id, sequence_id))
+
+    @abstractmethod
+    async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
+        """Next value of the rollout's span counter (per rollout, starts at 1, never reissued)."""
+
+    @abstractmethod
+    async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[tuple[str, str]]) -> list[int]:
+        """One sequence id per (rollout, attempt) pair, consecutive per rollout in request order."""
+
+    @abstractmethod
+    async def query_spans(
+        self,
+        rollout_id: str,
+        attempt_id: str | Literal["latest"] | None = None,
+        *,
+        trace_id: str | None = None,
+        trace_id_contains: str | None = None,
+        span_id: str | None = None,
+        span_id_contains: str | None = None,
+        parent_id: str | None = None,
+        parent_id_contains: str | None = None,
+        name: str | None = None,
+        name_contains: str | None = None,
+        filter_logic: FilterLogic = "and",
+        limit: int = -1,
+        offset: int = 0,
+        sort_by: str | None = "sequence_id",
+        sort_order: SortOrder = "asc",
+    ) -> PaginatedResult[Span]:
+        """Spans of one rollout (one attempt, ``"latest"``, or all); optional filters pooled with ``filter_logic``."""
+
+    # -- workers ------------------------------------------------------------------------------
+
+    @abstractmethod
+    async def query_workers(
+        self,
+        *,
+        status_in: Sequence[WorkerStatus] | None = None,
+        worker_id_contains: str | None = None,
+        filter_logic: FilterLogic = "and",
+        sort_by: str | None = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Worker]: ...
+
+    @abstractmethod
+    async def get_worker_by_id(self, worker_id: str) -> Worker | None: ...
+
+    @abstractmethod
+    async def update_worker(self, worker_id: str, heartbeat_stats: dict[str, Any] | Unset = UNSET) -> Worker:
+        """Heartbeat of a worker: upserts it and sets ``last_heartbeat_time``; never changes its status."""

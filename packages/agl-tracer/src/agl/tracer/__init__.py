@@ -1,0 +1,1 @@
+"""Tracing for agl: OpenTelemetry tracer, emitters, span pipeline to the store."""
