@@ -12,8 +12,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from typing_extensions import TypedDict
-
 from agl.types import (
     UNSET,
     Attempt,
@@ -35,6 +33,7 @@ from agl.types import (
     Worker,
     WorkerStatus,
 )
+from typing_extensions import TypedDict
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -116,7 +115,9 @@ class LightningStore(ABC):
         """Enqueue several rollouts in one batch, in order; returns them in the same order."""
 
     @abstractmethod
-    async def dequeue_rollout(self, worker_id: str | None = None, *, timeout: float = 0.0) -> AttemptedRollout | None:
+    async def dequeue_rollout(
+        self, worker_id: str | None = None, *, timeout: float = 0.0
+    ) -> AttemptedRollout | None:
         """Claim the oldest queued rollout: a new ``preparing`` attempt is created for ``worker_id``.
 
         With ``timeout > 0``, wait up to that many seconds for work to arrive; ``None`` if none came.
@@ -178,11 +179,11 @@ class LightningStore(ABC):
         self,
         rollout_id: str,
         input: TaskInput | Unset = UNSET,
-        mode: RolloutMode | None | Unset = UNSET,
-        resources_id: str | None | Unset = UNSET,
+        mode: RolloutMode | Unset | None = UNSET,
+        resources_id: str | Unset | None = UNSET,
         status: RolloutStatus | Unset = UNSET,
         config: RolloutConfig | Unset = UNSET,
-        metadata: dict[str, Any] | None | Unset = UNSET,
+        metadata: dict[str, Any] | Unset | None = UNSET,
     ) -> Rollout:
         """Write the given fields only. A terminal status sets ``end_time``; a queued one requeues once."""
 
@@ -199,7 +200,9 @@ class LightningStore(ABC):
         """Write the given fields; a status change of the latest attempt propagates to the rollout (retries included)."""
 
     @abstractmethod
-    async def wait_for_rollouts(self, *, rollout_ids: Sequence[str], timeout: float | None = None) -> list[Rollout]:
+    async def wait_for_rollouts(
+        self, *, rollout_ids: Sequence[str], timeout: float | None = None
+    ) -> list[Rollout]:
         """The requested rollouts that are finished by the deadline (unknown ids omitted). ``timeout<=0``: check once."""
 
     # -- resources ----------------------------------------------------------------------------
@@ -247,7 +250,9 @@ class LightningStore(ABC):
         """Convert an OpenTelemetry span and store it, allocating a sequence id when none is given."""
         if sequence_id is None:
             sequence_id = await self.get_next_span_sequence_id(rollout_id, attempt_id)
-        return await self.add_span(Span.from_opentelemetry(readable_span, rollout_id, attempt_id, sequence_id))
+        return await self.add_span(
+            Span.from_opentelemetry(readable_span, rollout_id, attempt_id, sequence_id)
+        )
 
     @abstractmethod
     async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:

@@ -33,7 +33,12 @@ from .ids import generate_id, new_attempt_id, new_resources_id, new_rollout_id, 
 from .lifecycle import ParallelWorkerBase
 from .query import FilterField, FilterLogic, FilterOptions, PaginatedResult, SortOptions, SortOrder
 from .resources import LLM, NamedResources, PromptTemplate, ProxyLLM, ResourcesUpdate, ResourceUnion
-from .semconv import LightningResourceAttributes, LightningSpanAttributes, LinkPydanticModel, RewardPydanticModel
+from .semconv import (
+    LightningResourceAttributes,
+    LightningSpanAttributes,
+    LinkPydanticModel,
+    RewardPydanticModel,
+)
 from .spans import (
     Attributes,
     AttributeValue,

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import secrets
 
-__all__ = ["generate_id", "new_attempt_id", "new_resources_id", "new_rollout_id", "new_span_id", "new_trace_id"]
+__all__ = [
+    "generate_id",
+    "new_attempt_id",
+    "new_resources_id",
+    "new_rollout_id",
+    "new_span_id",
+    "new_trace_id",
+]
 
 
 def generate_id(length: int) -> str:

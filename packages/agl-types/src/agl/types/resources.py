@@ -38,7 +38,12 @@ class ProxyLLM(LLM):
         """
         if rollout_id is None and attempt_id is None:
             return self.endpoint
-        if not isinstance(rollout_id, str) or not isinstance(attempt_id, str) or not rollout_id or not attempt_id:
+        if (
+            not isinstance(rollout_id, str)
+            or not isinstance(attempt_id, str)
+            or not rollout_id
+            or not attempt_id
+        ):
             raise ValueError(
                 "ProxyLLM.get_base_url needs both rollout_id and attempt_id as non-empty strings "
                 f"(got rollout_id={rollout_id!r}, attempt_id={attempt_id!r})"
@@ -78,7 +83,9 @@ class PromptTemplate(BaseModel):
             try:
                 import jinja2
             except ImportError as exc:  # pragma: no cover - depends on the environment
-                raise ImportError("PromptTemplate(engine='jinja') needs jinja2: pip install 'agl-types[jinja]'") from exc
+                raise ImportError(
+                    "PromptTemplate(engine='jinja') needs jinja2: pip install 'agl-types[jinja]'"
+                ) from exc
             env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
             return env.from_string(self.template).render(**context)
         return _render_poml(self.template, context)

@@ -166,7 +166,12 @@ class Span(BaseModel):
 
     @classmethod
     def from_core_fields(
-        cls, core: SpanCoreFields, *, rollout_id: str | None = None, attempt_id: str | None = None, sequence_id: int | None = None
+        cls,
+        core: SpanCoreFields,
+        *,
+        rollout_id: str | None = None,
+        attempt_id: str | None = None,
+        sequence_id: int | None = None,
     ) -> Span:
         """A span from what an emitter produced; a missing start time becomes now."""
         return cls.from_attributes(
@@ -204,11 +209,18 @@ class Span(BaseModel):
             ),
             attributes=_jsonable_attributes(src.attributes),
             events=[
-                Event(name=e.name, attributes=_jsonable_attributes(e.attributes), timestamp=normalize_timestamp(e.timestamp))
+                Event(
+                    name=e.name,
+                    attributes=_jsonable_attributes(e.attributes),
+                    timestamp=normalize_timestamp(e.timestamp),
+                )
                 for e in src.events
             ],
             links=[
-                Link(context=_otel_context(link.context), attributes=_jsonable_attributes(link.attributes) or None)
+                Link(
+                    context=_otel_context(link.context),
+                    attributes=_jsonable_attributes(link.attributes) or None,
+                )
                 for link in src.links
             ],
             start_time=normalize_timestamp(src.start_time),
@@ -216,7 +228,8 @@ class Span(BaseModel):
             context=_otel_context(ctx) if ctx is not None else None,
             parent=_otel_context(parent) if parent is not None else None,
             resource=OtelResource(
-                attributes=_jsonable_attributes(src.resource.attributes), schema_url=src.resource.schema_url or ""
+                attributes=_jsonable_attributes(src.resource.attributes),
+                schema_url=src.resource.schema_url or "",
             ),
         )
 

@@ -1,0 +1,169 @@
+"""The status machine of rollouts, attempts and workers as pure functions, shared by every backend.
+
+Backends keep the data; these functions decide what the data becomes. Keeping them here is what makes
+the in-memory and SQL stores behave identically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from agl.types import (
+    FINISHED_STATUSES,
+    LIVE_ATTEMPT_STATUSES,
+    Attempt,
+    AttemptStatus,
+    InvalidRequestError,
+    RolloutConfig,
+    RolloutStatus,
+    Worker,
+)
+from pydantic import BaseModel
+
+__all__ = [
+    "attempt_end_time",
+    "attempt_status_after_span",
+    "rollout_promoted_by_span",
+    "rollout_status_from_attempt",
+    "validate_page",
+    "watchdog_verdict",
+    "worker_after_attempt",
+    "worker_after_empty_dequeue",
+]
+
+ATTEMPT_TERMINAL: frozenset[AttemptStatus] = frozenset({"succeeded", "failed", "timeout"})
+"""Attempt statuses that end an attempt (``end_time`` is set). ``unresponsive`` may still recover."""
+
+
+def rollout_status_from_attempt(
+    status: AttemptStatus, sequence_id: int, config: RolloutConfig
+) -> RolloutStatus:
+    """The rollout status implied by the status of its latest attempt, retries included."""
+    if status in ("preparing", "running", "succeeded"):
+        return status
+    if status in ("failed", "timeout", "unresponsive"):
+        if status in config.retry_condition and sequence_id < config.max_attempts:
+            return "requeuing"
+        return "failed"
+    raise InvalidRequestError(f"invalid attempt status {status!r}")
+
+
+def attempt_end_time(status: AttemptStatus, current_end_time: float | None, now: float) -> float | None:
+    """``end_time`` after a status change: set when the attempt ends, kept otherwise."""
+    if status in ATTEMPT_TERMINAL:
+        return current_end_time if current_end_time is not None else now
+    return current_end_time
+
+
+def attempt_status_after_span(status: AttemptStatus) -> AttemptStatus:
+    """A span is a heartbeat: a live attempt becomes ``running``; an ended attempt keeps its status."""
+    return "running" if status in ("preparing", "unresponsive") else status
+
+
+def rollout_promoted_by_span(
+    rollout_status: RolloutStatus, attempt_status_before: AttemptStatus, is_latest: bool
+) -> bool:
+    """Whether a span for an attempt moves its rollout to ``running``.
+
+    Only spans of the latest attempt, only while that attempt was live (a late span of a timed-out or
+    failed attempt must not cancel a pending retry), and only from a not-yet-running, not-finished status.
+    """
+    return (
+        is_latest
+        and attempt_status_before in LIVE_ATTEMPT_STATUSES
+        and rollout_status in ("queuing", "preparing", "requeuing")
+    )
+
+
+def watchdog_verdict(attempt: Attempt, config: RolloutConfig, now: float) -> AttemptStatus | None:
+    """``timeout`` or ``unresponsive`` when a live attempt broke its rollout's limits, else ``None``."""
+    if attempt.status not in ("preparing", "running"):
+        return None
+    if config.timeout_seconds is not None and now - attempt.start_time > config.timeout_seconds:
+        return "timeout"
+    if config.unresponsive_seconds is not None:
+        last_sign_of_life = (
+            attempt.last_heartbeat_time if attempt.last_heartbeat_time is not None else attempt.start_time
+        )
+        if now - last_sign_of_life > config.unresponsive_seconds:
+            return "unresponsive"
+    return None
+
+
+def worker_after_attempt(worker: Worker, attempt: Attempt, now: float, *, dequeued: bool = False) -> Worker:
+    """The worker's status and assignment after its attempt was created or changed status.
+
+    Heartbeat fields are never touched here.
+    """
+    update: dict[str, Any]
+    if attempt.status in ("succeeded", "failed"):
+        update = {
+            "status": "idle",
+            "last_idle_time": now,
+            "current_rollout_id": None,
+            "current_attempt_id": None,
+        }
+    elif attempt.status in ("timeout", "unresponsive"):
+        update = {
+            "status": "unknown",
+            "last_idle_time": now,
+            "current_rollout_id": None,
+            "current_attempt_id": None,
+        }
+    else:
+        update = {
+            "status": "busy",
+            "last_busy_time": now,
+            "current_rollout_id": attempt.rollout_id,
+            "current_attempt_id": attempt.attempt_id,
+        }
+    if dequeued:
+        update["last_dequeue_time"] = now
+    return worker.model_copy(update=update)
+
+
+def worker_after_empty_dequeue(worker: Worker, now: float) -> Worker:
+    """A dequeue that found nothing: the worker is idle."""
+    if worker.status == "idle":
+        return worker.model_copy(update={"last_dequeue_time": now})
+    return worker.model_copy(update={"status": "idle", "last_idle_time": now, "last_dequeue_time": now})
+
+
+def is_finished_rollout(status: RolloutStatus) -> bool:
+    return status in FINISHED_STATUSES
+
+
+def validate_page(
+    model: type[BaseModel],
+    *,
+    sort_by: str | None,
+    sort_order: str,
+    limit: int,
+    offset: int,
+    filter_logic: str = "and",
+) -> None:
+    """Reject bad query parameters with a message that says what is allowed."""
+    if sort_by is not None and sort_by not in model.model_fields:
+        raise InvalidRequestError(
+            f"sort_by={sort_by!r} is not a field of {model.__name__}; use one of {sorted(model.model_fields)}"
+        )
+    if sort_order not in ("asc", "desc"):
+        raise InvalidRequestError(f"sort_order={sort_order!r} is invalid; use 'asc' or 'desc'")
+    if limit < -1:
+        raise InvalidRequestError(
+            f"limit={limit} is invalid; use -1 (unlimited), 0 (count only) or a positive number"
+        )
+    if offset < 0:
+        raise InvalidRequestError(f"offset={offset} is invalid; it must be >= 0")
+    if filter_logic not in ("and", "or"):
+        raise InvalidRequestError(f"filter_logic={filter_logic!r} is invalid; use 'and' or 'or'")
+
+
+def sort_key_none_last(value: Any) -> tuple[int, Any]:
+    """Sort key that puts ``None`` after every value in ascending order (same rule in every backend)."""
+    return (1, 0) if value is None else (0, value)
+
+
+def as_list(values: Sequence[Any] | None) -> list[Any] | None:
+    return None if values is None else list(values)
