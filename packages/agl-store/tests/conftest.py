@@ -66,7 +66,7 @@ def clock() -> ManualClock:
 StoreFactory = Callable[[ManualClock, Any], Any]
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", "postgres", "http-memory", "http-sqlite", "http-postgres"])
 def backend(request: pytest.FixtureRequest) -> str:
     return request.param
 

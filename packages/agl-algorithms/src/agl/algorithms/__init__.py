@@ -1,1 +1,71 @@
-"""Algorithms for agl: Baseline, adapters, APO, local GRPO backend, VERL."""
+"""Algorithms for agl: the ``Algorithm`` contract, ``@algo``, ``Baseline``; adapters, APO and RL backends.
+
+Importing this package stays light (no torch, no LiteLLM): heavy algorithms live in their own modules.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from .base import Algorithm, SupportsAdapt, SupportsLLMProxy
+from .decorator import FunctionalAlgorithm, algo
+from .fast import FINAL_REWARD_METADATA_KEY, Baseline, BaselineSummary, FastAlgorithm
+from .utils import batch_iter_over_dataset, with_llm_proxy, with_store
+
+if TYPE_CHECKING:
+    from .adapter import (
+        Adapter,
+        LlmProxyTraceToTriplet,
+        TraceAdapter,
+        TracerTraceToTriplet,
+        TraceToMessages,
+        TraceToTripletBase,
+    )
+    from .apo import APO
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "APO",
+    "FINAL_REWARD_METADATA_KEY",
+    "Adapter",
+    "Algorithm",
+    "Baseline",
+    "BaselineSummary",
+    "FastAlgorithm",
+    "FunctionalAlgorithm",
+    "LlmProxyTraceToTriplet",
+    "SupportsAdapt",
+    "SupportsLLMProxy",
+    "TraceAdapter",
+    "TraceToMessages",
+    "TraceToTripletBase",
+    "TracerTraceToTriplet",
+    "algo",
+    "batch_iter_over_dataset",
+    "with_llm_proxy",
+    "with_store",
+]
+
+
+_ADAPTERS = frozenset(
+    {
+        "Adapter",
+        "LlmProxyTraceToTriplet",
+        "TraceAdapter",
+        "TraceToMessages",
+        "TraceToTripletBase",
+        "TracerTraceToTriplet",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    # APO is exported lazily so that importing agl.algorithms never pulls in its optional extras.
+    if name == "APO":
+        from .apo import APO
+
+        return APO
+    if name in _ADAPTERS:  # adapters are light, but load only when asked for
+        from . import adapter
+
+        return getattr(adapter, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

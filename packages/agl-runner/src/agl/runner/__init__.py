@@ -1,1 +1,50 @@
-"""Runners, agents and the Trainer of agl."""
+"""Runners, agents and the Trainer of agl.
+
+Write an agent as a :class:`LitAgent` subclass or a function decorated with :func:`rollout`, then run it with
+:class:`Trainer` (``fit`` or ``dev``) or one rollout at a time with :class:`LitAgentRunner`.
+"""
+
+from .build import build_component, load_object
+from .decorators import FunctionalLitAgent, llm_rollout, prompt_rollout, rollout
+from .env import LightningEnvVar, resolve_bool_env_var, resolve_int_env_var, resolve_str_env_var
+from .hooks import Hook
+from .litagent import LitAgent, RolloutRawResult
+from .progress import ProgressMonitor, ProgressSnapshot
+from .runner import ExecutionEvent, LitAgentRunner, Runner
+from .strategies import (
+    ClientServerExecutionStrategy,
+    ExecutionStrategy,
+    LostRunner,
+    SharedMemoryExecutionStrategy,
+    StrategyError,
+)
+from .trainer import Trainer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ClientServerExecutionStrategy",
+    "ExecutionEvent",
+    "ExecutionStrategy",
+    "FunctionalLitAgent",
+    "Hook",
+    "LightningEnvVar",
+    "LitAgent",
+    "LitAgentRunner",
+    "LostRunner",
+    "ProgressMonitor",
+    "ProgressSnapshot",
+    "RolloutRawResult",
+    "Runner",
+    "SharedMemoryExecutionStrategy",
+    "StrategyError",
+    "Trainer",
+    "build_component",
+    "llm_rollout",
+    "load_object",
+    "prompt_rollout",
+    "resolve_bool_env_var",
+    "resolve_int_env_var",
+    "resolve_str_env_var",
+    "rollout",
+]

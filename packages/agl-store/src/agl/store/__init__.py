@@ -1,7 +1,64 @@
 """The LightningStore: rollouts, attempts, spans, resources and workers, in memory, in SQL or over HTTP."""
 
+from typing import TYPE_CHECKING, Any
+
 from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
+from .memory import InMemoryLightningStore
+
+if TYPE_CHECKING:
+    from .client import (
+        LightningStoreClient,
+        StoreAuthenticationError,
+        StoreClientError,
+        StoreConflictError,
+        StoreConnectionError,
+        StoreInvalidRequestError,
+        StoreNotFoundError,
+        StoreServerError,
+    )
+    from .server import LightningStoreServer
+    from .sql import SqlLightningStore
+
+# The HTTP server and client pull in FastAPI/uvicorn/aiohttp: imported on first use only.
+_LAZY = {
+    "LightningStoreServer": ".server",
+    "LightningStoreClient": ".client",
+    "StoreAuthenticationError": ".client",
+    "StoreClientError": ".client",
+    "StoreConflictError": ".client",
+    "StoreConnectionError": ".client",
+    "StoreInvalidRequestError": ".client",
+    "StoreNotFoundError": ".client",
+    "StoreServerError": ".client",
+    "SqlLightningStore": ".sql",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
 
 __version__ = "0.1.0"
 
-__all__ = ["LightningStore", "LightningStoreCapabilities", "LightningStoreStatistics"]
+__all__ = [
+    "InMemoryLightningStore",
+    "LightningStore",
+    "LightningStoreClient",
+    "LightningStoreServer",
+    "LightningStoreCapabilities",
+    "LightningStoreStatistics",
+    "SqlLightningStore",
+    "StoreAuthenticationError",
+    "StoreClientError",
+    "StoreConflictError",
+    "StoreConnectionError",
+    "StoreInvalidRequestError",
+    "StoreNotFoundError",
+    "StoreServerError",
+]

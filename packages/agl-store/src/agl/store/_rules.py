@@ -24,6 +24,7 @@ from pydantic import BaseModel
 __all__ = [
     "attempt_end_time",
     "attempt_status_after_span",
+    "rollout_end_time",
     "rollout_promoted_by_span",
     "rollout_status_from_attempt",
     "validate_page",
@@ -54,6 +55,18 @@ def attempt_end_time(status: AttemptStatus, current_end_time: float | None, now:
     if status in ATTEMPT_TERMINAL:
         return current_end_time if current_end_time is not None else now
     return current_end_time
+
+
+def rollout_end_time(
+    new_status: RolloutStatus, old_status: RolloutStatus, current_end_time: float | None, now: float
+) -> float | None:
+    """A rollout's ``end_time`` after its status was set: stamped when it becomes finished, kept while it
+    stays finished, cleared when it is brought back to life (requeued, manual retry)."""
+    if new_status in FINISHED_STATUSES:
+        if new_status == old_status and current_end_time is not None:
+            return current_end_time
+        return now
+    return None
 
 
 def attempt_status_after_span(status: AttemptStatus) -> AttemptStatus:

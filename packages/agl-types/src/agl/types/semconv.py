@@ -9,11 +9,14 @@ from pydantic import BaseModel
 __all__ = [
     "AGL_ANNOTATION",
     "AGL_EXCEPTION",
+    "AGL_LLM_CALL",
     "AGL_MESSAGE",
     "AGL_OBJECT",
     "AGL_OPERATION",
     "AGL_REWARD",
     "AGL_VIRTUAL",
+    "GenAIAttributes",
+    "LLMCallAttributes",
     "LightningResourceAttributes",
     "LightningSpanAttributes",
     "LinkPydanticModel",
@@ -55,6 +58,67 @@ class LightningSpanAttributes(str, Enum):
     OPERATION_NAME = "agentlightning.operation.name"
     OPERATION_INPUT = "agentlightning.operation.input"
     OPERATION_OUTPUT = "agentlightning.operation.output"
+
+
+class GenAIAttributes(str, Enum):
+    """OpenTelemetry GenAI semantic-convention names used on LLM-call spans."""
+
+    OPERATION_NAME = "gen_ai.operation.name"
+    SYSTEM = "gen_ai.system"
+    REQUEST_MODEL = "gen_ai.request.model"
+    REQUEST_TEMPERATURE = "gen_ai.request.temperature"
+    REQUEST_TOP_P = "gen_ai.request.top_p"
+    REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
+    REQUEST_STOP_SEQUENCES = "gen_ai.request.stop_sequences"
+    REQUEST_SEED = "gen_ai.request.seed"
+    REQUEST_FREQUENCY_PENALTY = "gen_ai.request.frequency_penalty"
+    REQUEST_PRESENCE_PENALTY = "gen_ai.request.presence_penalty"
+    REQUEST_CHOICE_COUNT = "gen_ai.request.choice.count"
+    RESPONSE_ID = "gen_ai.response.id"
+    RESPONSE_MODEL = "gen_ai.response.model"
+    RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
+    USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+    USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+    ERROR_TYPE = "error.type"
+
+
+class LLMCallAttributes(str, Enum):
+    """agl attributes of an :data:`AGL_LLM_CALL` span (one per call through the LLM proxy).
+
+    Payloads are JSON text in OpenAI's wire format; token ids and logprobs are lists.
+    """
+
+    ENDPOINT = "agentlightning.llm.endpoint"
+    """``chat.completions`` or ``completions``."""
+    STREAM = "agentlightning.llm.stream"
+    REQUEST_MESSAGES = "agentlightning.llm.request.messages"
+    """JSON list of the request's chat messages."""
+    REQUEST_PROMPT = "agentlightning.llm.request.prompt"
+    """JSON of the prompt of a legacy ``/completions`` request."""
+    REQUEST_TOOLS = "agentlightning.llm.request.tools"
+    """JSON list of the tool definitions offered to the model."""
+    REQUEST_PARAMS = "agentlightning.llm.request.params"
+    """JSON object of every other request field (sampling parameters and the like)."""
+    RESPONSE_MESSAGES = "agentlightning.llm.response.messages"
+    """JSON list of the assistant messages, one per choice, tool calls included."""
+    RESPONSE_CHOICES = "agentlightning.llm.response.choices"
+    """JSON list of ``{index, finish_reason, token_ids?, logprobs?}`` for calls with several choices."""
+    PROMPT_TOKEN_IDS = "agentlightning.llm.prompt_token_ids"
+    RESPONSE_TOKEN_IDS = "agentlightning.llm.response_token_ids"
+    """Token ids of the first choice's completion."""
+    RESPONSE_LOGPROBS = "agentlightning.llm.response_logprobs"
+    """Per-token log-probabilities of the first choice's completion."""
+    DEPLOYMENT_MODEL = "agentlightning.llm.deployment.model"
+    """The backend model as configured in the proxy's model list (e.g. ``hosted_vllm/qwen``)."""
+    DEPLOYMENT_API_BASE = "agentlightning.llm.deployment.api_base"
+    ROUTE = "agentlightning.llm.route"
+    """``direct`` (forwarded as is to an OpenAI-compatible backend) or ``litellm``."""
+    HTTP_STATUS = "agentlightning.llm.http_status"
+    LATENCY_MS = "agentlightning.llm.latency_ms"
+    TIME_TO_FIRST_CHUNK_MS = "agentlightning.llm.time_to_first_chunk_ms"
+    CLIENT_DISCONNECTED = "agentlightning.llm.client_disconnected"
+    """True when the client went away before the stream ended."""
+    ERROR_MESSAGE = "agentlightning.llm.error.message"
 
 
 class RewardPydanticModel(BaseModel):

@@ -1,0 +1,343 @@
+"""Build the embedded calculator model from scratch: tokenizer, model, supervised warm start, save.
+
+    uv run apps/calc_tiny/build.py            # ~15-20 minutes on one CPU core, deterministic
+    uv run apps/calc_tiny/build.py --resume   # continue from runs/calc_tiny_build/ckpt.pt
+
+The result (``apps/calc_tiny/model/``, ~5 MB) is a standard ``LlamaForCausalLM`` with a byte-level BPE
+tokenizer and a hermes-style chat template with tools. The warm start is deliberately imperfect: 35% of
+its training conversations call the ``calculator`` tool and copy its result, 65% answer at once with a
+plausible but wrong number. The model therefore guesses much of the time, and reinforcement learning has
+a behaviour to discover (call the tool) that it can be seen learning in minutes on a CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from calc_tiny.chat import CHAT_TEMPLATE, SPECIAL_TOKENS, TOOL_TOKENS  # noqa: E402
+from calc_x.tasks import CALCULATOR_TOOL, format_number, make_task  # noqa: E402
+
+TOOL_FRACTION = 0.35
+VOCAB_TARGET = 1536
+ANSWER = "The answer is {}."
+
+
+def wrong_number(result: int, rng: random.Random) -> int:
+    """A plausible but wrong answer: close to the true result, never equal to it."""
+    while True:
+        if abs(result) < 100 or rng.random() < 0.5:
+            guess = result + rng.choice([-1, 1]) * rng.randint(1, 10)
+        else:
+            guess = round(result * (1 + rng.choice([-1, 1]) * rng.uniform(0.02, 0.15)))
+        if guess != result:
+            return guess
+
+
+def make_conversation(rng: random.Random) -> list[dict[str, Any]]:
+    """One warm-start conversation in OpenAI message format."""
+    task = make_task(rng)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": task["question"]}]
+    if rng.random() < TOOL_FRACTION:
+        call = {
+            "id": "call_0",
+            "type": "function",
+            "function": {"name": "calculator", "arguments": json.dumps({"expression": task["expression"]})},
+        }
+        result = format_number(task["result"])
+        messages += [
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_0", "content": result},
+            {"role": "assistant", "content": ANSWER.format(result)},
+        ]
+    else:
+        messages.append({"role": "assistant", "content": ANSWER.format(wrong_number(int(task["result"]), rng))})
+    return messages
+
+
+def build_tokenizer(seed: int) -> Any:
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    rng = random.Random(seed)
+    bootstrap = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.BPE()))
+    corpus: list[str] = []
+    for _ in range(20000):
+        convo = make_conversation(rng)
+        corpus.append(
+            bootstrap.apply_chat_template(
+                convo, tools=[CALCULATOR_TOOL], chat_template=CHAT_TEMPLATE, tokenize=False
+            )
+        )
+    corpus += [str(n) for n in range(1000)] * 3  # every 1-3 digit number becomes one token
+    tok = Tokenizer(models.BPE())
+    # Newlines and 1-3 digit numbers are pieces of their own; everything else may merge freely
+    # (no GPT-2 word regex), so the fixed tool schema costs only a few tokens per prompt.
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"\d{1,3}|\n"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_TARGET,
+        min_frequency=2,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_TOKENS])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=512,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def encode_conversation(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+    """Token ids of a whole conversation and a 0/1 mask of the tokens the assistant generated
+    (its turns including ``<|im_end|>``, excluding the template's trailing newline)."""
+    ids: list[int] = []
+    mask: list[int] = []
+    done = ""
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        prompt = tokenizer.apply_chat_template(messages[:i], tools=[CALCULATOR_TOOL], tokenize=False, add_generation_prompt=True)
+        turn = tokenizer.apply_chat_template(messages[: i + 1], tools=[CALCULATOR_TOOL], tokenize=False)
+        context = tokenizer.encode(prompt[len(done) :], add_special_tokens=False)
+        generated = tokenizer.encode(turn[len(prompt) : -1], add_special_tokens=False)  # drop the "\n"
+        ids += context + generated
+        mask += [0] * len(context) + [1] * len(generated)
+        done = turn[:-1]
+    return ids, mask
+
+
+def build_model(vocab_size: int, tokenizer: Any, seed: int) -> Any:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=512,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return LlamaForCausalLM(config)
+
+
+def batch_tensors(examples: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[Any, Any, Any]:
+    import torch
+
+    width = max(len(ids) for ids, _ in examples)
+    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(examples), width), dtype=torch.long)
+    labels = torch.full((len(examples), width), -100, dtype=torch.long)
+    for row, (ids, mask) in enumerate(examples):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        attention[row, : len(ids)] = 1
+        labels[row, : len(ids)] = torch.tensor([t if m else -100 for t, m in zip(ids, mask)])
+    return input_ids, attention, labels
+
+
+def evaluate(model: Any, tokenizer: Any, n: int, seed: int, temperature: float) -> dict[str, float]:
+    """Accuracy and tool-use rate on fresh questions, running the real two-turn tool protocol."""
+    import torch
+
+    from calc_x.tasks import evaluate as calc, reward
+
+    rng = random.Random(seed)
+    tasks = [make_task(rng) for _ in range(n)]
+    convos: list[list[dict[str, Any]]] = [[{"role": "user", "content": t["question"]}] for t in tasks]
+    finished = [False] * n
+    used_tool = [False] * n
+    answers = [""] * n
+    gen = torch.Generator().manual_seed(seed)
+    model.eval()
+    for _turn in range(3):
+        todo = [i for i in range(n) if not finished[i]]
+        if not todo:
+            break
+        prompts = [
+            tokenizer.apply_chat_template(convos[i], tools=[CALCULATOR_TOOL], tokenize=False, add_generation_prompt=True)
+            for i in todo
+        ]
+        texts = _generate(model, tokenizer, prompts, temperature, gen)
+        for i, text in zip(todo, texts):
+            if "<tool_call>" in text:
+                used_tool[i] = True
+                expression = ""
+                try:
+                    body = text.split("<tool_call>", 1)[1].split("</tool_call>", 1)[0]
+                    expression = str(json.loads(body)["arguments"]["expression"])
+                    result = format_number(calc(expression))
+                except (ValueError, KeyError, TypeError, IndexError):
+                    result = "error"
+                arguments = json.dumps({"expression": expression})
+                call = {"id": "c", "type": "function", "function": {"name": "calculator", "arguments": arguments}}
+                convos[i] += [{"role": "assistant", "content": "", "tool_calls": [call]}, {"role": "tool", "content": result}]
+            else:
+                answers[i] = text
+                finished[i] = True
+    model.train()
+    correct = sum(reward(a, t["result"]) for a, t in zip(answers, tasks))
+    return {"accuracy": correct / n, "tool_use": sum(used_tool) / n}
+
+
+def _generate(model: Any, tokenizer: Any, prompts: list[str], temperature: float, gen: Any) -> list[str]:
+    import torch
+
+    tokenizer.padding_side = "left"
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    ids, attn = enc["input_ids"], enc["attention_mask"]
+    past = None
+    positions = (attn.cumsum(-1) - 1).clamp(min=0)
+    out: list[list[int]] = [[] for _ in prompts]
+    done = torch.zeros(len(prompts), dtype=torch.bool)
+    step_ids, step_pos = ids, positions
+    with torch.no_grad():
+        for _ in range(40):
+            res = model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, past_key_values=past, use_cache=True)
+            past = res.past_key_values
+            logits = res.logits[:, -1, :].float()
+            if temperature <= 0:
+                nxt = logits.argmax(-1)
+            else:
+                nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=gen).squeeze(-1)
+            for row in range(len(prompts)):
+                if not done[row]:
+                    out[row].append(int(nxt[row]))
+            done |= nxt == tokenizer.eos_token_id
+            if bool(done.all()):
+                break
+            step_ids = nxt.unsqueeze(-1)
+            step_pos = step_pos[:, -1:] + 1
+            attn = torch.cat([attn, torch.ones((len(prompts), 1), dtype=attn.dtype)], dim=1)
+    return [tokenizer.decode(o, skip_special_tokens=True) for o in out]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=HERE / "model")
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
+    parser.add_argument("--ckpt", type=Path, default=HERE.parent.parent / "runs" / "calc_tiny_build" / "ckpt.pt")
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    t0 = time.time()
+    tokenizer = build_tokenizer(args.seed)
+    vocab_size = len(tokenizer)
+    print(f"tokenizer: {vocab_size} tokens ({time.time() - t0:.0f}s)", flush=True)
+    model = build_model(vocab_size, tokenizer, args.seed)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"model: {n_params / 1e6:.2f}M parameters", flush=True)
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
+    warmup = 100
+
+    def lr_at(step: int) -> float:
+        if step < warmup:
+            return args.lr * (step + 1) / warmup
+        progress = (step - warmup) / max(1, args.steps - warmup)
+        return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+    rng = random.Random(args.seed + 1)
+    start = 0
+    if args.resume and args.ckpt.exists():
+        state = torch.load(args.ckpt, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        rng.setstate(state["rng"])
+        torch.set_rng_state(state["torch_rng"])
+        start = state["step"]
+        print(f"resumed at step {start}", flush=True)
+
+    model.train()
+    t_train = time.time()
+    running = 0.0
+    for step in range(start, args.steps):
+        examples = [encode_conversation(tokenizer, make_conversation(rng)) for _ in range(args.batch_size)]
+        input_ids, attention, labels = batch_tensors(examples, tokenizer.pad_token_id)
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step)
+        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        value = loss.item()
+        running = 0.98 * running + 0.02 * value if step > start else value
+        if (step + 1) % 50 == 0:
+            rate = (step + 1 - start) / (time.time() - t_train)
+            print(f"step {step + 1}/{args.steps} loss {running:.4f} lr {lr_at(step):.2e} ({rate:.2f} steps/s)", flush=True)
+        if (step + 1) % 500 == 0 or step + 1 == args.steps:
+            args.ckpt.parent.mkdir(parents=True, exist_ok=True)
+            state = {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "rng": rng.getstate(),
+                "torch_rng": torch.get_rng_state(),
+                "step": step + 1,
+            }
+            torch.save(state, args.ckpt)
+            metrics = evaluate(model, tokenizer, 200, seed=12345, temperature=1.0)
+            print(f"  eval@T=1: accuracy {metrics['accuracy']:.1%} tool use {metrics['tool_use']:.1%}", flush=True)
+
+    greedy = evaluate(model, tokenizer, 500, seed=777, temperature=0.0)
+    sampled = evaluate(model, tokenizer, 500, seed=777, temperature=1.0)
+    print(f"final greedy: accuracy {greedy['accuracy']:.1%} tool use {greedy['tool_use']:.1%}", flush=True)
+    print(f"final T=1:    accuracy {sampled['accuracy']:.1%} tool use {sampled['tool_use']:.1%}", flush=True)
+    save(model, tokenizer, args.out)
+    print(f"saved to {args.out} in {time.time() - t0:.0f}s", flush=True)
+
+
+def save(model: Any, tokenizer: Any, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    model.generation_config.bos_token_id = None
+    model.save_pretrained(out)
+    tokenizer.padding_side = "left"
+    tokenizer.save_pretrained(out)
+    config_path = out / "config.json"
+    config = json.loads(config_path.read_text())
+    # transformers 5 nests this under rope_parameters; other servers (vLLM, older transformers) read it here.
+    config["rope_theta"] = config.get("rope_parameters", {}).get("rope_theta", 10000.0)
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    tok_config_path = out / "tokenizer_config.json"
+    tok_config = json.loads(tok_config_path.read_text())
+    tok_config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    tok_config_path.write_text(json.dumps(tok_config, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

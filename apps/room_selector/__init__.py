@@ -1,0 +1,1 @@
+"""The room-selector world, tasks and agent used by ``apps/train_apo.py``."""

@@ -1,0 +1,233 @@
+"""HTTP modes of the store benchmark: ``LightningStoreClient`` → ``agl store`` (a separate process).
+
+Each rollout goes through the lifecycle enqueue → dequeue → one batch of spans (10 × ~1 KB attributes)
+→ attempt succeeded → read back, with 1 client, 16 concurrent coroutines and 4 client processes; then
+spans alone through the batch endpoint; then server start-up time. Prints ops/s and p50/p99 per operation.
+
+Run alone (``uv run benchmarks/store_bench_http.py --rollouts 1000``) or through
+``benchmarks/store_bench.py --http``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+from agl.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer
+from agl.types import Span
+
+OPS = ("enqueue", "dequeue", "add_spans", "update_attempt", "get_rollout")
+SPANS_PER_ROLLOUT = 10
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _spans(rollout_id: str, attempt_id: str, first: int, count: int) -> list[Span]:
+    payload = "x" * 1000
+    return [
+        Span.from_attributes(
+            attributes={"payload": payload, "index": first + i},
+            rollout_id=rollout_id,
+            attempt_id=attempt_id,
+            sequence_id=first + i,
+            name="bench",
+        )
+        for i in range(count)
+    ]
+
+
+@contextlib.contextmanager
+def store_process(backend: str) -> Iterator[str]:
+    """``agl store`` in a child process; yields its address."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agl.store.cli", "store", "--port", str(port), "--backend", backend, "--log-level", "WARNING"],
+        stdout=subprocess.DEVNULL,
+    )
+    address = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(address + "/v1/agl/health", timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            raise RuntimeError("agl store did not start")
+        yield address
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def _lifecycle(client: LightningStoreClient, n: int, latencies: dict[str, list[float]]) -> None:
+    clock = time.perf_counter
+    for i in range(n):
+        t0 = clock()
+        await client.enqueue_rollout({"task": i})
+        t1 = clock()
+        claimed = await client.dequeue_rollout(worker_id="bench")
+        t2 = clock()
+        assert claimed is not None
+        rid, aid = claimed.rollout_id, claimed.attempt.attempt_id
+        await client.add_many_spans(_spans(rid, aid, 1, SPANS_PER_ROLLOUT))
+        t3 = clock()
+        await client.update_attempt(rid, aid, status="succeeded")
+        t4 = clock()
+        await client.get_rollout_by_id(rid)
+        t5 = clock()
+        for op, a, b in zip(OPS, (t0, t1, t2, t3, t4), (t1, t2, t3, t4, t5)):
+            latencies[op].append(b - a)
+
+
+async def run_lifecycle(address: str, rollouts: int, concurrency: int) -> tuple[float, dict[str, list[float]]]:
+    client = LightningStoreClient(address)
+    latencies: dict[str, list[float]] = defaultdict(list)
+    await _lifecycle(client, 5, defaultdict(list))  # warm up connections
+    share = [rollouts // concurrency + (1 if i < rollouts % concurrency else 0) for i in range(concurrency)]
+    start = time.perf_counter()
+    await asyncio.gather(*(_lifecycle(client, n, latencies) for n in share))
+    elapsed = time.perf_counter() - start
+    await client.close()
+    return elapsed, latencies
+
+
+def _process_worker(address: str, rollouts: int, concurrency: int, queue: Any) -> None:
+    elapsed, latencies = asyncio.run(run_lifecycle(address, rollouts, concurrency))
+    queue.put((elapsed, dict(latencies)))
+
+
+def run_processes(address: str, rollouts: int, processes: int, concurrency: int) -> tuple[float, dict[str, list[float]]]:
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    workers = [
+        ctx.Process(target=_process_worker, args=(address, rollouts // processes, concurrency, queue))
+        for _ in range(processes)
+    ]
+    start = time.perf_counter()
+    for w in workers:
+        w.start()
+    results = [queue.get(timeout=600) for _ in workers]
+    for w in workers:
+        w.join()
+    elapsed = time.perf_counter() - start
+    merged: dict[str, list[float]] = defaultdict(list)
+    for _, lat in results:
+        for op, values in lat.items():
+            merged[op].extend(values)
+    # Wall time of the slowest worker's measured section (excludes process start-up).
+    return max(e for e, _ in results), merged
+
+
+async def run_spans(address: str, total: int, batch: int, concurrency: int) -> tuple[float, list[float]]:
+    client = LightningStoreClient(address)
+    claimed = []
+    for _ in range(concurrency):
+        await client.enqueue_rollout({"task": "spans"})
+        got = await client.dequeue_rollout()
+        assert got is not None
+        claimed.append(got)
+    latencies: list[float] = []
+
+    async def writer(index: int, n: int) -> None:
+        rid, aid = claimed[index].rollout_id, claimed[index].attempt.attempt_id
+        seq = 1
+        for _ in range(n // batch):
+            spans = _spans(rid, aid, seq, batch)
+            seq += batch
+            t0 = time.perf_counter()
+            await client.add_many_spans(spans)
+            latencies.append(time.perf_counter() - t0)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(writer(i, total // concurrency) for i in range(concurrency)))
+    elapsed = time.perf_counter() - start
+    await client.close()
+    return elapsed, latencies
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def report(title: str, elapsed: float, rollouts: int, latencies: dict[str, list[float]]) -> None:
+    print(f"\n{title}: {rollouts} rollouts in {elapsed:.2f} s = {rollouts / elapsed:,.0f} rollouts/s")
+    print(f"  {'operation':<16}{'ops/s':>10}{'p50 ms':>10}{'p99 ms':>10}")
+    for op in OPS:
+        values = latencies.get(op, [])
+        if values:
+            print(f"  {op:<16}{len(values) / elapsed:>10,.0f}{_pct(values, 0.5):>10.2f}{_pct(values, 0.99):>10.2f}")
+
+
+def measure_startup(repeats: int = 5) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        server = LightningStoreServer(InMemoryLightningStore(), port=0)
+        t0 = time.perf_counter()
+        server.start()
+        times.append(time.perf_counter() - t0)
+        server.stop()
+    return times
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rollouts", type=int, default=2000)
+    parser.add_argument("--spans", type=int, default=20000)
+    parser.add_argument("--span-batch", type=int, default=100)
+    parser.add_argument("--backend", action="append", help="memory (default), sqlite, or a URL; repeatable")
+    parser.add_argument("--modes", default="1,16,procs,spans,startup")
+    args = parser.parse_args(argv)
+    modes = set(args.modes.split(","))
+    backends = args.backend or ["memory"]
+    print(f"HTTP store benchmark: LightningStoreClient -> agl store (separate process), {os.cpu_count()} CPUs")
+    for backend in backends:
+        with contextlib.ExitStack() as stack:
+            if backend == "sqlite":
+                tmp = stack.enter_context(tempfile.TemporaryDirectory())
+                backend = f"sqlite:///{tmp}/bench.db"
+            address = stack.enter_context(store_process(backend))
+            print(f"\n=== backend {backend} ===")
+            if "1" in modes:
+                elapsed, lat = asyncio.run(run_lifecycle(address, args.rollouts, 1))
+                report("1 client", elapsed, args.rollouts, lat)
+            if "16" in modes:
+                elapsed, lat = asyncio.run(run_lifecycle(address, args.rollouts, 16))
+                report("16 coroutines, one client", elapsed, args.rollouts, lat)
+            if "procs" in modes:
+                elapsed, lat = run_processes(address, args.rollouts, 4, 4)
+                report("4 client processes x 4 coroutines", elapsed, args.rollouts, lat)
+            if "spans" in modes:
+                elapsed, lat = asyncio.run(run_spans(address, args.spans, args.span_batch, 4))
+                print(
+                    f"\nspans through the batch endpoint ({args.span_batch}/request, 4 writers): "
+                    f"{args.spans / elapsed:,.0f} spans/s; per request p50 {_pct(lat, 0.5):.1f} ms, "
+                    f"p99 {_pct(lat, 0.99):.1f} ms"
+                )
+    if "startup" in modes:
+        times = measure_startup()
+        print(f"\nserver start-up (LightningStoreServer.start until health answers): "
+              f"median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""Spans → OpenAI chat records ``{"messages": [...], "tools": [...] | None}`` for APO and fine-tuning."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
+
+from agl.types import Span
+from agl.types.semconv import LLMCallAttributes
+
+from ._llm_call import extract_llm_call
+from .base import TraceAdapter, as_spans
+
+__all__ = ["OpenAIMessages", "TraceToMessages", "group_genai_dict"]
+
+_PROXY_KEYS = (LLMCallAttributes.REQUEST_MESSAGES.value, LLMCallAttributes.RESPONSE_MESSAGES.value)
+_GENAI_PREFIXES = ("gen_ai.prompt", "gen_ai.completion", "gen_ai.request", "gen_ai.response")
+
+
+class OpenAIMessages(TypedDict):
+    """One conversation in OpenAI's fine-tuning format."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+
+
+def group_genai_dict(attributes: Mapping[str, Any], prefix: str) -> Any:
+    """Regroup dotted attributes under ``prefix`` into dicts; a level whose keys are all numbers becomes a
+    list ordered by index. ``None`` when nothing is under the prefix."""
+    dotted = prefix + "."
+    flat = {k[len(dotted) :]: v for k, v in attributes.items() if k.startswith(dotted)}
+    if not flat:
+        return attributes.get(prefix)
+    return _group(flat)
+
+
+def _group(flat: Mapping[str, Any]) -> Any:
+    tree: dict[str, Any] = {}
+    for key, value in flat.items():
+        head, _, rest = key.partition(".")
+        if rest:
+            tree.setdefault(head, {})
+            if isinstance(tree[head], dict):
+                tree[head][rest] = value
+        elif head not in tree:
+            tree[head] = value
+    grouped = {k: _group(v) if isinstance(v, dict) else v for k, v in tree.items()}
+    if grouped and all(k.isdigit() for k in grouped):
+        return [grouped[k] for k in sorted(grouped, key=int)]
+    return grouped
+
+
+def _parse(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
+    function = call.get("function")
+    if isinstance(function, Mapping):
+        name, arguments = function.get("name"), function.get("arguments")
+    else:
+        name, arguments = call.get("name"), call.get("arguments")
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments if arguments is not None else {})
+    return {
+        "id": str(call.get("id") or ""),
+        "type": "function",
+        "function": {"name": str(name), "arguments": arguments},
+    }
+
+
+def _message(entry: Any, where: str) -> dict[str, Any]:
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"{where} must be a message object, got {type(entry).__name__}")
+    role = entry.get("role")
+    if role not in ("system", "user", "assistant", "tool", "developer", "function"):
+        raise ValueError(f"{where} has no valid role (got {role!r})")
+    message: dict[str, Any] = {"role": role}
+    content = entry.get("content")
+    message["content"] = _parse(content) if isinstance(content, str) and content[:1] in "[{" else content
+    calls = entry.get("tool_calls")
+    if role == "assistant" and calls:
+        if isinstance(calls, Mapping):
+            calls = [calls[k] for k in sorted(calls, key=lambda x: int(x) if str(x).isdigit() else 0)]
+        message["tool_calls"] = [_tool_call(c) for c in calls if isinstance(c, Mapping)]
+    if role == "tool":
+        message["tool_call_id"] = str(entry.get("tool_call_id") or "")
+    if entry.get("name"):
+        message["name"] = str(entry["name"])
+    return message
+
+
+def _tools(functions: Any) -> list[dict[str, Any]] | None:
+    if functions is None:
+        return None
+    if not isinstance(functions, list):
+        raise ValueError("the request's tools/functions must be a list")
+    tools = []
+    for fn in functions:
+        if not isinstance(fn, Mapping):
+            raise ValueError(f"each tool must be an object, got {type(fn).__name__}")
+        if fn.get("type") == "function" and isinstance(fn.get("function"), Mapping):
+            tools.append(dict(fn))
+            continue
+        definition: dict[str, Any] = {"name": fn.get("name")}
+        if fn.get("description"):
+            definition["description"] = fn["description"]
+        if fn.get("parameters") is not None:
+            definition["parameters"] = _parse(fn["parameters"])
+        tools.append({"type": "function", "function": definition})
+    return tools
+
+
+class TraceToMessages(TraceAdapter[list[OpenAIMessages]]):
+    """One record per LLM-call span: the prompt messages followed by the assistant's answer, and the tools.
+
+    Reads the LLM proxy's spans and GenAI-instrumented spans (``gen_ai.prompt/completion/request``); an
+    answer whose tool calls were recorded as child ``tool.*`` spans gets them attached (first in, first out).
+    Malformed payloads raise ``ValueError`` saying what is wrong.
+    """
+
+    def adapt(self, source: Sequence[Any], /) -> list[OpenAIMessages]:
+        spans = as_spans(source)
+        children: dict[str, list[Span]] = {}
+        for span in spans:
+            if span.parent_id:
+                children.setdefault(span.parent_id, []).append(span)
+        records: list[OpenAIMessages] = []
+        for span in spans:
+            a = span.attributes
+            if any(k in a for k in _PROXY_KEYS):
+                records.append(self._from_proxy(span))
+            elif any(k == p or k.startswith(p + ".") for k in a for p in _GENAI_PREFIXES):
+                records.append(self._from_genai(span, children.get(span.span_id, [])))
+        return records
+
+    def _from_proxy(self, span: Span) -> OpenAIMessages:
+        call = extract_llm_call(span.attributes)
+        prompt = call.prompt_messages or []
+        if not isinstance(prompt, list):
+            raise ValueError(f"span {span.span_id}: the request messages are not a list")
+        messages = [_message(m, f"span {span.span_id} prompt message {i}") for i, m in enumerate(prompt)]
+        completion = call.completion or []
+        if isinstance(completion, list) and completion:
+            messages.append(_message(completion[0], f"span {span.span_id} answer"))
+        return OpenAIMessages(messages=messages, tools=_tools(call.tools))
+
+    def _from_genai(self, span: Span, children: list[Span]) -> OpenAIMessages:
+        a = span.attributes
+        prompt = group_genai_dict(a, "gen_ai.prompt") or []
+        if not isinstance(prompt, list):
+            raise ValueError(f"span {span.span_id}: gen_ai.prompt must be a list of messages")
+        messages = [_message(m, f"span {span.span_id} gen_ai.prompt.{i}") for i, m in enumerate(prompt)]
+        completion = group_genai_dict(a, "gen_ai.completion") or []
+        if not isinstance(completion, list):
+            raise ValueError(f"span {span.span_id}: gen_ai.completion must be a list")
+        tool_spans = [
+            c for c in sorted(children, key=lambda s: s.start_time or 0.0) if "tool.name" in c.attributes
+        ]
+        for i, entry in enumerate(completion):
+            if not isinstance(entry, Mapping) or entry.get("role", "assistant") != "assistant":
+                continue
+            message = _message({"role": "assistant", **entry}, f"span {span.span_id} gen_ai.completion.{i}")
+            if "tool_calls" not in message and tool_spans:
+                message["tool_calls"] = [
+                    _tool_call(
+                        {
+                            "id": t.attributes.get("tool.call.id"),
+                            "name": t.attributes.get("tool.name"),
+                            "arguments": t.attributes.get("tool.parameters"),
+                        }
+                    )
+                    for t in tool_spans
+                ]
+                tool_spans = []
+            messages.append(message)
+        request = group_genai_dict(a, "gen_ai.request")
+        if request is not None and not isinstance(request, Mapping):
+            raise ValueError(f"span {span.span_id}: gen_ai.request must be an object")
+        return OpenAIMessages(messages=messages, tools=_tools((request or {}).get("functions")))

@@ -1,0 +1,230 @@
+"""``FastAlgorithm`` (what ``Trainer.dev`` accepts) and ``Baseline``: stream a dataset through the runners."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from agl.types import Dataset, EnqueueRolloutRequest, Rollout, RolloutConfig, RolloutMode, RolloutStatus
+
+from .base import Algorithm, SupportsLLMProxy
+
+if TYPE_CHECKING:
+    from agl.store import LightningStore
+
+__all__ = ["FINAL_REWARD_METADATA_KEY", "Baseline", "BaselineSummary", "FastAlgorithm"]
+
+logger = logging.getLogger(__name__)
+
+FINAL_REWARD_METADATA_KEY = "final_reward"
+"""Attempt metadata key under which runners record the final reward they found in the attempt's spans."""
+
+SpanVerbosity = Literal["keys", "key_values", "none"]
+
+
+class FastAlgorithm(Algorithm):
+    """Marker base class of algorithms cheap enough for :meth:`Trainer.dev` (smoke tests, debugging)."""
+
+
+@dataclass
+class BaselineSummary:
+    """What came back from one :class:`Baseline` run."""
+
+    total: int = 0
+    by_status: dict[str, int] = field(default_factory=dict)
+    rewards: list[float] = field(default_factory=list)
+    duration: float = 0.0
+
+    @property
+    def succeeded(self) -> int:
+        return self.by_status.get("succeeded", 0)
+
+    @property
+    def failed(self) -> int:
+        return self.by_status.get("failed", 0)
+
+    @property
+    def mean_reward(self) -> float | None:
+        return sum(self.rewards) / len(self.rewards) if self.rewards else None
+
+    def __str__(self) -> str:
+        mean = "n/a" if self.mean_reward is None else f"{self.mean_reward:.4f}"
+        statuses = ", ".join(f"{k}={v}" for k, v in sorted(self.by_status.items())) or "none"
+        rate = self.total / self.duration if self.duration > 0 else 0.0
+        return (
+            f"{self.total} rollouts in {self.duration:.2f}s ({rate:.1f}/s): {statuses}; "
+            f"mean reward {mean} over {len(self.rewards)} rewarded"
+        )
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+@asynccontextmanager
+async def _running_proxy(proxy: SupportsLLMProxy | None) -> AsyncIterator[None]:
+    """Start the proxy for the duration of the block if it is not running yet."""
+    if proxy is None or proxy.is_running():
+        yield
+        return
+    await _maybe_await(proxy.start())
+    try:
+        yield
+    finally:
+        await _maybe_await(proxy.stop())
+
+
+class Baseline(FastAlgorithm):
+    """Enqueue every item of the datasets, wait for the rollouts to finish and log what came back.
+
+    Args:
+        n_epochs: passes over the datasets.
+        max_in_flight: at most this many unfinished rollouts at a time (``None``: enqueue everything at once).
+        polling_interval: longest wait for results before progress is logged again (the store wakes the
+            wait as soon as everything asked for is finished).
+        span_verbosity: what each rollout's log line shows of its spans: names (``keys``), names and
+            attributes (``key_values``) or nothing (``none``). Per-rollout logs are at INFO level.
+        rollout_config: retry and timeout policy given to every rollout.
+        train_split: accepted for compatibility with the reference; must lie in (0, 1); unused.
+
+    After :meth:`run`, :attr:`summary` holds the counts by status and the rewards.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_epochs: int = 1,
+        max_in_flight: int | None = None,
+        polling_interval: float = 1.0,
+        span_verbosity: SpanVerbosity = "keys",
+        rollout_config: RolloutConfig | None = None,
+        train_split: float = 0.5,
+        enqueue_batch_size: int = 256,
+    ) -> None:
+        if n_epochs < 1:
+            raise ValueError(f"n_epochs must be >= 1, got {n_epochs}")
+        if not 0 < train_split < 1:
+            raise ValueError(f"train_split must lie strictly between 0 and 1, got {train_split}")
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1 or None, got {max_in_flight}")
+        if polling_interval <= 0:
+            raise ValueError(f"polling_interval must be > 0, got {polling_interval}")
+        if span_verbosity not in ("keys", "key_values", "none"):
+            raise ValueError(f"span_verbosity must be 'keys', 'key_values' or 'none', got {span_verbosity!r}")
+        self.n_epochs = n_epochs
+        self.max_in_flight = max_in_flight
+        self.polling_interval = polling_interval
+        self.span_verbosity: SpanVerbosity = span_verbosity
+        self.rollout_config = rollout_config
+        self.train_split = train_split
+        self.enqueue_batch_size = max(1, enqueue_batch_size)
+        self.summary = BaselineSummary()
+
+    async def run(  # type: ignore[override]
+        self, train_dataset: Dataset[Any] | None = None, val_dataset: Dataset[Any] | None = None
+    ) -> None:
+        store = self.get_store()
+        work: list[tuple[Any, RolloutMode]] = []
+        for dataset, mode in ((train_dataset, "train"), (val_dataset, "val")):
+            if dataset is not None:
+                work.extend((dataset[i], mode) for i in range(len(dataset)))
+        self.summary = BaselineSummary()
+        if not work:
+            logger.error("Baseline has nothing to do: both train_dataset and val_dataset are empty or None")
+            return
+        async with _running_proxy(self.get_llm_proxy()):
+            resources_id: str | None = None
+            initial = self.get_initial_resources()
+            if initial:
+                resources_id = (await store.update_resources("default", initial)).resources_id
+            started = time.monotonic()
+            for epoch in range(self.n_epochs):
+                logger.info("Baseline epoch %d/%d: %d rollouts", epoch + 1, self.n_epochs, len(work))
+                await self._run_epoch(store, work, resources_id)
+            self.summary.duration = time.monotonic() - started
+        logger.info("Baseline finished: %s", self.summary)
+
+    async def _run_epoch(
+        self, store: LightningStore, work: Sequence[tuple[Any, RolloutMode]], resources_id: str | None
+    ) -> None:
+        pending: dict[str, Rollout] = {}
+        next_item = 0
+        while next_item < len(work) or pending:
+            room = len(work) - next_item
+            if self.max_in_flight is not None:
+                room = min(room, self.max_in_flight - len(pending))
+            while room > 0:
+                chunk = work[next_item : next_item + min(room, self.enqueue_batch_size)]
+                requests = [
+                    EnqueueRolloutRequest(
+                        input=item, mode=mode, resources_id=resources_id, config=self.rollout_config
+                    )
+                    for item, mode in chunk
+                ]
+                for rollout in await store.enqueue_many_rollouts(requests):
+                    pending[rollout.rollout_id] = rollout
+                next_item += len(chunk)
+                room -= len(chunk)
+            finished = await store.wait_for_rollouts(rollout_ids=list(pending), timeout=self.polling_interval)
+            for rollout in finished:
+                if pending.pop(rollout.rollout_id, None) is not None:
+                    await self._harvest(store, rollout)
+            if finished:
+                logger.debug("Baseline: %d finished, %d pending", len(finished), len(pending))
+
+    async def _harvest(self, store: LightningStore, rollout: Rollout) -> None:
+        """Count a finished rollout and, at INFO level, log its attempts and spans."""
+        summary = self.summary
+        summary.total += 1
+        status: RolloutStatus = rollout.status
+        summary.by_status[status] = summary.by_status.get(status, 0) + 1
+        attempt = await store.get_latest_attempt(rollout.rollout_id)
+        reward = None
+        if attempt is not None and attempt.metadata and FINAL_REWARD_METADATA_KEY in attempt.metadata:
+            reward = attempt.metadata[FINAL_REWARD_METADATA_KEY]
+            need_spans_for_reward = False
+        else:
+            need_spans_for_reward = attempt is not None
+        verbose = logger.isEnabledFor(logging.INFO)
+        spans = []
+        if attempt is not None and (verbose or need_spans_for_reward):
+            spans = list(await store.query_spans(rollout.rollout_id, attempt.attempt_id))
+            if need_spans_for_reward:
+                from agl.tracer import find_final_reward
+
+                reward = find_final_reward(spans)
+        if isinstance(reward, (int, float)) and not isinstance(reward, bool):
+            summary.rewards.append(float(reward))
+        if not verbose:
+            return
+        duration = (rollout.end_time or time.time()) - rollout.start_time
+        attempts = await store.query_attempts(rollout.rollout_id)
+        attempt_text = ", ".join(
+            f"#{a.sequence_id} {a.attempt_id} {a.status} on {a.worker_id}" for a in attempts
+        )
+        if self.span_verbosity == "keys":
+            span_text = ", ".join(s.name for s in spans)
+        elif self.span_verbosity == "key_values":
+            span_text = "; ".join(f"{s.name} {s.attributes}" for s in spans)
+        else:
+            span_text = f"{len(spans)} spans"
+        logger.info(
+            "Rollout %s (%s) %s in %.3fs, reward %s; attempts: %s; spans: %s",
+            rollout.rollout_id,
+            rollout.mode,
+            status,
+            duration,
+            reward,
+            attempt_text,
+            span_text,
+        )
+        if self.has_adapter() and spans:
+            try:
+                logger.info("Rollout %s adapted: %s", rollout.rollout_id, self.get_adapter().adapt(spans))
+            except Exception:
+                logger.exception("Adapter failed on the spans of rollout %s", rollout.rollout_id)

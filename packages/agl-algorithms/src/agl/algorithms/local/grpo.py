@@ -1,0 +1,322 @@
+"""``LocalGRPO``: reinforcement learning of a Hugging Face causal LM on CPU or one GPU, through the store.
+
+Each step enqueues every one of ``prompts_per_step`` tasks ``n`` times, waits for the rollouts, turns
+their spans into triplets with the adapter (token ids recorded by the LLM proxy, never re-tokenised
+text), computes group-normalised advantages, applies a clipped policy-gradient update to the generated
+tokens, swaps the new weights into the model server and publishes a new resources snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agl.types import Dataset, EnqueueRolloutRequest, NamedResources, Rollout, Triplet
+
+from ..base import Algorithm
+
+__all__ = ["GRPOConfig", "LocalGRPO"]
+
+logger = logging.getLogger(__name__)
+
+LLM_RESOURCE = "main_llm"
+
+
+@dataclass
+class GRPOConfig:
+    """Settings of :class:`LocalGRPO` (defaults: the calculator recipe of ``apps/train_calc_x.py``)."""
+
+    steps: int = 60
+    prompts_per_step: int = 16
+    n: int = 8
+    lr: float = 3e-4
+    weight_decay: float = 0.0
+    clip_eps: float = 0.2
+    max_grad_norm: float = 1.0
+    epochs: int = 1
+    mini_batches: int = 1
+    temperature: float = 1.0
+    max_tokens: int = 64
+    val_temperature: float = 0.0
+    val_every: int = 10
+    """Evaluate on the validation set every this many steps (and always before and after); 0: only then."""
+    success_threshold: float = 1.0
+    """An episode counts as correct when its reward is at least this."""
+    tool_marker: str = "<tool_call>"
+    """Text whose presence in a response counts as tool use (hermes format)."""
+    seed: int = 0
+    torch_threads: int | None = 1
+    """``torch.set_num_threads`` (1 suits cores shared with runners); ``None`` leaves torch's default."""
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    """Also save every this many steps (0: only at the end); needs ``checkpoint_dir``."""
+    rollout_timeout_s: float = 600.0
+    served_model_name: str = "local-model"
+    device: str = "cpu"
+    max_batch_size: int = 512
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class LocalGRPO(Algorithm):
+    """GRPO with a local model server (see the module docstring).
+
+    Args:
+        model: a model directory (``save_pretrained`` format) or hub id.
+        config: a :class:`GRPOConfig`; keyword arguments override its fields.
+        on_step: called with each step's metrics (a dict) from the algorithm's thread.
+        on_validation: called with each validation's metrics.
+
+    Datasets are sequences of task inputs (anything the agent accepts). After :meth:`run`, ``history``
+    holds every step's metrics and ``validations`` every evaluation.
+    """
+
+    def __init__(
+        self,
+        model: str | Path,
+        config: GRPOConfig | None = None,
+        *,
+        on_step: Callable[[dict[str, Any]], None] | None = None,
+        on_validation: Callable[[dict[str, Any]], None] | None = None,
+        **overrides: Any,
+    ) -> None:
+        base = config or GRPOConfig()
+        unknown = set(overrides) - set(asdict(base))
+        if unknown:
+            raise TypeError(f"unknown LocalGRPO settings: {', '.join(sorted(unknown))}")
+        self.config = GRPOConfig(**{**asdict(base), **overrides})
+        if self.config.n < 2:
+            raise ValueError("GRPO needs n >= 2 samples per task to compare them")
+        self.model_path = str(model)
+        self.on_step = on_step
+        self.on_validation = on_validation
+        self.history: list[dict[str, Any]] = []
+        self.validations: list[dict[str, Any]] = []
+        self.server: Any = None
+        self.policy: Any = None
+        self.tokenizer: Any = None
+
+    # -- main loop -----------------------------------------------------------------------------
+
+    async def run(self, train_dataset: Dataset[Any] | None = None, val_dataset: Dataset[Any] | None = None) -> None:
+        import torch
+
+        from .server import ModelServer, load_model
+
+        cfg = self.config
+        if train_dataset is None or len(train_dataset) == 0:
+            raise ValueError("LocalGRPO needs a non-empty train_dataset")
+        if len(train_dataset) < cfg.prompts_per_step:
+            raise ValueError(f"train_dataset has {len(train_dataset)} tasks, fewer than prompts_per_step={cfg.prompts_per_step}")
+        if cfg.torch_threads is not None:
+            torch.set_num_threads(cfg.torch_threads)
+        torch.manual_seed(cfg.seed)
+        rng = random.Random(cfg.seed)
+        store = self.get_store()
+
+        self.policy, self.tokenizer = await asyncio.to_thread(load_model, self.model_path, device=cfg.device)
+        self.server = ModelServer(
+            copy.deepcopy(self.policy), self.tokenizer, served_model_name=cfg.served_model_name,
+            max_batch_size=cfg.max_batch_size,
+        )
+        await asyncio.to_thread(self.server.start)
+        proxy, own_proxy = await self._start_proxy()
+        optimizer = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        try:
+            await self._validate(store, proxy, val_dataset, step=0)
+            for step in range(1, cfg.steps + 1):
+                metrics = await self._step(store, proxy, optimizer, train_dataset, rng, step)
+                self.history.append(metrics)
+                if self.on_step is not None:
+                    self.on_step(metrics)
+                if cfg.checkpoint_dir and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                    await asyncio.to_thread(self.save, Path(cfg.checkpoint_dir) / f"step-{step}")
+                if cfg.val_every and step % cfg.val_every == 0 and step != cfg.steps:
+                    await self._validate(store, proxy, val_dataset, step=step)
+            await self._validate(store, proxy, val_dataset, step=cfg.steps)
+            if cfg.checkpoint_dir:
+                await asyncio.to_thread(self.save, Path(cfg.checkpoint_dir) / "final")
+        finally:
+            if own_proxy:
+                await _maybe_await(proxy.stop())
+            await asyncio.to_thread(self.server.stop)
+
+    def save(self, directory: Path) -> Path:
+        """Save the current policy and tokenizer with ``save_pretrained``."""
+        directory.mkdir(parents=True, exist_ok=True)
+        self.policy.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+        return directory
+
+    # -- pieces --------------------------------------------------------------------------------
+
+    async def _start_proxy(self) -> tuple[Any, bool]:
+        """Point the LLM proxy at the model server (creating a proxy when none was given) and start it."""
+        name = self.config.served_model_name
+        model_list = [{"model_name": name, "litellm_params": {"model": f"hosted_vllm/{name}", "api_base": self.server.url}}]
+        proxy = self.get_llm_proxy()
+        own = proxy is None
+        if proxy is None:
+            from agl.proxy import LLMProxy
+
+            proxy = LLMProxy(model_list=model_list, store=self.get_store())
+        else:
+            proxy.update_model_list(model_list)  # type: ignore[attr-defined]
+            proxy.set_store(self.get_store())
+            if proxy.is_running():
+                await _maybe_await(proxy.stop())
+        await _maybe_await(proxy.start())
+        return proxy, own
+
+    async def _publish(self, store: Any, proxy: Any, temperature: float, tag: str) -> str:
+        llm = proxy.as_resource(
+            model=self.config.served_model_name,
+            sampling_parameters={"temperature": temperature, "max_tokens": self.config.max_tokens},
+        )
+        resources: NamedResources = {LLM_RESOURCE: llm}
+        update = await store.add_resources(resources)
+        logger.debug("published %s resources %s (model version %d)", tag, update.resources_id, self.server.version)
+        return update.resources_id
+
+    async def _run_rollouts(
+        self, store: Any, tasks: Sequence[Any], mode: str, resources_id: str
+    ) -> tuple[list[Rollout], list[list[Any]]]:
+        """Enqueue the tasks, wait until all finish, and return them with their spans (in task order)."""
+        requests = [EnqueueRolloutRequest(input=t, mode=mode, resources_id=resources_id) for t in tasks]  # type: ignore[arg-type]
+        enqueued = await store.enqueue_many_rollouts(requests)
+        ids = [r.rollout_id for r in enqueued]
+        finished: dict[str, Rollout] = {}
+        deadline = time.monotonic() + self.config.rollout_timeout_s
+        while len(finished) < len(ids):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(
+                    f"{len(ids) - len(finished)} of {len(ids)} rollouts did not finish within "
+                    f"{self.config.rollout_timeout_s:.0f}s; are runners running?"
+                )
+            pending = [i for i in ids if i not in finished]
+            for rollout in await store.wait_for_rollouts(rollout_ids=pending, timeout=min(remaining, 5.0)):
+                finished[rollout.rollout_id] = rollout
+        rollouts = [finished[i] for i in ids]
+        spans = await asyncio.gather(*(store.query_spans(i, "latest") for i in ids))
+        return rollouts, [list(page.items) for page in spans]
+
+    def _adapter(self) -> Any:
+        if self.has_adapter():
+            return self.get_adapter()
+        from ..adapter import LlmProxyTraceToTriplet
+
+        self._default_adapter = getattr(self, "_default_adapter", None) or LlmProxyTraceToTriplet()
+        return self._default_adapter
+
+    def _episode(self, rollout: Rollout, spans: list[Any]) -> tuple[float, list[Triplet]]:
+        from agl.tracer import find_final_reward
+
+        triplets: list[Triplet] = list(self._adapter().adapt(spans)) if spans else []
+        reward = find_final_reward(spans)
+        if reward is None:
+            rewards = [t.reward for t in triplets if t.reward is not None]
+            reward = rewards[-1] if rewards else 0.0
+        if rollout.status != "succeeded":
+            reward = 0.0
+        return float(reward), triplets
+
+    def _tool_used(self, triplets: list[Triplet]) -> bool:
+        marker = self.config.tool_marker
+        return any(marker in self.tokenizer.decode(t.response["token_ids"]) for t in triplets)
+
+    async def _validate(self, store: Any, proxy: Any, val_dataset: Dataset[Any] | None, step: int) -> None:
+        if val_dataset is None or len(val_dataset) == 0:
+            return
+        started = time.perf_counter()
+        resources_id = await self._publish(store, proxy, self.config.val_temperature, "validation")
+        tasks = [val_dataset[i] for i in range(len(val_dataset))]
+        rollouts, spans = await self._run_rollouts(store, tasks, "val", resources_id)
+        episodes = [self._episode(r, s) for r, s in zip(rollouts, spans)]
+        rewards = [e[0] for e in episodes]
+        metrics = {
+            "step": step,
+            "reward": sum(rewards) / len(rewards),
+            "accuracy": sum(r >= self.config.success_threshold for r in rewards) / len(rewards),
+            "tool_use": sum(self._tool_used(t) for _, t in episodes) / len(episodes),
+            "failed": sum(r.status != "succeeded" for r in rollouts),
+            "seconds": time.perf_counter() - started,
+        }
+        self.validations.append(metrics)
+        logger.info("validation at step %d: %s", step, metrics)
+        if self.on_validation is not None:
+            self.on_validation(metrics)
+
+    async def _step(
+        self, store: Any, proxy: Any, optimizer: Any, train_dataset: Dataset[Any], rng: random.Random, step: int
+    ) -> dict[str, Any]:
+        from .grpo_core import Turn, episode_samples, group_advantages, grpo_update
+
+        cfg = self.config
+        t0 = time.perf_counter()
+        resources_id = await self._publish(store, proxy, cfg.temperature, "train")
+        picked = rng.sample(range(len(train_dataset)), cfg.prompts_per_step)
+        tasks = [train_dataset[i] for i in picked for _ in range(cfg.n)]
+        groups = [i for i in range(cfg.prompts_per_step) for _ in range(cfg.n)]
+        tokens_before = self.server.engine.stats["generated_tokens"]
+        rollouts, spans = await self._run_rollouts(store, tasks, "train", resources_id)
+        t1 = time.perf_counter()
+        generated = self.server.engine.stats["generated_tokens"] - tokens_before
+
+        episodes = [self._episode(r, s) for r, s in zip(rollouts, spans)]
+        # An episode without usable triplets (failed, or no token ids) cannot be trained on: leave it out of
+        # its group rather than letting it skew the group's mean.
+        usable = [i for i, (_, triplets) in enumerate(episodes) if triplets]
+        rewards = [episodes[i][0] for i in usable]
+        advantages = group_advantages(rewards, [groups[i] for i in usable])
+        samples = []
+        for i, advantage in zip(usable, advantages):
+            if advantage is None:
+                continue
+            turns = [Turn(list(t.prompt["token_ids"]), list(t.response["token_ids"])) for t in episodes[i][1]]
+            samples += episode_samples(turns, advantage)
+        stats = await asyncio.to_thread(
+            grpo_update, self.policy, optimizer, samples, pad_id=_pad_id(self.tokenizer),
+            clip_eps=cfg.clip_eps, max_grad_norm=cfg.max_grad_norm, mini_batches=cfg.mini_batches, epochs=cfg.epochs,
+        )
+        if samples:
+            await asyncio.to_thread(self.server.update_weights, self.policy.state_dict())
+        t2 = time.perf_counter()
+        all_rewards = [e[0] for e in episodes]
+        kept_groups = len({groups[i] for i, a in zip(usable, advantages) if a is not None})
+        return {
+            "step": step,
+            "reward": sum(all_rewards) / len(all_rewards),
+            "accuracy": sum(r >= cfg.success_threshold for r in all_rewards) / len(all_rewards),
+            "tool_use": sum(self._tool_used(t) for _, t in episodes) / len(episodes),
+            "failed": sum(r.status != "succeeded" for r in rollouts),
+            "groups_trained": kept_groups,
+            "samples": len(samples),
+            "loss": stats["loss"],
+            "grad_norm": stats["grad_norm"],
+            "generated_tokens": generated,
+            "tokens_per_s": generated / max(t1 - t0, 1e-9),
+            "rollout_s": t1 - t0,
+            "update_s": t2 - t1,
+            "step_s": t2 - t0,
+            "model_version": self.server.version,
+        }
+
+
+def _pad_id(tokenizer: Any) -> int:
+    if tokenizer.pad_token_id is not None:
+        return int(tokenizer.pad_token_id)
+    return int(tokenizer.eos_token_id)
+
+
+async def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value

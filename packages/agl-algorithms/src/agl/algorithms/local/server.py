@@ -1,0 +1,432 @@
+"""An OpenAI-compatible HTTP server for a Hugging Face causal LM, with vLLM's token-id extensions.
+
+``POST /v1/chat/completions`` renders the messages (and ``tools``) with the model's chat template,
+generates with dynamic batching (:class:`~agl.algorithms.local.engine.GenerationEngine`), and parses
+hermes ``<tool_call>`` blocks into OpenAI ``tool_calls``. Like vLLM it returns ``prompt_token_ids`` and
+each choice's ``token_ids`` when the request sets ``return_token_ids``, and per-token ``logprobs`` when
+it sets ``logprobs``. Weights are swapped in place with :meth:`ModelServer.update_weights`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from agl.types import LLM
+
+from ._chat import parse_tool_calls, render_prompt, visible_prefix
+from .engine import GenerationEngine, GenerationResult, SamplingParams
+
+__all__ = ["ModelServer", "load_model"]
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+def load_model(path: str | Path, *, device: str = "cpu", dtype: torch.dtype | None = None) -> tuple[Any, Any]:
+    """Load a causal LM and its tokenizer from a local directory (or a hub id when the network allows)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype or torch.float32)
+    return model.to(device), tokenizer
+
+
+class _BadRequest(ValueError):
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _error(message: str, status: int = 400) -> JSONResponse:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+
+
+class ModelServer:
+    """Serve a model over OpenAI's chat API on 127.0.0.1 (in a background thread).
+
+    Args:
+        model: a model directory / hub id, or an already loaded ``PreTrainedModel`` (then pass ``tokenizer``).
+        tokenizer: the tokenizer when ``model`` is an object.
+        served_model_name: the name clients ask for (default: the directory name).
+        host, port: where to listen; port 0 picks a free one.
+        max_batch_size, batch_wait_s: dynamic batching limits (see ``GenerationEngine``).
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop`.
+    """
+
+    def __init__(
+        self,
+        model: str | Path | Any,
+        tokenizer: Any | None = None,
+        *,
+        served_model_name: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_batch_size: int = 256,
+        batch_wait_s: float = 0.005,
+        device: str = "cpu",
+    ) -> None:
+        if isinstance(model, (str, Path)):
+            loaded, loaded_tokenizer = load_model(model, device=device)
+            self.served_model_name = served_model_name or Path(str(model)).name
+            model, tokenizer = loaded, tokenizer or loaded_tokenizer
+        else:
+            if tokenizer is None:
+                raise ValueError("pass the tokenizer together with a model object")
+            self.served_model_name = served_model_name or str(
+                getattr(model.config, "_name_or_path", "") or "model"
+            )
+        self.tokenizer = tokenizer
+        self.engine = GenerationEngine(
+            model, tokenizer, max_batch_size=max_batch_size, batch_wait_s=batch_wait_s
+        )
+        self.host = host
+        self._requested_port = port
+        self.port: int | None = None
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self.app = self._build_app()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The OpenAI base URL (``http://127.0.0.1:<port>/v1``)."""
+        if self.port is None:
+            raise RuntimeError("the model server is not started")
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def version(self) -> int:
+        """How many weight updates have been applied."""
+        return self.engine.version
+
+    def start(self, timeout: float = 30.0) -> ModelServer:
+        """Start the engine and the HTTP server; returns when it accepts connections."""
+        import uvicorn
+
+        if self._thread is not None:
+            return self
+        self.engine.start()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self._requested_port))
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self.app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=30
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="agl-model-server", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the model server did not start on {self.host}:{self.port}")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        """Stop the HTTP server and the engine."""
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self.engine.stop()
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> ModelServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
+        """Swap in new weights without restarting (between two generation batches); returns the new version."""
+        return self.engine.update_weights(state_dict)
+
+    def as_llm(self, **sampling_parameters: Any) -> LLM:
+        """An ``LLM`` resource pointing at this server."""
+        return LLM(endpoint=self.url, model=self.served_model_name, sampling_parameters=sampling_parameters)
+
+    # -- HTTP ----------------------------------------------------------------------------------
+
+    def _build_app(self) -> FastAPI:
+        app = FastAPI(title="agl local model server")
+
+        @app.get("/health")
+        async def health() -> dict[str, Any]:
+            return {"status": "ok", "model": self.served_model_name, "version": self.engine.version}
+
+        @app.get("/v1/models")
+        async def models() -> dict[str, Any]:
+            return {
+                "object": "list",
+                "data": [{"id": self.served_model_name, "object": "model", "created": 0, "owned_by": "agl"}],
+            }
+
+        @app.post("/v1/chat/completions")
+        async def chat_completions(request: Request) -> Any:
+            try:
+                body = await _read_json(request)
+                return await self._chat(body)
+            except _BadRequest as exc:
+                return _error(str(exc), exc.status)
+            except ValueError as exc:
+                return _error(str(exc))
+
+        return app
+
+    def _sampling(self, body: dict[str, Any]) -> SamplingParams:
+        stop = body.get("stop") or []
+        if isinstance(stop, str):
+            stop = [stop]
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+            raise _BadRequest("stop must be a string or a list of strings")
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        top_logprobs = body.get("top_logprobs") or 0
+        try:
+            params = SamplingParams(
+                max_tokens=None if max_tokens is None else int(max_tokens),
+                temperature=1.0 if body.get("temperature") is None else float(body["temperature"]),
+                top_p=1.0 if body.get("top_p") is None else float(body["top_p"]),
+                seed=None if body.get("seed") is None else int(body["seed"]),
+                stop=stop,
+                top_logprobs=int(top_logprobs),
+            )
+        except (TypeError, ValueError) as exc:
+            raise _BadRequest(f"bad sampling parameter: {exc}") from exc
+        params.validate()
+        return params
+
+    async def _chat(self, body: dict[str, Any]) -> Any:
+        model = body.get("model")
+        if model is not None and model != self.served_model_name:
+            raise _BadRequest(
+                f"model {model!r} is not served here; this server serves {self.served_model_name!r}", 404
+            )
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            raise _BadRequest("messages must be a list of chat messages")
+        tools = body.get("tools")
+        if tools is not None and not isinstance(tools, list):
+            raise _BadRequest("tools must be a list")
+        if body.get("tool_choice") == "none":
+            tools = None
+        params = self._sampling(body)
+        n = int(body.get("n") or 1)
+        if not 1 <= n <= 64:
+            raise _BadRequest("n must be within [1, 64]")
+        prompt = render_prompt(self.tokenizer, messages, tools)
+        prompt_ids: list[int] = self.tokenizer.encode(prompt, add_special_tokens=False)
+        want_ids = bool(body.get("return_token_ids"))
+        want_logprobs = bool(body.get("logprobs"))
+        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        if body.get("stream"):
+            if n != 1:
+                raise _BadRequest("streaming supports n=1 only")
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            stream = self._stream(completion_id, prompt_ids, params, want_ids, want_logprobs, include_usage)
+            return StreamingResponse(stream, media_type="text/event-stream")
+        futures = []
+        for i in range(n):
+            choice_params = params
+            if params.seed is not None and i:
+                choice_params = SamplingParams(**{**params.__dict__, "seed": params.seed + i})
+            futures.append(asyncio.wrap_future(self.engine.submit(prompt_ids, choice_params)))
+        results: list[GenerationResult] = await asyncio.gather(*futures)
+        choices = [self._choice(i, r, want_ids, want_logprobs) for i, r in enumerate(results)]
+        completion_tokens = sum(len(r.token_ids) for r in results)
+        response: dict[str, Any] = {
+            "id": completion_id,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.served_model_name,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": len(prompt_ids),
+                "completion_tokens": completion_tokens,
+                "total_tokens": len(prompt_ids) + completion_tokens,
+            },
+            "system_fingerprint": f"agl-local-v{results[0].model_version}",
+        }
+        if want_ids:
+            response["prompt_token_ids"] = prompt_ids
+        return JSONResponse(response)
+
+    def _logprob_entry(
+        self, token: int, logprob: float, top: list[tuple[int, float]] | None
+    ) -> dict[str, Any]:
+        text = self.tokenizer.decode([token])
+        return {
+            "token": text,
+            "logprob": logprob,
+            "bytes": list(text.encode("utf-8")),
+            "top_logprobs": [
+                {"token": (t := self.tokenizer.decode([i])), "logprob": v, "bytes": list(t.encode("utf-8"))}
+                for i, v in (top or [])
+            ],
+        }
+
+    def _choice(
+        self, index: int, result: GenerationResult, want_ids: bool, want_logprobs: bool
+    ) -> dict[str, Any]:
+        content, calls = parse_tool_calls(result.text)
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = calls
+        choice: dict[str, Any] = {
+            "index": index,
+            "message": message,
+            "finish_reason": "tool_calls"
+            if calls and result.finish_reason == "stop"
+            else result.finish_reason,
+            "logprobs": None,
+        }
+        if want_logprobs:
+            tops = result.top_logprobs or [None] * len(result.token_ids)
+            choice["logprobs"] = {
+                "content": [
+                    self._logprob_entry(t, lp, top)
+                    for t, lp, top in zip(result.token_ids, result.logprobs, tops)
+                ]
+            }
+        if want_ids:
+            choice["token_ids"] = result.token_ids
+        return choice
+
+    async def _stream(
+        self,
+        completion_id: str,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        want_ids: bool,
+        want_logprobs: bool,
+        include_usage: bool,
+    ) -> AsyncIterator[str]:
+        loop = asyncio.get_running_loop()
+        tokens: asyncio.Queue[tuple[int, float]] = asyncio.Queue()
+
+        def on_token(token: int, logprob: float) -> None:
+            loop.call_soon_threadsafe(tokens.put_nowait, (token, logprob))
+
+        future = asyncio.wrap_future(self.engine.submit(prompt_ids, params, on_token=on_token))
+        created = int(time.time())
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+            choice.update(extra)
+            payload: dict[str, Any] = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": self.served_model_name,
+                "choices": [choice],
+            }
+            return f"data: {json.dumps(payload)}\n\n"
+
+        first: dict[str, Any] = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": self.served_model_name,
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": ""},
+                    "finish_reason": None,
+                    "logprobs": None,
+                }
+            ],
+        }
+        if want_ids:
+            first["prompt_token_ids"] = prompt_ids
+        yield f"data: {json.dumps(first)}\n\n"
+        generated: list[int] = []
+        sent = ""
+        while True:
+            getter = asyncio.ensure_future(tokens.get())
+            await asyncio.wait({getter, future}, return_when=asyncio.FIRST_COMPLETED)
+            if not getter.done():
+                getter.cancel()
+                if tokens.empty():
+                    break
+                continue
+            token, logprob = getter.result()
+            generated.append(token)
+            text = visible_prefix(self.tokenizer.decode(generated, skip_special_tokens=True))
+            for stop in params.stop:
+                cut = text.find(stop)
+                if cut >= 0:
+                    text = text[:cut]
+            if text.endswith("\ufffd"):
+                text = text[:-1]  # an incomplete multi-byte character; wait for its next byte
+            delta_text, sent = text[len(sent) :], max(text, sent, key=len)
+            extra: dict[str, Any] = {}
+            if want_ids:
+                extra["token_ids"] = [token]
+            if want_logprobs:
+                extra["logprobs"] = {"content": [self._logprob_entry(token, logprob, None)]}
+            if delta_text or extra:
+                yield chunk({"content": delta_text} if delta_text else {}, **extra)
+        try:
+            result = future.result()
+        except Exception as exc:  # report the failure in-band; the status line was already sent
+            yield f"data: {json.dumps({'error': {'message': str(exc), 'type': 'server_error'}})}\n\n"
+            yield "data: [DONE]\n\n"
+            return
+        content, calls = parse_tool_calls(result.text)
+        delta: dict[str, Any] = {}
+        if calls:
+            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(calls)]
+        elif content and len(content) > len(sent):
+            delta["content"] = content[len(sent) :]
+        finish = "tool_calls" if calls and result.finish_reason == "stop" else result.finish_reason
+        yield chunk(delta, finish)
+        if include_usage:
+            usage = {
+                "prompt_tokens": len(prompt_ids),
+                "completion_tokens": len(result.token_ids),
+                "total_tokens": len(prompt_ids) + len(result.token_ids),
+            }
+            payload = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": self.served_model_name,
+                "choices": [],
+                "usage": usage,
+            }
+            yield f"data: {json.dumps(payload)}\n\n"
+        yield "data: [DONE]\n\n"
+
+
+async def _read_json(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if len(raw) > MAX_BODY_BYTES:
+        raise _BadRequest(f"request body over {MAX_BODY_BYTES} bytes", 413)
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise _BadRequest(f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise _BadRequest("request body must be a JSON object")
+    return body

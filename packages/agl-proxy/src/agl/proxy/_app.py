@@ -1,0 +1,463 @@
+"""The proxy's ASGI app: OpenAI-compatible routes, attribution by URL prefix, forwarding and recording."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+from ._assemble import ResponseAssembler, SSEParser
+from ._record import CallRecord, parse_traceparent
+from ._recorder import SpanRecorder
+from ._router import DIRECT_PROVIDERS, Deployment, ModelRouter
+
+__all__ = ["ProxyApp", "ProxySettings"]
+
+logger = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+_ENDPOINTS = {
+    "/v1/chat/completions": "chat.completions",
+    "/chat/completions": "chat.completions",
+    "/v1/completions": "completions",
+    "/completions": "completions",
+}
+_JSON = [(b"content-type", b"application/json")]
+_SSE = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+@dataclass
+class ProxySettings:
+    """Behaviour switches of the proxy app (see :class:`agl.proxy.LLMProxy`)."""
+
+    return_token_ids: bool = True
+    request_logprobs: bool = False
+    direct_forwarding: bool = True
+    auth_token: str | None = None
+    max_request_bytes: int = 32 * 1024 * 1024
+    request_timeout_s: float = 600.0
+
+
+class _HTTPError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+
+class _ClientGone(Exception):
+    pass
+
+
+class ProxyApp:
+    """A plain ASGI app (no framework: the hot path is a handful of awaits)."""
+
+    def __init__(self, router: ModelRouter, recorder: SpanRecorder, settings: ProxySettings) -> None:
+        self.router = router
+        self.recorder = recorder
+        self.settings = settings
+        self.session: Any = None  # aiohttp.ClientSession, made on the server's loop
+        self.unattributed_calls = 0
+        self.active_streams = 0
+
+    async def startup(self) -> None:
+        import aiohttp
+
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60),
+            timeout=aiohttp.ClientTimeout(total=self.settings.request_timeout_s),
+            skip_auto_headers=("User-Agent",),
+        )
+
+    async def shutdown(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    # -- dispatch -------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        try:
+            await self._dispatch(scope, receive, send)
+        except _HTTPError as exc:
+            await _send_json(send, exc.status, {"error": {"message": exc.message, "type": exc.kind}})
+        except _ClientGone:
+            return
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        method: str = scope["method"]
+        headers = dict(scope["headers"])
+        rollout_id = attempt_id = None
+        if path.startswith("/rollout/"):
+            parts = path.split("/", 5)
+            if len(parts) < 5 or parts[3] != "attempt" or not parts[2] or not parts[4]:
+                raise _HTTPError(
+                    404, "expected a path like /rollout/{rollout_id}/attempt/{attempt_id}/v1/..."
+                )
+            rollout_id, attempt_id = unquote(parts[2]), unquote(parts[4])
+            path = "/" + (parts[5] if len(parts) > 5 else "")
+        elif b"x-rollout-id" in headers and b"x-attempt-id" in headers:
+            rollout_id = headers[b"x-rollout-id"].decode() or None
+            attempt_id = headers[b"x-attempt-id"].decode() or None
+        if path in ("/health", "/v1/health"):
+            await _send_json(send, 200, {"status": "ok"})
+            return
+        self._check_auth(headers)
+        endpoint = _ENDPOINTS.get(path)
+        if endpoint is not None:
+            if method != "POST":
+                raise _HTTPError(405, f"{path} accepts POST only")
+            await self._completion(scope, receive, send, headers, endpoint, rollout_id, attempt_id)
+            return
+        if path in ("/v1/models", "/models") and method == "GET":
+            data = [
+                {"id": n, "object": "model", "created": 0, "owned_by": "agl"} for n in self.router.model_names
+            ]
+            await _send_json(send, 200, {"object": "list", "data": data})
+            return
+        raise _HTTPError(
+            404,
+            f"no route {method} {path}; the proxy serves POST /v1/chat/completions, POST /v1/completions, "
+            "GET /v1/models and GET /health, optionally under /rollout/{rollout_id}/attempt/{attempt_id}",
+            "not_found_error",
+        )
+
+    def _check_auth(self, headers: dict[bytes, bytes]) -> None:
+        token = self.settings.auth_token
+        if token and headers.get(b"authorization", b"").decode() != f"Bearer {token}":
+            raise _HTTPError(
+                401, "missing or wrong bearer token (Authorization: Bearer <token>)", "authentication_error"
+            )
+
+    # -- completions ----------------------------------------------------------------------------
+
+    async def _completion(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        headers: dict[bytes, bytes],
+        endpoint: str,
+        rollout_id: str | None,
+        attempt_id: str | None,
+    ) -> None:
+        request = _parse_request(await self._read_body(receive, headers), endpoint)
+        model: str = request["model"]
+        try:
+            deployment = await self.router.select(model, request)
+        except LookupError as exc:
+            raise _HTTPError(404, str(exc), "model_not_found") from None
+        except Exception as exc:  # the router refused: no healthy deployment, cooling down...
+            raise _HTTPError(
+                503, f"no backend available for model {model!r}: {exc}", "service_unavailable"
+            ) from None
+        stream = bool(request.get("stream"))
+        call: CallRecord | None = None
+        sequence: asyncio.Future[int] | None = None
+        if rollout_id and attempt_id:
+            sequence = self.recorder.allocate(rollout_id, attempt_id)
+            call = CallRecord(
+                rollout_id=rollout_id,
+                attempt_id=attempt_id,
+                endpoint=endpoint,
+                request=request,
+                stream=stream,
+                provider=deployment.provider,
+                deployment_model=deployment.litellm_model,
+                api_base=deployment.api_base,
+                traceparent=parse_traceparent(headers.get(b"traceparent", b"").decode() or None),
+            )
+        else:
+            self.unattributed_calls += 1
+        try:
+            if deployment.direct and self.settings.direct_forwarding:
+                await self._forward_direct(
+                    receive, send, deployment, endpoint, request, stream, call, sequence
+                )
+            else:
+                await self._forward_litellm(
+                    receive, send, deployment, endpoint, request, stream, call, sequence
+                )
+        except _HTTPError as exc:
+            if call is not None:
+                call.http_status, call.error_type, call.error_message = exc.status, exc.kind, exc.message
+            raise
+        except _ClientGone:
+            if call is not None:
+                call.client_disconnected = True
+            raise
+        except asyncio.CancelledError:
+            if call is not None:
+                call.client_disconnected, call.error_type = True, "cancelled"
+            raise
+        finally:
+            if call is not None and sequence is not None:
+                call.finish()
+                self.recorder.record(call, sequence)
+
+    async def _read_body(self, receive: Receive, headers: dict[bytes, bytes]) -> bytes:
+        limit = self.settings.max_request_bytes
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise _HTTPError(413, f"request body over {limit} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone()
+            body = message.get("body", b"")
+            size += len(body)
+            if size > limit:
+                raise _HTTPError(413, f"request body over {limit} bytes")
+            chunks.append(body)
+            if not message.get("more_body"):
+                return b"".join(chunks)
+
+    def _upstream_request(
+        self, deployment: Deployment, endpoint: str, request: dict[str, Any]
+    ) -> dict[str, Any]:
+        upstream = dict(request)
+        upstream["model"] = deployment.backend_model
+        for key, value in deployment.defaults.items():
+            upstream.setdefault(key, value)
+        for key, value in deployment.extra_body.items():
+            upstream.setdefault(key, value)
+        if self.settings.return_token_ids:
+            upstream["return_token_ids"] = True
+        if self.settings.request_logprobs:
+            if endpoint == "chat.completions":
+                upstream.setdefault("logprobs", True)
+            elif upstream.get("logprobs") is None:
+                upstream["logprobs"] = 1
+        return upstream
+
+    async def _forward_direct(
+        self,
+        receive: Receive,
+        send: Send,
+        deployment: Deployment,
+        endpoint: str,
+        request: dict[str, Any],
+        stream: bool,
+        call: CallRecord | None,
+        sequence: asyncio.Future[int] | None,
+    ) -> None:
+        import aiohttp
+
+        url = (
+            f"{deployment.api_base}/{'chat/completions' if endpoint == 'chat.completions' else 'completions'}"
+        )
+        out_headers = {"Content-Type": "application/json", **deployment.extra_headers}
+        if deployment.api_key:
+            out_headers["Authorization"] = f"Bearer {deployment.api_key}"
+        if call is not None:
+            call.route = "direct"
+        body = json.dumps(self._upstream_request(deployment, endpoint, request)).encode()
+        try:
+            response = await self.session.post(url, data=body, headers=out_headers)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise _HTTPError(502, f"backend {deployment.api_base} failed: {exc!r}", "bad_gateway") from None
+        try:
+            content_type = response.headers.get("Content-Type", "")
+            if not stream or response.status >= 400 or "text/event-stream" not in content_type:
+                data = await response.read()
+                await _await_sequence(sequence)
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": response.status,
+                        "headers": [(b"content-type", (content_type or "application/json").encode())],
+                    }
+                )
+                await send({"type": "http.response.body", "body": data})
+                if call is not None:
+                    call.http_status = response.status
+                    _record_whole(call, endpoint, data, response.status)
+                return
+            await _await_sequence(sequence)
+            if call is not None:
+                call.http_status = response.status
+
+            async def chunks() -> Any:
+                async for data in response.content.iter_any():
+                    yield data
+
+            await self._stream(receive, send, endpoint, chunks(), call, raw=True)
+        finally:
+            response.release()
+
+    async def _stream(
+        self, receive: Receive, send: Send, endpoint: str, chunks: Any, call: CallRecord | None, *, raw: bool
+    ) -> None:
+        """Relay ``chunks`` to the client as they come while watching for the client going away."""
+        parser = SSEParser()
+        assembler = ResponseAssembler(endpoint)
+        if call is not None:
+            call.assembler = assembler
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+
+        async def pump() -> None:
+            first = True
+            async for item in chunks:
+                if raw:
+                    data: bytes = item
+                    payloads = parser.feed(data)
+                else:
+                    payloads = [item]
+                    data = b"data: " + json.dumps(item).encode() + b"\n\n"
+                if first and call is not None:
+                    call.first_chunk_ms = (time.perf_counter() - call.start_perf) * 1000.0
+                    first = False
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+                for payload in payloads:
+                    assembler.add_chunk(payload)
+            if not raw:
+                await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        self.active_streams += 1
+        pump_task = asyncio.ensure_future(pump())
+        watch_task = asyncio.ensure_future(_wait_disconnect(receive))
+        try:
+            done, _ = await asyncio.wait({pump_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
+            if pump_task not in done:
+                raise _ClientGone()
+            error = pump_task.exception()
+            if error is not None:
+                if call is not None:
+                    call.error_type, call.error_message = type(error).__name__, str(error)
+                logger.warning("stream from the backend broke off: %r", error)
+                with contextlib.suppress(Exception):
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            self.active_streams -= 1
+            for task in (pump_task, watch_task):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(pump_task, watch_task, return_exceptions=True)
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+
+    async def _forward_litellm(
+        self,
+        receive: Receive,
+        send: Send,
+        deployment: Deployment,
+        endpoint: str,
+        request: dict[str, Any],
+        stream: bool,
+        call: CallRecord | None,
+        sequence: asyncio.Future[int] | None,
+    ) -> None:
+        if call is not None:
+            call.route = "litellm"
+        kwargs = dict(request)
+        if self.settings.return_token_ids and deployment.provider in DIRECT_PROVIDERS:
+            kwargs["extra_body"] = {**(kwargs.get("extra_body") or {}), "return_token_ids": True}
+        if self.settings.request_logprobs and endpoint == "chat.completions":
+            kwargs.setdefault("logprobs", True)
+        router = self.router.router
+        try:
+            if endpoint == "chat.completions":
+                result: Any = await router.acompletion(**kwargs)
+            else:
+                result = await router.atext_completion(**kwargs)
+        except Exception as exc:
+            status = getattr(exc, "status_code", None)
+            status = status if isinstance(status, int) and 400 <= status < 600 else 502
+            raise _HTTPError(status, f"{type(exc).__name__}: {exc}", "upstream_error") from None
+        await _await_sequence(sequence)
+        if call is not None:
+            call.http_status = 200
+        if not stream:
+            payload = result.model_dump()
+            data = json.dumps(payload, default=str).encode()
+            await _send_raw(send, 200, data)
+            if call is not None:
+                assembler = ResponseAssembler(endpoint)
+                assembler.add_response(payload)
+                call.assembler = assembler
+            return
+
+        async def chunks() -> Any:
+            async for chunk in result:
+                yield chunk.model_dump(exclude_none=True)
+
+        await self._stream(receive, send, endpoint, chunks(), call, raw=False)
+
+
+def _parse_request(body: bytes, endpoint: str) -> dict[str, Any]:
+    try:
+        request = json.loads(body)
+    except ValueError as exc:
+        raise _HTTPError(400, f"request body is not valid JSON: {exc}") from None
+    if not isinstance(request, dict):
+        raise _HTTPError(400, "request body must be a JSON object")
+    if not isinstance(request.get("model"), str) or not request["model"]:
+        raise _HTTPError(400, "'model' is required: the model name as listed by GET /v1/models")
+    if endpoint == "chat.completions":
+        messages = request.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise _HTTPError(400, "'messages' must be a non-empty list of chat messages")
+    elif "prompt" not in request:
+        raise _HTTPError(400, "'prompt' is required for /v1/completions")
+    return request
+
+
+def _record_whole(call: CallRecord, endpoint: str, data: bytes, status: int) -> None:
+    if status >= 400:
+        call.error_type = f"http_{status}"
+        call.error_message = data[:4000].decode(errors="replace")
+        return
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        call.error_type, call.error_message = "invalid_response", "backend answered with non-JSON"
+        return
+    assembler = ResponseAssembler(endpoint)
+    if isinstance(payload, dict):
+        assembler.add_response(payload)
+    call.assembler = assembler
+
+
+async def _await_sequence(sequence: asyncio.Future[int] | None) -> None:
+    """Make sure the call's sequence id exists before the client sees any answer (so it orders before
+    whatever the agent does next). A store failure is logged by the recorder; the answer still goes out."""
+    if sequence is not None:
+        with contextlib.suppress(Exception):
+            await asyncio.shield(sequence)
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _send_raw(send: Send, status: int, data: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": _JSON})
+    await send({"type": "http.response.body", "body": data})
+
+
+async def _send_json(send: Send, status: int, payload: Any) -> None:
+    await _send_raw(send, status, json.dumps(payload).encode())

@@ -1,0 +1,140 @@
+"""LiteLLM's Router, imported lazily: model selection and load balancing, and the LiteLLM call path."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["DIRECT_PROVIDERS", "Deployment", "ModelRouter", "import_litellm"]
+
+DIRECT_PROVIDERS = frozenset(
+    {"openai", "hosted_vllm", "custom_openai", "text-completion-openai", "litellm_proxy", "openai_like"}
+)
+"""LiteLLM providers that speak OpenAI's HTTP API as is: the proxy forwards to them directly."""
+
+# litellm_params copied into forwarded requests as defaults (when the client did not set them).
+_DEFAULT_PARAMS = (
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "logprobs",
+    "top_logprobs",
+)
+
+
+def import_litellm() -> Any:
+    """Import LiteLLM without letting it fetch its model cost map from the network."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    return litellm
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One backend chosen for a request."""
+
+    model_name: str
+    litellm_model: str
+    provider: str
+    backend_model: str
+    api_base: str | None
+    api_key: str | None
+    extra_headers: dict[str, str]
+    extra_body: dict[str, Any]
+    defaults: dict[str, Any]
+
+    @property
+    def direct(self) -> bool:
+        """Whether the proxy may forward raw OpenAI requests to this backend."""
+        return self.provider in DIRECT_PROVIDERS and bool(self.api_base)
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> Deployment:
+        params = dict(entry.get("litellm_params") or {})
+        litellm_model = str(params.get("model") or "")
+        provider, _, backend_model = litellm_model.partition("/")
+        if not backend_model:
+            provider, backend_model = str(params.get("custom_llm_provider") or "openai"), litellm_model
+        api_base = params.get("api_base")
+        return cls(
+            model_name=str(entry.get("model_name")),
+            litellm_model=litellm_model,
+            provider=provider,
+            backend_model=backend_model,
+            api_base=str(api_base).rstrip("/") if api_base else None,
+            api_key=params.get("api_key"),
+            extra_headers=dict(params.get("extra_headers") or {}),
+            extra_body=dict(params.get("extra_body") or {}),
+            defaults={k: params[k] for k in _DEFAULT_PARAMS if params.get(k) is not None},
+        )
+
+
+class ModelRouter:
+    """Wraps a LiteLLM ``Router`` built from a ``model_list`` (LiteLLM's format)."""
+
+    def __init__(
+        self, model_list: Sequence[dict[str, Any]], router_kwargs: dict[str, Any] | None = None
+    ) -> None:
+        validate_model_list(model_list)
+        litellm = import_litellm()
+        self.model_list = [dict(entry) for entry in model_list]
+        self.router = litellm.Router(
+            model_list=[_copy_entry(e) for e in self.model_list], **(router_kwargs or {})
+        )
+        self.model_names = sorted({str(e["model_name"]) for e in self.model_list})
+        self._by_id: dict[str, Deployment] = {}
+        # A name served by one deployment leaves the Router nothing to choose: skip its selection
+        # machinery (~0.2 ms of CPU per call) on the hot path.
+        counts: dict[str, int] = {}
+        for entry in self.model_list:
+            counts[str(entry["model_name"])] = counts.get(str(entry["model_name"]), 0) + 1
+        self._single = {
+            str(e["model_name"]): Deployment.from_entry(e) for e in self.model_list if counts[str(e["model_name"])] == 1
+        }
+
+    async def select(self, model: str, request: dict[str, Any]) -> Deployment:
+        """Pick a deployment for ``model`` with the Router's strategy. Unknown model → ``LookupError``."""
+        if model not in self.model_names:
+            raise LookupError(
+                f"model {model!r} is not served by this proxy; known models: {', '.join(self.model_names)}"
+            )
+        single = self._single.get(model)
+        if single is not None:
+            return single
+        chosen: Any = await self.router.select(model, {"messages": request.get("messages")})
+        key = str((chosen.get("model_info") or {}).get("id") or id(chosen))
+        deployment = self._by_id.get(key)
+        if deployment is None:
+            deployment = self._by_id[key] = Deployment.from_entry(chosen)
+        return deployment
+
+
+def _copy_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    copied = dict(entry)
+    copied["litellm_params"] = dict(entry.get("litellm_params") or {})
+    return copied
+
+
+def validate_model_list(model_list: Sequence[dict[str, Any]]) -> None:
+    """Raise ``ValueError`` saying what is wrong with a LiteLLM ``model_list``."""
+    if not isinstance(model_list, Sequence) or isinstance(model_list, (str, bytes)):
+        raise ValueError("model_list must be a list of {'model_name': ..., 'litellm_params': {...}} entries")
+    for i, entry in enumerate(model_list):
+        if not isinstance(entry, dict):
+            raise ValueError(f"model_list[{i}] must be a dict, got {type(entry).__name__}")
+        if not isinstance(entry.get("model_name"), str) or not entry["model_name"]:
+            raise ValueError(f"model_list[{i}] needs a non-empty 'model_name' (the name clients ask for)")
+        params = entry.get("litellm_params")
+        if not isinstance(params, dict) or not isinstance(params.get("model"), str):
+            raise ValueError(
+                f"model_list[{i}] needs 'litellm_params' with a 'model', e.g. "
+                "{'model': 'hosted_vllm/Qwen2.5-0.5B', 'api_base': 'http://127.0.0.1:8000/v1'}"
+            )

@@ -1,0 +1,363 @@
+"""``LLMProxy``: the OpenAI-compatible endpoint agents call, recording every call into the store."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from agl.types import LLM, ProxyLLM
+
+from ._app import ProxyApp, ProxySettings
+from ._recorder import SpanRecorder, StoreBridge
+from ._router import ModelRouter, validate_model_list
+
+if TYPE_CHECKING:
+    from agl.store import LightningStore
+
+__all__ = ["LLMProxy"]
+
+logger = logging.getLogger(__name__)
+
+
+class LLMProxy:
+    """An OpenAI-compatible HTTP endpoint in front of LiteLLM's ``Router`` that records every call.
+
+    Agents call ``http://host:port/rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions``
+    (what :meth:`as_resource` and ``ProxyLLM.get_base_url`` give them); each call becomes one span
+    named ``agentlightning.llm_call`` in the store, attributed to that attempt, with a sequence id
+    allocated when the request arrives. Plain ``/v1/...`` calls (or calls without the
+    ``x-rollout-id``/``x-attempt-id`` headers) are proxied but not recorded: a span needs an attempt.
+
+    Backends come from ``model_list`` in LiteLLM's format; entries sharing a ``model_name`` are
+    load-balanced by the Router. OpenAI-compatible backends (``hosted_vllm/``, ``openai/``... with
+    an ``api_base``) are forwarded to directly, byte for byte, after the Router picked the
+    deployment; others go through ``Router.acompletion``.
+
+    Args:
+        model_list: LiteLLM model entries ``{"model_name": ..., "litellm_params": {"model": ..., "api_base": ...}}``.
+        store: where spans go. A store that is not thread-safe is called on the loop that ran :meth:`start`.
+        host: interface to bind (``127.0.0.1`` unless told otherwise).
+        port: port to bind; ``None`` picks a free one at start.
+        return_token_ids: ask backends for prompt and completion token ids (vLLM's ``return_token_ids``).
+        request_logprobs: also ask for per-token logprobs when the client did not.
+        direct_forwarding: forward OpenAI-compatible backends directly (``False``: everything through LiteLLM).
+        auth_token: bearer token required on every route but ``/health`` (default ``AGL_PROXY_TOKEN``).
+        router_kwargs: extra arguments for ``litellm.Router`` (routing strategy, retries...).
+        launch_mode: ``"thread"`` serves on a private event loop in a daemon thread (the default: the proxy
+            keeps answering while the caller's loop is busy); ``"asyncio"`` serves on the caller's loop.
+    """
+
+    def __init__(
+        self,
+        model_list: Sequence[dict[str, Any]] | None = None,
+        store: LightningStore | None = None,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        *,
+        return_token_ids: bool = True,
+        request_logprobs: bool = False,
+        direct_forwarding: bool = True,
+        auth_token: str | None = None,
+        max_request_bytes: int = 32 * 1024 * 1024,
+        request_timeout_s: float = 600.0,
+        router_kwargs: dict[str, Any] | None = None,
+        launch_mode: Literal["thread", "asyncio"] = "thread",
+    ) -> None:
+        if model_list is not None:
+            validate_model_list(model_list)
+        if launch_mode not in ("thread", "asyncio"):
+            raise ValueError(f"launch_mode must be 'thread' or 'asyncio', got {launch_mode!r}")
+        self.model_list: list[dict[str, Any]] = [dict(e) for e in model_list or []]
+        self.store = store
+        self.host = host
+        self.port = port
+        self.launch_mode = launch_mode
+        self.router_kwargs = dict(router_kwargs or {})
+        self.settings = ProxySettings(
+            return_token_ids=return_token_ids,
+            request_logprobs=request_logprobs,
+            direct_forwarding=direct_forwarding,
+            auth_token=auth_token if auth_token is not None else os.environ.get("AGL_PROXY_TOKEN") or None,
+            max_request_bytes=max_request_bytes,
+            request_timeout_s=request_timeout_s,
+        )
+        self._server: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._serve_task: asyncio.Task[None] | None = None
+        self._app: ProxyApp | None = None
+        self._recorder: SpanRecorder | None = None
+        self._bound_port: int | None = None
+
+    # -- configuration --------------------------------------------------------------------------
+
+    def get_store(self) -> LightningStore | None:
+        return self.store
+
+    def set_store(self, store: LightningStore) -> None:
+        """Use ``store`` from the next (re)start on."""
+        self.store = store
+
+    def update_model_list(self, model_list: Sequence[dict[str, Any]]) -> None:
+        """Replace the backends; takes effect at the next :meth:`start` or :meth:`restart`."""
+        validate_model_list(model_list)
+        self.model_list = [dict(e) for e in model_list]
+
+    def is_running(self) -> bool:
+        return self._server is not None
+
+    @property
+    def endpoint(self) -> str:
+        """Root URL of the running proxy (``http://host:port``)."""
+        if self._bound_port is None:
+            raise RuntimeError("the LLM proxy is not running: call `await proxy.start()` first")
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self._bound_port}"
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters: spans written and dropped, unattributed calls, streams in flight."""
+        recorder, app = self._recorder, self._app
+        return {
+            "spans_written": recorder.spans_written if recorder else 0,
+            "spans_dropped": recorder.spans_dropped if recorder else 0,
+            "unattributed_calls": app.unattributed_calls if app else 0,
+            "active_streams": app.active_streams if app else 0,
+        }
+
+    def as_resource(
+        self,
+        rollout_id: str | None = None,
+        attempt_id: str | None = None,
+        model: str | None = None,
+        sampling_parameters: dict[str, Any] | None = None,
+    ) -> LLM:
+        """The proxy as a resource: ``ProxyLLM`` without ids, an ``LLM`` routed to one attempt with both."""
+        if model is None:
+            names = sorted({str(e["model_name"]) for e in self.model_list})
+            if len(names) != 1:
+                raise ValueError(
+                    "cannot choose a model for the resource: "
+                    + (
+                        "the model list is empty"
+                        if not names
+                        else f"several models ({', '.join(names)}); pass model="
+                    )
+                )
+            model = names[0]
+        if (rollout_id is None) != (attempt_id is None):
+            raise ValueError("as_resource needs both rollout_id and attempt_id, or neither")
+        base = f"{self.endpoint}/v1"
+        params = dict(sampling_parameters or {})
+        token = self.settings.auth_token
+        proxy_llm = ProxyLLM(endpoint=base, model=model, sampling_parameters=params, api_key=token)
+        if rollout_id is None or attempt_id is None:
+            return proxy_llm
+        return LLM(
+            endpoint=proxy_llm.get_base_url(rollout_id, attempt_id),
+            model=model,
+            sampling_parameters=params,
+            api_key=token,
+        )
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Build the Router and serve until :meth:`stop`. Needs a store and a non-empty model list."""
+        if self.is_running():
+            logger.warning("LLMProxy.start(): already running at %s", self.endpoint)
+            return
+        if self.store is None:
+            raise RuntimeError("LLMProxy needs a store before start(): LLMProxy(store=...) or set_store()")
+        if not self.model_list:
+            raise RuntimeError("LLMProxy needs a non-empty model_list before start()")
+        # Importing LiteLLM and building the Router take seconds: not on the caller's loop.
+        router = await asyncio.to_thread(ModelRouter, self.model_list, self.router_kwargs)
+        sock = _bind(self.host, self.port)
+        self._bound_port = int(sock.getsockname()[1])
+        home_loop = asyncio.get_running_loop()
+        if self.launch_mode == "asyncio":
+            await self._start_in_loop(router, sock, home_loop)
+        else:
+            await self._start_in_thread(router, sock, home_loop)
+        logger.info("LLM proxy serving %s at %s", ", ".join(router.model_names), self.endpoint)
+
+    def _make_server(self, router: ModelRouter, home_loop: asyncio.AbstractEventLoop) -> Any:
+        import uvicorn
+
+        assert self.store is not None
+        self._recorder = SpanRecorder(StoreBridge(self.store, home_loop))
+        self._app = ProxyApp(router, self._recorder, self.settings)
+        config = uvicorn.Config(
+            self._app,
+            http="httptools",
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=5,
+            limit_concurrency=None,
+            backlog=4096,
+        )
+        return _QuietServer(config)
+
+    async def _serve(self, server: Any, sock: socket.socket) -> None:
+        assert self._app is not None and self._recorder is not None
+        await self._app.startup()
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            await self._recorder.flush()
+            await self._app.shutdown()
+
+    async def _start_in_loop(self, router: ModelRouter, sock: socket.socket, home_loop: Any) -> None:
+        server = self._make_server(router, home_loop)
+        task = asyncio.ensure_future(self._serve(server, sock))
+        await _wait_started(server, task)
+        self._server, self._serve_task, self._loop = server, task, home_loop
+
+    async def _start_in_thread(self, router: ModelRouter, sock: socket.socket, home_loop: Any) -> None:
+        started = threading.Event()
+        state: dict[str, Any] = {}
+
+        def run() -> None:
+            loop = _new_loop()
+            asyncio.set_event_loop(loop)
+            state["loop"] = loop
+            try:
+                server = loop.run_until_complete(_build(self, router, home_loop))
+                state["server"] = server
+                task = loop.create_task(self._serve(server, sock))
+                state["task"] = task
+                started.set()
+                loop.run_until_complete(task)
+            except BaseException as exc:  # reported to start()
+                state["error"] = exc
+                started.set()
+            finally:
+                with contextlib.suppress(Exception):
+                    loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.close()
+
+        thread = threading.Thread(target=run, name=f"agl-llm-proxy-{self._bound_port}", daemon=True)
+        thread.start()
+        await asyncio.to_thread(started.wait)
+        if "error" in state:
+            raise RuntimeError(f"the LLM proxy failed to start: {state['error']!r}") from state["error"]
+        server = state["server"]
+        deadline = asyncio.get_running_loop().time() + 30
+        while not server.started:
+            if not thread.is_alive() or "error" in state:
+                raise RuntimeError(f"the LLM proxy failed to start: {state.get('error')!r}")
+            if asyncio.get_running_loop().time() > deadline:
+                raise RuntimeError("the LLM proxy did not start within 30 s")
+            await asyncio.sleep(0.005)
+        self._server, self._loop, self._thread, self._serve_task = (
+            server,
+            state["loop"],
+            thread,
+            state["task"],
+        )
+
+    async def flush(self) -> None:
+        """Wait until every recorded call has been written to the store."""
+        if self._recorder is None or self._loop is None:
+            return
+        if self._loop is asyncio.get_running_loop():
+            await self._recorder.flush()
+        else:
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._recorder.flush(), self._loop))
+
+    async def stop(self) -> None:
+        """Stop serving; spans still queued are written first."""
+        if not self.is_running():
+            logger.warning("LLMProxy.stop(): not running")
+            return
+        server, thread, task = self._server, self._thread, self._serve_task
+        server.should_exit = True
+        if thread is not None:
+            await asyncio.to_thread(thread.join, 30)
+            if thread.is_alive():
+                logger.error("the LLM proxy thread did not stop within 30 s")
+        elif task is not None:
+            await task
+        self._server = self._thread = self._serve_task = self._loop = None
+        self._bound_port = None
+
+    async def restart(self) -> None:
+        """Stop (if running) and start again, picking up a new model list or store."""
+        keep_port = self.port
+        if self.is_running():
+            if keep_port is None:
+                self.port = self._bound_port
+            await self.stop()
+        try:
+            await self.start()
+        finally:
+            self.port = keep_port
+
+
+def _quiet_server_class() -> Any:
+    import uvicorn
+
+    class QuietServer(uvicorn.Server):
+        """A uvicorn server that leaves the process's signal handlers alone (the proxy is a library)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Any:
+            yield
+
+    return QuietServer
+
+
+def _QuietServer(config: Any) -> Any:
+    global _QUIET_SERVER
+    if _QUIET_SERVER is None:
+        _QUIET_SERVER = _quiet_server_class()
+    return _QUIET_SERVER(config)
+
+
+_QUIET_SERVER: Any = None
+
+
+async def _build(proxy: LLMProxy, router: ModelRouter, home_loop: asyncio.AbstractEventLoop) -> Any:
+    return proxy._make_server(router, home_loop)  # on the serving loop: recorder futures bind to it
+
+
+async def _wait_started(server: Any, task: asyncio.Task[None]) -> None:
+    deadline = asyncio.get_running_loop().time() + 30
+    while not server.started:
+        if task.done():
+            task.result()
+            raise RuntimeError("the LLM proxy stopped while starting")
+        if asyncio.get_running_loop().time() > deadline:
+            raise RuntimeError("the LLM proxy did not start within 30 s")
+        await asyncio.sleep(0.005)
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - Windows
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def _bind(host: str, port: int | None) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port or 0))
+    except OSError as exc:
+        sock.close()
+        raise RuntimeError(f"LLMProxy cannot bind {host}:{port}: {exc}") from exc
+    sock.set_inheritable(True)
+    return sock

@@ -1,0 +1,94 @@
+"""Turn what an agent's rollout returned into the spans of its attempt (stored where needed)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from agl.types import Span, SpanCoreFields
+
+if TYPE_CHECKING:
+    from agl.store import LightningStore
+    from agl.tracer import Tracer
+
+__all__ = ["rollout_result_to_spans"]
+
+logger = logging.getLogger(__name__)
+
+
+def _is_readable_span(item: Any) -> bool:
+    try:
+        from opentelemetry.sdk.trace import ReadableSpan
+    except ImportError:  # pragma: no cover - opentelemetry-sdk comes with agl-tracer
+        return False
+    return isinstance(item, ReadableSpan)
+
+
+async def rollout_result_to_spans(
+    result: Any, *, store: LightningStore, tracer: Tracer, rollout_id: str, attempt_id: str
+) -> list[Span]:
+    """The spans of the attempt after its rollout returned ``result``.
+
+    - ``None``: the spans the tracer recorded.
+    - a number (``bool``/``int`` are accepted with a warning): the final reward; a reward span is stored
+      after the tracer's spans.
+    - a list of ``Span``, ``SpanCoreFields`` or OpenTelemetry ``ReadableSpan``: these are the spans; they are
+      stored in one batch (spans the tracer already stored are not duplicated).
+
+    An empty list is accepted with a warning; a list mixing kinds is a ``ValueError``; anything else a
+    ``TypeError``.
+    """
+    if result is None:
+        return list(tracer.get_last_trace())
+    if isinstance(result, (bool, int, float)):
+        if not isinstance(result, float):
+            logger.warning(
+                "Rollout %s returned %s %r as its reward; converting it to float",
+                rollout_id,
+                type(result).__name__,
+                result,
+            )
+        from agl.tracer import emit_reward
+
+        core = emit_reward(float(result), propagate=False)
+        sequence_id = await store.get_next_span_sequence_id(rollout_id, attempt_id)
+        reward_span = Span.from_core_fields(
+            core, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id
+        )
+        await store.add_span(reward_span)
+        return [*tracer.get_last_trace(), reward_span]
+    if isinstance(result, (str, bytes)) or not isinstance(result, Sequence):
+        raise TypeError(
+            f"Rollout {rollout_id} returned {type(result).__name__}; a rollout returns None, a float reward "
+            "or a list of spans"
+        )
+    items: Sequence[Any] = result
+    if not items:
+        logger.warning("Rollout %s returned an empty list of spans", rollout_id)
+        return []
+    if all(isinstance(i, Span) for i in items):
+        spans = list(items)
+        await store.add_many_spans(spans)
+        return spans
+    if all(isinstance(i, SpanCoreFields) for i in items):
+        ids = await store.get_many_span_sequence_ids([(rollout_id, attempt_id)] * len(items))
+        spans = [
+            Span.from_core_fields(core, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=seq)
+            for core, seq in zip(items, ids, strict=True)
+        ]
+        await store.add_many_spans(spans)
+        return spans
+    if all(_is_readable_span(i) for i in items):
+        ids = await store.get_many_span_sequence_ids([(rollout_id, attempt_id)] * len(items))
+        spans = [
+            Span.from_opentelemetry(otel, rollout_id, attempt_id, seq)
+            for otel, seq in zip(items, ids, strict=True)
+        ]
+        await store.add_many_spans(spans)
+        return spans
+    kinds = ", ".join(sorted({type(i).__name__ for i in items}))
+    raise ValueError(
+        f"Rollout {rollout_id} returned a list mixing {kinds}; return only Span, SpanCoreFields or "
+        "ReadableSpan objects"
+    )

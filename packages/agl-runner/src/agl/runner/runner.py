@@ -1,0 +1,437 @@
+"""Runners: claim rollouts from the store, run the agent inside a tracing context, report the outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import traceback
+from abc import abstractmethod
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from agl.algorithms import FINAL_REWARD_METADATA_KEY
+from agl.types import (
+    AttemptedRollout,
+    NamedResources,
+    ParallelWorkerBase,
+    Rollout,
+    RolloutConfig,
+    RolloutMode,
+    Span,
+    TaskInput,
+)
+
+from ._results import rollout_result_to_spans
+from ._snapshot import system_snapshot
+from .hooks import Hook
+from .litagent import LitAgent, RolloutRawResult
+
+if TYPE_CHECKING:
+    from agl.store import LightningStore
+    from agl.tracer import Tracer
+
+__all__ = ["ExecutionEvent", "LitAgentRunner", "Runner"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class ExecutionEvent(Protocol):
+    """The cooperative stop signal shared by an algorithm and its runners (threading or multiprocessing)."""
+
+    def set(self) -> None: ...
+
+    def is_set(self) -> bool: ...
+
+
+def _stopped(event: ExecutionEvent | None) -> bool:
+    return event is not None and event.is_set()
+
+
+class Runner(ParallelWorkerBase, Generic[T]):
+    """A worker that executes an agent on rollouts from a store.
+
+    Lifecycle: :meth:`init` once with the agent, :meth:`init_worker` per worker with the store, then
+    :meth:`iter` (until stopped) or :meth:`step` (one task), and the teardowns. :meth:`run_context` does the
+    set-up and tear-down around a block.
+    """
+
+    @abstractmethod
+    def init(self, agent: LitAgent[T], *, hooks: Sequence[Hook] | None = None, **kwargs: Any) -> None: ...
+
+    @abstractmethod
+    def init_worker(self, worker_id: int | str, store: LightningStore, **kwargs: Any) -> None: ...
+
+    @abstractmethod
+    async def iter(self, *, event: ExecutionEvent | None = None) -> None:
+        """Claim and execute rollouts until ``event`` is set (or a rollout limit is reached)."""
+
+    @abstractmethod
+    async def step(
+        self,
+        input: TaskInput,
+        *,
+        resources: NamedResources | None = None,
+        mode: RolloutMode | None = None,
+        event: ExecutionEvent | None = None,
+    ) -> Rollout:
+        """Execute the agent once on ``input`` (the rollout is created directly, not queued)."""
+
+    def run(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(f"{type(self).__name__}.run() is not how a runner runs; use iter() or step()")
+
+    @contextlib.contextmanager
+    def run_context(
+        self,
+        *,
+        agent: LitAgent[T],
+        store: LightningStore,
+        hooks: Sequence[Hook] | None = None,
+        worker_id: int | str | None = None,
+    ) -> Iterator[Runner[T]]:
+        """Set the runner up for ``agent`` and ``store``, yield it, and tear down what was set up.
+
+        Teardown errors are logged, not raised; stages that failed to set up are not torn down.
+        """
+        wid = 0 if worker_id is None else worker_id
+        initialised = worker_initialised = False
+        try:
+            self.init(agent, hooks=hooks)
+            initialised = True
+            self.init_worker(wid, store)
+            worker_initialised = True
+            yield self
+        finally:
+            if worker_initialised:
+                try:
+                    self.teardown_worker(wid)
+                except Exception:
+                    logger.exception("Runner teardown_worker failed")
+            if initialised:
+                try:
+                    self.teardown()
+                except Exception:
+                    logger.exception("Runner teardown failed")
+
+
+class LitAgentRunner(Runner[T]):
+    """The runner for :class:`LitAgent` agents.
+
+    Args:
+        tracer: Records the agent's spans into the store (an ``agl.tracer.Tracer``).
+        max_rollouts: Stop :meth:`iter` after this many rollouts (``None``: until stopped).
+        poll_interval: Longest wait of one dequeue (a long poll: new work is picked up at once; this only
+            bounds how long a stop request may go unnoticed while idle).
+        heartbeat_interval: Seconds between heartbeats (system snapshot to ``update_worker`` and a liveness
+            mark on the current attempts). ``<= 0`` disables them.
+        interval_jitter: Random ± spread applied to the poll and heartbeat intervals.
+        heartbeat_include_gpu: Add GPU figures to the heartbeat snapshot (needs ``nvidia-smi``).
+        concurrency: Rollouts this runner executes at the same time (each in its own task).
+        sync_agent_in_thread: Run a sync agent in a worker thread, so heartbeats continue and the agent
+            may use ``asyncio.run`` itself. ``False`` calls it on the runner's event loop.
+    """
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        max_rollouts: int | None = None,
+        poll_interval: float = 0.5,
+        heartbeat_interval: float = 10.0,
+        interval_jitter: float = 0.5,
+        heartbeat_include_gpu: bool = False,
+        concurrency: int = 1,
+        sync_agent_in_thread: bool = True,
+    ) -> None:
+        if max_rollouts is not None and max_rollouts < 1:
+            raise ValueError(f"max_rollouts must be >= 1 or None, got {max_rollouts}")
+        if poll_interval <= 0:
+            raise ValueError(f"poll_interval must be > 0, got {poll_interval}")
+        if interval_jitter < 0:
+            raise ValueError(f"interval_jitter must be >= 0, got {interval_jitter}")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        self.tracer = tracer
+        self.max_rollouts = max_rollouts
+        self.poll_interval = poll_interval
+        self.heartbeat_interval = heartbeat_interval
+        self.interval_jitter = interval_jitter
+        self.heartbeat_include_gpu = heartbeat_include_gpu
+        self.concurrency = concurrency
+        self.sync_agent_in_thread = sync_agent_in_thread
+        self._agent: LitAgent[T] | None = None
+        self._hooks: tuple[Hook, ...] = ()
+        self._store: LightningStore | None = None
+        self.worker_id: int | str | None = None
+        self._current: dict[str, AttemptedRollout] = {}
+        self._processed = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_store"] = None
+        state["_current"] = {}
+        return state
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def init(self, agent: LitAgent[T], *, hooks: Sequence[Hook] | None = None, **kwargs: Any) -> None:
+        self._agent = agent
+        self._hooks = tuple(hooks or ())
+        agent.set_runner(self)
+        self.tracer.init()
+
+    def init_worker(self, worker_id: int | str, store: LightningStore, **kwargs: Any) -> None:
+        self.tracer.init_worker(worker_id, store=store)
+        self.worker_id = worker_id
+        self._store = store
+
+    def teardown_worker(self, worker_id: int | str, *args: Any, **kwargs: Any) -> None:
+        self.tracer.teardown_worker(worker_id)
+        self.worker_id = None
+        self._store = None
+
+    def teardown(self, *args: Any, **kwargs: Any) -> None:
+        self._agent = None
+        self._hooks = ()
+        self.tracer.teardown()
+
+    def get_agent(self) -> LitAgent[T]:
+        if self._agent is None:
+            raise ValueError("The runner has no agent; call init(agent) first")
+        return self._agent
+
+    def get_store(self) -> LightningStore:
+        if self._store is None:
+            raise ValueError("The runner has no store; call init_worker(worker_id, store) first")
+        return self._store
+
+    def get_worker_id(self) -> str:
+        """``Worker-<n>``, the id this runner uses with the store."""
+        return "Worker-Unknown" if self.worker_id is None else f"Worker-{self.worker_id}"
+
+    @property
+    def processed(self) -> int:
+        """Rollouts executed by :meth:`iter` so far."""
+        return self._processed
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def _jittered(self, interval: float) -> float:
+        return max(0.01, interval + random.uniform(-self.interval_jitter, self.interval_jitter))
+
+    async def iter(self, *, event: ExecutionEvent | None = None) -> None:
+        store = self.get_store()
+        self.get_agent()
+        heartbeat = None
+        if self.heartbeat_interval > 0 and self.worker_id is not None:
+            heartbeat = asyncio.create_task(self._heartbeat_loop(), name=f"{self.get_worker_id()}-heartbeat")
+        self._processed = 0
+        claimed = [0]
+        try:
+            loops = [self._claim_loop(store, event, claimed) for _ in range(self.concurrency)]
+            await asyncio.gather(*loops)
+        finally:
+            if heartbeat is not None:
+                heartbeat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await heartbeat
+        logger.info("%s stopped after %d rollouts", self.get_worker_id(), self._processed)
+
+    async def _claim_loop(
+        self, store: LightningStore, event: ExecutionEvent | None, claimed: list[int]
+    ) -> None:
+        worker_id = self.get_worker_id()
+        backoff = 0.05
+        while not _stopped(event):
+            if self.max_rollouts is not None and claimed[0] >= self.max_rollouts:
+                return
+            claimed[0] += 1  # reserve a slot before claiming, released if nothing came
+            try:
+                rollout = await store.dequeue_rollout(
+                    worker_id=worker_id, timeout=self._jittered(self.poll_interval)
+                )
+            except Exception as exc:
+                claimed[0] -= 1
+                logger.warning("%s: dequeue failed (%s); retrying in %.2fs", worker_id, exc, backoff)
+                await _sleep_unless(event, backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            backoff = 0.05
+            if rollout is None:
+                claimed[0] -= 1
+                continue
+            await self._step_impl(rollout)
+            self._processed += 1
+            if self._processed == 1 or self._processed % 100 == 0:
+                logger.info("%s: %d rollouts done", worker_id, self._processed)
+
+    async def step(
+        self,
+        input: TaskInput,
+        *,
+        resources: NamedResources | None = None,
+        mode: RolloutMode | None = None,
+        event: ExecutionEvent | None = None,
+        config: RolloutConfig | None = None,
+    ) -> Rollout:
+        """Run the agent once on ``input`` and return the finished rollout; the agent's exception is re-raised.
+
+        ``resources`` are published as a new snapshot for this rollout; without them the latest are used.
+        """
+        store = self.get_store()
+        resources_id = None
+        if resources is not None:
+            resources_id = (await store.add_resources(resources)).resources_id
+        attempted = await store.start_rollout(
+            input, mode=mode, resources_id=resources_id, config=config, worker_id=self.get_worker_id()
+        )
+        await self._step_impl(attempted, raise_on_exception=True)
+        finished = await store.get_rollout_by_id(attempted.rollout_id)
+        if finished is None:
+            raise RuntimeError(f"rollout {attempted.rollout_id} vanished from the store")
+        return finished
+
+    # -- one rollout ---------------------------------------------------------------------------
+
+    async def _resources(self, rollout: Rollout) -> NamedResources:
+        store = self.get_store()
+        if rollout.resources_id:
+            update = await store.get_resources_by_id(rollout.resources_id)
+            if update is None:
+                raise RuntimeError(
+                    f"rollout {rollout.rollout_id} asks for resources {rollout.resources_id!r}, "
+                    "which the store does not have"
+                )
+            return update.resources
+        latest = await store.get_latest_resources()
+        return {} if latest is None else latest.resources
+
+    async def _call_agent(self, rollout: AttemptedRollout, resources: NamedResources) -> RolloutRawResult:
+        agent = self.get_agent()
+        training = rollout.mode == "train"
+        if agent.is_async():
+            method = agent.training_rollout_async if training else agent.validation_rollout_async
+            return await method(rollout.input, resources, rollout)
+        method = agent.training_rollout if training else agent.validation_rollout
+        if self.sync_agent_in_thread:
+            return await asyncio.to_thread(method, rollout.input, resources, rollout)
+        return method(rollout.input, resources, rollout)
+
+    async def _run_hooks(self, name: str, **kwargs: Any) -> None:
+        for hook in self._hooks:
+            try:
+                await getattr(hook, name)(agent=self.get_agent(), runner=self, **kwargs)
+            except Exception:
+                logger.exception("Hook %s.%s failed; continuing", type(hook).__name__, name)
+
+    async def _step_impl(self, rollout: AttemptedRollout, *, raise_on_exception: bool = False) -> None:
+        """Execute one attempt and report its outcome to the store. Never raises unless asked to."""
+        store = self.get_store()
+        rollout_id, attempt_id = rollout.rollout_id, rollout.attempt.attempt_id
+        self._current[attempt_id] = rollout
+        started = time.monotonic()
+        spans: list[Span] = []
+        error: BaseException | None = None
+        try:
+            resources = await self._resources(rollout)
+            await self._run_hooks("on_rollout_start", rollout=rollout)
+            async with self.tracer.trace_context(
+                name=rollout_id, rollout_id=rollout_id, attempt_id=attempt_id
+            ):
+                await self._run_hooks("on_trace_start", tracer=self.tracer, rollout=rollout)
+                try:
+                    result = await self._call_agent(rollout, resources)
+                finally:
+                    await self._run_hooks("on_trace_end", tracer=self.tracer, rollout=rollout)
+            spans = await rollout_result_to_spans(
+                result, store=store, tracer=self.tracer, rollout_id=rollout_id, attempt_id=attempt_id
+            )
+        except Exception as exc:
+            error = exc
+            logger.warning(
+                "%s: rollout %s attempt %s failed: %s: %s",
+                self.get_worker_id(),
+                rollout_id,
+                attempt_id,
+                type(exc).__name__,
+                exc,
+            )
+        finally:
+            self._current.pop(attempt_id, None)
+        try:
+            await self._run_hooks("on_rollout_end", rollout=rollout, spans=spans)
+            metadata = dict(rollout.attempt.metadata or {})
+            if error is None:
+                from agl.tracer import find_final_reward
+
+                reward = find_final_reward(spans)
+                metadata[FINAL_REWARD_METADATA_KEY] = reward
+                logger.debug(
+                    "%s: rollout %s done in %.3fs, %d spans, reward %s",
+                    self.get_worker_id(),
+                    rollout_id,
+                    time.monotonic() - started,
+                    len(spans),
+                    reward,
+                )
+            else:
+                metadata["error"] = {
+                    "type": type(error).__name__,
+                    "message": str(error),
+                    "traceback": "".join(traceback.format_exception(type(error), error, error.__traceback__)),
+                }
+            await store.update_attempt(
+                rollout_id,
+                attempt_id,
+                status="failed" if error is not None else "succeeded",
+                metadata=metadata,
+            )
+        except Exception:
+            logger.exception(
+                "%s: could not report the outcome of rollout %s", self.get_worker_id(), rollout_id
+            )
+            if raise_on_exception and error is None:
+                raise
+        if error is not None and raise_on_exception:
+            raise error
+
+    # -- heartbeats ----------------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        store = self.get_store()
+        worker_id = self.get_worker_id()
+        while True:
+            interval = self._jittered(self.heartbeat_interval)
+            try:
+                snapshot = await asyncio.wait_for(
+                    asyncio.to_thread(system_snapshot, self.heartbeat_include_gpu), timeout=interval
+                )
+                await asyncio.wait_for(
+                    store.update_worker(worker_id, heartbeat_stats=snapshot), timeout=interval
+                )
+                now = time.time()
+                for attempted in list(self._current.values()):
+                    await asyncio.wait_for(
+                        store.update_attempt(
+                            attempted.rollout_id, attempted.attempt.attempt_id, last_heartbeat_time=now
+                        ),
+                        timeout=interval,
+                    )
+            except asyncio.TimeoutError:
+                logger.warning("%s: heartbeat took longer than %.1fs; skipped", worker_id, interval)
+            except Exception as exc:
+                logger.warning("%s: heartbeat failed: %s", worker_id, exc)
+            await asyncio.sleep(interval)
+
+
+async def _sleep_unless(event: ExecutionEvent | None, seconds: float) -> None:
+    """Sleep ``seconds`` but wake early (within 50 ms) when ``event`` is set."""
+    deadline = time.monotonic() + seconds
+    while not _stopped(event):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        await asyncio.sleep(min(remaining, 0.05))

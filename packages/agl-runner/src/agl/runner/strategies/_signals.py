@@ -1,0 +1,61 @@
+"""Stop signals and error reports between processes that survive a SIGKILL on either side.
+
+A ``multiprocessing.Event`` guards its flag with a lock shared by every process: a process killed while
+holding it would freeze the others. A pipe cannot be left locked: the stop signal is the parent closing
+the write end of one pipe whose read ends the runners poll, and the end of file also tells a runner that
+its parent died.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing.connection
+from typing import Any
+
+__all__ = ["ChildStopEvent", "ParentStopEvent", "stop_pipe"]
+
+
+class ParentStopEvent:
+    """The algorithm side of the stop signal: :meth:`set` closes the pipe for every runner at once."""
+
+    def __init__(self, writer: multiprocessing.connection.Connection) -> None:
+        self._writer: multiprocessing.connection.Connection | None = writer
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            with contextlib.suppress(OSError):
+                writer.close()
+
+    def is_set(self) -> bool:
+        return self._set
+
+
+class ChildStopEvent:
+    """The runner side: set when the parent closed the pipe (stop requested, or the parent died)."""
+
+    def __init__(self, reader: multiprocessing.connection.Connection) -> None:
+        self._reader = reader
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        if not self._set:
+            try:
+                self._set = self._reader.poll()
+            except (OSError, EOFError, ValueError):
+                self._set = True
+        return self._set
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_reader": self._reader, "_set": self._set}
+
+
+def stop_pipe(ctx: Any) -> tuple[multiprocessing.connection.Connection, multiprocessing.connection.Connection]:
+    """``(reader, writer)`` of a new one-way pipe from ``ctx``."""
+    reader, writer = ctx.Pipe(duplex=False)
+    return reader, writer

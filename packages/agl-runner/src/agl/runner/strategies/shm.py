@@ -1,0 +1,136 @@
+"""``shm``: the algorithm and the runners as threads of one process, sharing one store object."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import TYPE_CHECKING, Literal
+
+from ..env import resolve_bool_env_var
+from .base import (
+    AlgorithmBundle,
+    ExecutionStrategy,
+    RunnerBundle,
+    StrategyError,
+    join_threads,
+    run_until_stopped,
+)
+
+if TYPE_CHECKING:
+    from agl.store import LightningStore
+
+__all__ = ["SharedMemoryExecutionStrategy"]
+
+logger = logging.getLogger(__name__)
+
+
+class SharedMemoryExecutionStrategy(ExecutionStrategy):
+    """Run the algorithm and ``n_runners`` runners as threads (each with its own event loop) in this process.
+
+    Args:
+        n_runners: Runner threads.
+        main_thread: What runs on the calling thread: the ``algorithm`` (default) or, with one runner, the
+            ``runner`` (handy under a debugger).
+        join_timeout: Longest wait for the threads at the end, after which stragglers are logged.
+        graceful_delay: After the stop request, a runner gets this long to return before it is cancelled.
+        managed_store: Wrap a store that is not thread-safe so every call runs on one private loop.
+            ``None`` reads ``AGL_MANAGED_STORE`` (default true).
+
+    The algorithm finishing stops the runners. A runner raising stops everything; the error is raised
+    from :meth:`execute` after the threads were joined. Ctrl+C stops everything and returns.
+    """
+
+    alias = "shm"
+
+    def __init__(
+        self,
+        n_runners: int = 1,
+        main_thread: Literal["algorithm", "runner"] = "algorithm",
+        join_timeout: float = 15.0,
+        graceful_delay: float = 5.0,
+        managed_store: bool | None = None,
+    ) -> None:
+        if n_runners < 1:
+            raise ValueError(f"n_runners must be >= 1, got {n_runners}")
+        if main_thread not in ("algorithm", "runner"):
+            raise ValueError(f"main_thread must be 'algorithm' or 'runner', got {main_thread!r}")
+        if main_thread == "runner" and n_runners != 1:
+            raise ValueError(
+                "main_thread='runner' needs n_runners=1 (only one runner can own the main thread)"
+            )
+        self.n_runners = n_runners
+        self.main_thread = main_thread
+        self.join_timeout = join_timeout
+        self.graceful_delay = graceful_delay
+        self.managed_store = resolve_bool_env_var("AGL_MANAGED_STORE", managed_store, fallback=True)
+
+    def execute(self, algorithm: AlgorithmBundle, runner: RunnerBundle, store: LightningStore) -> None:
+        shared = store
+        if self.managed_store and not store.capabilities.get("thread_safe", False):
+            from ._threaded import LoopBoundStore
+
+            shared = LoopBoundStore(store)
+        event = threading.Event()
+        errors: list[tuple[str, BaseException]] = []
+
+        def run_runner(worker_id: int) -> None:
+            try:
+                asyncio.run(
+                    run_until_stopped(
+                        lambda: runner(shared, worker_id, event), event, grace=self.graceful_delay
+                    )
+                )
+            except KeyboardInterrupt:
+                logger.warning("Interrupted: stopping the algorithm and the runners")
+                event.set()
+            except BaseException as exc:
+                logger.error("runner-%d failed: %r", worker_id, exc)
+                errors.append((f"runner-{worker_id}", exc))
+                event.set()
+
+        def run_algorithm() -> None:
+            try:
+                # The algorithm does not watch the event: when a runner fails it is cancelled at once.
+                asyncio.run(run_until_stopped(lambda: algorithm(shared, event), event, grace=0.0))
+            except KeyboardInterrupt:
+                logger.warning("Interrupted: stopping the algorithm and the runners")
+            except BaseException as exc:
+                logger.error("the algorithm failed: %r", exc)
+                errors.insert(0, ("algorithm", exc))
+            finally:
+                event.set()
+
+        threads: list[threading.Thread] = []
+        try:
+            if self.main_thread == "algorithm":
+                threads = [
+                    threading.Thread(target=run_runner, args=(i,), name=f"runner-{i}", daemon=True)
+                    for i in range(self.n_runners)
+                ]
+                for thread in threads:
+                    thread.start()
+                run_algorithm()
+            else:
+                threads = [threading.Thread(target=run_algorithm, name="algorithm", daemon=True)]
+                threads[0].start()
+                run_runner(0)
+                # The runner returned (stopped or out of rollouts): let the algorithm finish on its own.
+                while threads[0].is_alive() and not errors:
+                    threads[0].join(0.1)
+        except KeyboardInterrupt:
+            logger.warning("Interrupted: stopping the algorithm and the runners")
+        finally:
+            event.set()
+            stragglers = join_threads(threads, self.join_timeout)
+            for thread in stragglers:
+                logger.error(
+                    "thread %s did not stop within %.1fs; abandoning it", thread.name, self.join_timeout
+                )
+            if shared is not store:
+                asyncio.run(shared.close())
+        if errors:
+            where, exc = errors[0]
+            if where == "algorithm":
+                raise exc
+            raise StrategyError(f"{where} failed: {type(exc).__name__}: {exc}") from exc

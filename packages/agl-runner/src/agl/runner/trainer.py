@@ -1,0 +1,314 @@
+"""``Trainer``: wires an algorithm, runners, a store, a tracer and an execution strategy, and runs them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from agl.algorithms import Algorithm, Baseline, FastAlgorithm, SupportsAdapt, SupportsLLMProxy
+from agl.types import Dataset, NamedResources
+
+from .build import build_component
+from .env import LightningEnvVar, resolve_int_env_var, resolve_str_env_var
+from .hooks import Hook
+from .litagent import LitAgent
+from .progress import ProgressMonitor
+from .runner import ExecutionEvent, LitAgentRunner, Runner
+from .strategies import STRATEGY_REGISTRY, ExecutionStrategy
+from .strategies.base import call_sync_in_daemon_thread, wait_event
+
+if TYPE_CHECKING:
+    from agl.store import LightningStore
+    from agl.tracer import Tracer
+
+__all__ = ["Trainer"]
+
+logger = logging.getLogger(__name__)
+
+TRACER_REGISTRY: dict[str, str] = {
+    "otel": "agl.tracer.OtelTracer",
+    "agentops": "agl.tracer.AgentOpsTracer",
+}
+STORE_REGISTRY: dict[str, str] = {
+    "memory": "agl.store.InMemoryLightningStore",
+    "sql": "agl.store.SqlLightningStore",
+    "client": "agl.store.LightningStoreClient",
+}
+
+
+def _default_tracer() -> Any:
+    from agl.tracer import OtelTracer
+
+    return OtelTracer()
+
+
+def _default_adapter() -> Any:
+    """``TracerTraceToTriplet`` when the adapters are installed, else no adapter."""
+    try:
+        from agl.algorithms import TracerTraceToTriplet  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return TracerTraceToTriplet()
+
+
+class Trainer:
+    """Runs an algorithm and ``n_runners`` runners of an agent, connected through a store.
+
+    Every component can be given as an instance, a class, a factory, an import path, or a dict with
+    ``type`` plus keyword arguments (see :func:`build_component`).
+
+    Args:
+        algorithm: What drives training (``None``: only runners work, e.g. under ``AGL_CURRENT_ROLE=runner``).
+        n_runners: Runner threads or processes (default 1; a strategy instance's own count wins).
+        store: Default ``InMemoryLightningStore``; with ``AGL_MANAGED_STORE=0`` a client of the store at
+            ``AGL_SERVER_HOST:AGL_SERVER_PORT`` (e.g. ``agl store``).
+        tracer: Default ``OtelTracer``.
+        adapter: Given to the algorithm (default ``TracerTraceToTriplet`` when available).
+        strategy: ``"cs"`` (default: runner processes, store served over HTTP) or ``"shm"`` (threads).
+        initial_resources: Resources the algorithm publishes first (LLM endpoints, prompt templates).
+        hooks: A :class:`Hook` or several, called around each rollout.
+        llm_proxy: An ``agl.proxy.LLMProxy`` (it gets the store injected).
+        runner: Default ``LitAgentRunner(tracer, max_rollouts)``.
+        max_rollouts: Per runner, stop after this many rollouts.
+        port: Store server port for the ``cs`` strategy (0: any free port).
+        progress: Show progress (a bar in a terminal, log lines otherwise); default on.
+    """
+
+    def __init__(
+        self,
+        *,
+        algorithm: Any = None,
+        n_runners: int | None = None,
+        store: Any = None,
+        tracer: Any = None,
+        adapter: Any = None,
+        strategy: Any = None,
+        initial_resources: NamedResources | None = None,
+        hooks: Hook | Sequence[Hook] | None = None,
+        llm_proxy: Any = None,
+        runner: Any = None,
+        max_rollouts: int | None = None,
+        port: int | None = None,
+        progress: bool | None = None,
+    ) -> None:
+        self.n_runners = 1 if n_runners is None else n_runners
+        if self.n_runners < 1:
+            raise ValueError(f"n_runners must be >= 1, got {self.n_runners}")
+        self.max_rollouts = max_rollouts
+        self.initial_resources = initial_resources
+        self.port = port
+        self.progress = True if progress is None else progress
+
+        optional: dict[str, Any] = {"n_runners": self.n_runners}
+        if port is not None:
+            optional["server_port"] = port
+        self.strategy: ExecutionStrategy = build_component(
+            strategy,
+            ExecutionStrategy,
+            spec_name="strategy",
+            default_factory=lambda: _build_default_strategy(optional),
+            optional_defaults=optional,
+            registry=STRATEGY_REGISTRY,
+        )  # type: ignore[assignment]
+        if port is not None and hasattr(self.strategy, "server_port"):
+            self.strategy.server_port = port  # type: ignore[attr-defined]
+        self.n_runners = self.strategy.n_runners
+
+        from agl.tracer import Tracer
+
+        self.tracer: Tracer = build_component(
+            tracer, Tracer, spec_name="tracer", default_factory=_default_tracer, registry=TRACER_REGISTRY
+        )  # type: ignore[assignment]
+
+        from agl.store import LightningStore
+
+        self.store: LightningStore = build_component(
+            store,
+            LightningStore,
+            spec_name="store",
+            default_factory=self._default_store,
+            registry=STORE_REGISTRY,
+        )  # type: ignore[assignment]
+        self.adapter: SupportsAdapt | None = build_component(
+            adapter,
+            SupportsAdapt,  # type: ignore[type-abstract]
+            spec_name="adapter",
+            default_factory=_default_adapter,
+            allow_none=True,
+            dict_requires_type=False,
+            dict_default_cls=_adapter_default_cls(),
+        )
+        self.algorithm: Algorithm | None = build_component(
+            algorithm,
+            Algorithm,
+            spec_name="algorithm",
+            allow_none=True,  # type: ignore[type-abstract]
+        )
+        self.llm_proxy: SupportsLLMProxy | None = build_component(
+            llm_proxy,
+            SupportsLLMProxy,  # type: ignore[type-abstract]
+            spec_name="llm_proxy",
+            allow_none=True,
+            optional_defaults={"store": self.store},
+        )
+        self.runner: Runner[Any] = build_component(
+            runner,
+            Runner,  # type: ignore[type-abstract]
+            spec_name="runner",
+            default_factory=lambda: LitAgentRunner(tracer=self.tracer, max_rollouts=max_rollouts),
+            optional_defaults={"tracer": lambda: self.tracer, "max_rollouts": max_rollouts},
+        )  # type: ignore[assignment]
+        if hooks is None:
+            self.hooks: tuple[Hook, ...] = ()
+        elif isinstance(hooks, Hook):
+            self.hooks = (hooks,)
+        else:
+            self.hooks = tuple(hooks)
+            for hook in self.hooks:
+                if not isinstance(hook, Hook):
+                    raise TypeError(f"hooks must be Hook instances, got {type(hook).__name__}")
+
+    def _default_store(self) -> LightningStore:
+        managed = getattr(self.strategy, "managed_store", True)
+        role = getattr(self.strategy, "role", "both")
+        if not managed and role in ("algorithm", "runner"):
+            from agl.store.client import LightningStoreClient
+
+            host = resolve_str_env_var(LightningEnvVar.AGL_SERVER_HOST, fallback="127.0.0.1")
+            port = resolve_int_env_var(LightningEnvVar.AGL_SERVER_PORT, fallback=4747)
+            return LightningStoreClient(f"http://{host}:{port}")
+        from agl.store import InMemoryLightningStore
+
+        return InMemoryLightningStore()
+
+    # -- running -------------------------------------------------------------------------------
+
+    def fit(
+        self,
+        agent: LitAgent[Any],
+        train_dataset: Dataset[Any] | None = None,
+        *,
+        val_dataset: Dataset[Any] | None = None,
+    ) -> None:
+        """Run the algorithm on the datasets with runners executing ``agent``; returns when the algorithm is done."""
+        self._run(agent, self.algorithm, train_dataset, val_dataset)
+
+    def dev(
+        self,
+        agent: LitAgent[Any],
+        train_dataset: Dataset[Any] | None = None,
+        *,
+        val_dataset: Dataset[Any] | None = None,
+    ) -> None:
+        """Like :meth:`fit` for a quick check of an agent: the algorithm defaults to :class:`Baseline`.
+
+        Only a :class:`FastAlgorithm` is accepted (``TypeError`` otherwise).
+        """
+        algorithm = self.algorithm if self.algorithm is not None else Baseline()
+        if not isinstance(algorithm, FastAlgorithm):
+            raise TypeError(
+                f"Trainer.dev() runs only a FastAlgorithm (e.g. Baseline); {type(algorithm).__name__} is not one. "
+                "Use fit() for it."
+            )
+        self._run(agent, algorithm, train_dataset, val_dataset)
+
+    def _run(
+        self,
+        agent: LitAgent[Any],
+        algorithm: Algorithm | None,
+        train_dataset: Dataset[Any] | None,
+        val_dataset: Dataset[Any] | None,
+    ) -> None:
+        if not isinstance(agent, LitAgent):
+            raise TypeError(
+                f"agent must be a LitAgent (or a function decorated with @rollout), got {type(agent).__name__}"
+            )
+        agent.set_trainer(self)
+        algorithm_bundle = _AlgorithmBundle(self, algorithm, train_dataset, val_dataset)
+        runner_bundle = _RunnerBundle(self.runner, agent, self.hooks)
+        self.strategy.execute(algorithm_bundle, runner_bundle, self.store)
+
+
+def _build_default_strategy(optional: dict[str, Any]) -> ExecutionStrategy:
+    from .strategies import ClientServerExecutionStrategy
+
+    return ClientServerExecutionStrategy(**optional)
+
+
+def _adapter_default_cls() -> type[Any] | None:
+    try:
+        from agl.algorithms import TracerTraceToTriplet  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return TracerTraceToTriplet
+
+
+class _AlgorithmBundle:
+    """Runs in the algorithm's process: wires the algorithm to the store and runs it, with progress."""
+
+    def __init__(
+        self,
+        trainer: Trainer,
+        algorithm: Algorithm | None,
+        train_dataset: Dataset[Any] | None,
+        val_dataset: Dataset[Any] | None,
+    ) -> None:
+        self.trainer = trainer
+        self.algorithm = algorithm
+        self.train_dataset = train_dataset
+        self.val_dataset = val_dataset
+
+    async def __call__(self, store: LightningStore, event: ExecutionEvent) -> None:
+        trainer = self.trainer
+        monitor_task = None
+        if trainer.progress and self.algorithm is not None:
+            monitor_task = asyncio.create_task(ProgressMonitor(store).run(), name="agl-progress")
+        try:
+            algorithm = self.algorithm
+            if algorithm is None:
+                logger.info("No algorithm: waiting for the stop signal")
+                await wait_event(event)
+                return
+            algorithm.set_trainer(trainer)
+            algorithm.set_store(store)
+            if trainer.adapter is not None:
+                algorithm.set_adapter(trainer.adapter)
+            if trainer.initial_resources is not None:
+                algorithm.set_initial_resources(trainer.initial_resources)
+            if trainer.llm_proxy is not None:
+                trainer.llm_proxy.set_store(store)
+                algorithm.set_llm_proxy(trainer.llm_proxy)
+            kwargs = {"train_dataset": self.train_dataset, "val_dataset": self.val_dataset}
+            if algorithm.is_async():
+                result = algorithm.run(**kwargs)
+                if result is not None:
+                    await result
+            else:
+                await call_sync_in_daemon_thread(algorithm.run, **kwargs)
+        finally:
+            if monitor_task is not None:
+                monitor_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await monitor_task
+
+
+class _RunnerBundle:
+    """Runs in each runner thread or process: a private copy of the runner executes the agent until stopped."""
+
+    def __init__(self, runner: Runner[Any], agent: LitAgent[Any], hooks: tuple[Hook, ...]) -> None:
+        self.runner = runner
+        self.agent = agent
+        self.hooks = hooks
+
+    async def __call__(self, store: LightningStore, worker_id: Any, event: ExecutionEvent) -> None:
+        try:
+            runner = copy.deepcopy(self.runner)
+        except (TypeError, copy.Error) as exc:  # e.g. a tracer holding a lock
+            logger.warning("Could not copy the runner (%s); runners share one instance", exc)
+            runner = self.runner
+        with runner.run_context(agent=self.agent, store=store, hooks=self.hooks, worker_id=worker_id):
+            await runner.iter(event=event)

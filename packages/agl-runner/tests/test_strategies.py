@@ -1,0 +1,172 @@
+"""Execution strategies: failures on either side stop the other, and shutdown always ends."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import threading
+import time
+from typing import Any
+
+import psutil
+import pytest
+from agl.algorithms import algo
+from agl.runner import (
+    ClientServerExecutionStrategy,
+    LitAgentRunner,
+    ProgressMonitor,
+    SharedMemoryExecutionStrategy,
+    StrategyError,
+    Trainer,
+    rollout,
+)
+from agl.store import InMemoryLightningStore
+from agl.tracer import OtelTracer
+from agl.types import LLM
+
+RESOURCES = {"llm": LLM(endpoint="http://127.0.0.1:9/v1", model="m")}
+
+
+@rollout
+def hang_or_succeed(task: str, llm: LLM) -> float:
+    if task == "hang":
+        threading.Event().wait()  # never returns: only escalation can stop this runner
+    return 1.0
+
+
+class CrashingRunner(LitAgentRunner[Any]):
+    async def iter(self, *, event: Any = None) -> None:
+        raise RuntimeError("runner exploded on purpose")
+
+
+@algo
+async def wait_forever(store: Any) -> None:
+    await asyncio.Event().wait()
+
+
+@algo
+async def explode(store: Any) -> None:
+    await store.enqueue_rollout(input="ok")
+    raise ValueError("algorithm exploded on purpose")
+
+
+def _no_children_left(deadline: float = 10.0) -> bool:
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if not [
+            c for c in psutil.Process().children() if c.is_running() and c.status() != psutil.STATUS_ZOMBIE
+        ]:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("strategy", ["cs", "shm"])
+def test_a_crashing_runner_stops_the_algorithm_and_is_reported(strategy: str) -> None:
+    trainer = Trainer(
+        algorithm=wait_forever,
+        n_runners=2,
+        strategy=strategy,
+        port=0,
+        runner=CrashingRunner(OtelTracer(), heartbeat_interval=0),
+        progress=False,
+    )
+    started = time.monotonic()
+    with pytest.raises(StrategyError, match="runner exploded on purpose"):
+        trainer.fit(hang_or_succeed)
+    assert time.monotonic() - started < 60
+    assert _no_children_left()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("strategy", ["cs", "shm"])
+def test_a_crashing_algorithm_stops_the_runners_and_is_reraised(strategy: str) -> None:
+    store = InMemoryLightningStore()
+    trainer = Trainer(
+        algorithm=explode,
+        n_runners=2,
+        strategy=strategy,
+        store=store,
+        port=0,
+        initial_resources=RESOURCES,
+        progress=False,
+    )
+    with pytest.raises(ValueError, match="algorithm exploded on purpose"):
+        trainer.fit(hang_or_succeed)
+    assert _no_children_left()
+
+
+@pytest.mark.timeout(120)
+def test_shutdown_escalates_until_a_stuck_runner_is_gone() -> None:
+    store = InMemoryLightningStore()
+
+    @algo
+    async def start_a_hang(store: Any) -> None:
+        await store.add_resources(RESOURCES)
+        queued = await store.enqueue_rollout(input="hang")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # wait until a runner is inside the agent
+            current = await store.get_rollout_by_id(queued.rollout_id)
+            if current is not None and current.status in ("preparing", "running"):
+                return
+            await asyncio.sleep(0.02)
+        raise AssertionError("no runner picked the rollout up")
+
+    strategy = ClientServerExecutionStrategy(
+        n_runners=1, server_port=0, graceful_timeout=0.5, terminate_timeout=1.0
+    )
+    trainer = Trainer(algorithm=start_a_hang, strategy=strategy, store=store, progress=False)
+    started = time.monotonic()
+    trainer.fit(hang_or_succeed)
+    assert time.monotonic() - started < 30
+    assert _no_children_left()
+
+
+def test_shm_runner_on_the_main_thread() -> None:
+    store = InMemoryLightningStore()
+    done: list[str] = []
+
+    @algo
+    async def one(store: Any) -> None:
+        await store.add_resources(RESOURCES)
+        queued = await store.enqueue_rollout(input="ok")
+        finished = await store.wait_for_rollouts(rollout_ids=[queued.rollout_id], timeout=30)
+        done.extend(r.status for r in finished)
+
+    strategy = SharedMemoryExecutionStrategy(main_thread="runner", graceful_delay=1.0)
+    Trainer(algorithm=one, strategy=strategy, store=store, progress=False).fit(hang_or_succeed)
+    assert done == ["succeeded"]
+
+
+async def test_progress_monitor_counts_and_renders() -> None:
+    store = InMemoryLightningStore()
+    await store.add_resources(RESOURCES)
+    for i in range(5):
+        await store.enqueue_rollout(input=i)
+    for reward, status in ((1.0, "succeeded"), (0.0, "succeeded"), (None, "failed")):
+        claimed = await store.dequeue_rollout(worker_id="w")
+        assert claimed is not None
+        await store.update_attempt(
+            claimed.rollout_id, claimed.attempt.attempt_id, status=status, metadata={"final_reward": reward}
+        )
+    stream = io.StringIO()
+    monitor = ProgressMonitor(store, tty=True, stream=stream, refresh_interval=0.01)
+    snapshot = await monitor.scan()
+    assert (snapshot.total, snapshot.done, snapshot.succeeded, snapshot.failed, snapshot.queued) == (
+        5,
+        3,
+        2,
+        1,
+        2,
+    )
+    assert snapshot.mean_reward == 0.5
+    task = asyncio.create_task(monitor.run())
+    deadline = time.monotonic() + 10
+    while "3/5" not in stream.getvalue() and time.monotonic() < deadline:  # noqa: ASYNC110  # polls a StringIO
+        await asyncio.sleep(0.02)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert "3/5" in stream.getvalue() and "reward 0.500" in stream.getvalue()
+    assert "mean reward 0.5000" in snapshot.describe()

@@ -1,0 +1,160 @@
+"""The ``agl`` command and its ``agl store`` subcommand.
+
+Subcommands come from the ``agl.commands`` entry-point group: each entry point names a callable that
+takes the remaining arguments (``list[str]``) and returns an exit status. ``agl-store`` registers
+``store``; later packages add theirs the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+
+from .base import LightningStore
+
+__all__ = ["main", "open_store_backend", "store_command"]
+
+Command = Callable[[list[str]], "int | None"]
+
+
+def _commands() -> dict[str, Callable[[], Command]]:
+    found: dict[str, Callable[[], Command]] = {"store": lambda: store_command}
+    for ep in entry_points(group="agl.commands"):
+        found[ep.name] = ep.load
+    return found
+
+
+def _usage(commands: Sequence[str]) -> str:
+    lines = ["usage: agl <command> [options]", "", "commands:"]
+    lines += [f"  {name}" for name in sorted(commands)]
+    lines += ["", "Run 'agl <command> --help' for the options of a command."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``agl`` console script."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    commands = _commands()
+    if not args or args[0] in ("-h", "--help"):
+        print(_usage(list(commands)))
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in commands:
+        print(f"agl: unknown command {name!r}\n\n{_usage(list(commands))}", file=sys.stderr)
+        return 2
+    return int(commands[name]()(rest) or 0)
+
+
+def open_store_backend(backend: str, *, watchdog_interval: float | None = None) -> LightningStore:
+    """A store from a backend string: ``memory``, ``sqlite:///path/to/file`` or ``postgresql://user:pw@host/db``."""
+    kwargs = {} if watchdog_interval is None else {"scan_debounce_seconds": watchdog_interval}
+    if backend == "memory":
+        from .memory import InMemoryLightningStore
+
+        return InMemoryLightningStore(**kwargs)
+    if backend.startswith(("sqlite:", "postgresql:", "postgresql+asyncpg:", "postgres:")):
+        from . import SqlLightningStore  # type: ignore[attr-defined]
+
+        return SqlLightningStore(backend, **kwargs)
+    raise ValueError(
+        f"unknown store backend {backend!r}; use 'memory', 'sqlite:///path/to/file.db' or "
+        "'postgresql://user:password@host:5432/database'"
+    )
+
+
+def _redact(backend: str) -> str:
+    """The backend string without a password."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    if "://" not in backend:
+        return backend
+    parts = urlsplit(backend)
+    if parts.password is None:
+        return backend
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _store_parser() -> argparse.ArgumentParser:
+    from .server import DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT
+
+    parser = argparse.ArgumentParser(
+        prog="agl store",
+        description="Serve a LightningStore over HTTP (REST under /v1/agl, OTLP/HTTP traces at /v1/traces).",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default: {DEFAULT_PORT})")
+    parser.add_argument(
+        "--backend",
+        default=os.environ.get("AGL_STORE_BACKEND", "memory"),
+        help="memory | sqlite:///path/to/file.db | postgresql://user:pw@host/db (default: memory, or AGL_STORE_BACKEND)",
+    )
+    parser.add_argument(
+        "--token",
+        default=None,
+        help="bearer token required on every route but /v1/agl/health (default: AGL_STORE_TOKEN; none if unset)",
+    )
+    parser.add_argument(
+        "--cors-origin", action="append", default=[], help="allow this CORS origin (repeatable; '*' for any)"
+    )
+    parser.add_argument(
+        "--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="largest accepted request body"
+    )
+    parser.add_argument(
+        "--watchdog-interval",
+        type=float,
+        default=None,
+        help="seconds between scans for timed-out and unresponsive attempts (default: the store's)",
+    )
+    parser.add_argument("--debug", action="store_true", help="include tracebacks in 500 answers")
+    parser.add_argument("--log-level", default="INFO", help="logging level (default: INFO)")
+    return parser
+
+
+def store_command(argv: list[str]) -> int:
+    """``agl store``: serve a store until Ctrl-C or SIGTERM, then close it cleanly."""
+    args = _store_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .server import LightningStoreServer
+
+    try:
+        store = open_store_backend(args.backend, watchdog_interval=args.watchdog_interval)
+    except (ValueError, ImportError) as exc:
+        print(f"agl store: {exc}", file=sys.stderr)
+        return 2
+    server = LightningStoreServer(
+        store,
+        host=args.host,
+        port=args.port,
+        token=args.token,
+        cors_allow_origins=args.cors_origin,
+        max_body_bytes=args.max_body_bytes,
+        debug=args.debug,
+    )
+    auth = "bearer token required" if server.token else "no token: anyone who can reach it can use it"
+
+    def announce() -> None:
+        print(
+            f"agl store: serving {_redact(args.backend)} at {server.endpoint} "
+            f"(API {server.endpoint}/v1/agl, OTLP {server.otlp_traces_endpoint()}; {auth})",
+            flush=True,
+        )
+
+    try:
+        server.run_forever(on_started=announce)
+    except OSError as exc:
+        print(f"agl store: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        asyncio.run(store.close())
+    print("agl store: stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,878 @@
+"""``InMemoryLightningStore``: the fastest store, for one process (any number of threads and event loops).
+
+Every method runs its synchronous critical section under one ``threading.Lock`` and never awaits while
+holding it, so each call is atomic to concurrent coroutines and threads alike. Waits
+(``wait_for_rollouts``, ``dequeue_*`` with a timeout) sleep on notifications that are delivered to the
+waiting coroutine's own event loop, whatever thread made the change.
+
+Data is indexed by what is queried: rollouts by id and by status, attempts and spans per rollout. Stored
+rollouts, attempts, resources and workers are copied on the way out; spans are stored and returned as
+given (they are never modified).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal
+
+from agl.types import (
+    ATTEMPT_STATUSES,
+    FINISHED_STATUSES,
+    QUEUED_STATUSES,
+    ROLLOUT_STATUSES,
+    UNSET,
+    Attempt,
+    AttemptedRollout,
+    AttemptStatus,
+    EnqueueRolloutRequest,
+    FilterLogic,
+    InvalidRequestError,
+    NamedResources,
+    NotFoundError,
+    PaginatedResult,
+    ResourcesUpdate,
+    Rollout,
+    RolloutConfig,
+    RolloutMode,
+    RolloutStatus,
+    SortOrder,
+    Span,
+    TaskInput,
+    Unset,
+    Worker,
+    WorkerStatus,
+    new_attempt_id,
+    new_resources_id,
+    new_rollout_id,
+)
+
+from . import _rules
+from ._notify import Notifier, Waiter
+from ._query import Predicate, contains, filter_rows, paginate, sort_rows
+from ._watchdog import ScanDebouncer
+from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
+
+__all__ = ["InMemoryLightningStore"]
+
+_MODES = ("train", "val", "test")
+_WAIT_SLICE_SECONDS = 1.0
+"""Long waits wake at least this often to let the watchdog run (nothing else may be calling the store)."""
+
+
+class _RolloutRecord:
+    """A rollout with everything hanging off it."""
+
+    __slots__ = ("attempts", "order", "rollout", "span_keys", "spans")
+
+    def __init__(self, rollout: Rollout, order: int) -> None:
+        self.rollout = rollout
+        self.order = order
+        self.attempts: list[Attempt] = []
+        self.spans: list[Span] = []
+        self.span_keys: set[tuple[str, str]] = set()
+
+    def find_attempt(self, attempt_id: str) -> Attempt | None:
+        for attempt in reversed(self.attempts):
+            if attempt.attempt_id == attempt_id:
+                return attempt
+        return None
+
+
+def _copy_attempt(attempt: Attempt) -> Attempt:
+    if attempt.metadata is None:
+        return attempt.model_copy()
+    return attempt.model_copy(update={"metadata": dict(attempt.metadata)})
+
+
+def _copy_rollout(record: _RolloutRecord, *, with_attempt: bool = True) -> Rollout | AttemptedRollout:
+    rollout = record.rollout
+    fields = dict(rollout.__dict__)
+    fields["config"] = rollout.config.model_copy()
+    if rollout.metadata is not None:
+        fields["metadata"] = dict(rollout.metadata)
+    if with_attempt and record.attempts:
+        return AttemptedRollout.model_construct(attempt=_copy_attempt(record.attempts[-1]), **fields)
+    return Rollout.model_construct(**fields)
+
+
+def _check_status(status: Any, allowed: Sequence[str], what: str) -> None:
+    if status not in allowed:
+        raise InvalidRequestError(f"{what} {status!r} is invalid; use one of {list(allowed)}")
+
+
+def _check_mode(mode: Any) -> None:
+    if mode is not None and mode not in _MODES:
+        raise InvalidRequestError(f"mode {mode!r} is invalid; use one of {list(_MODES)} or None")
+
+
+def _config(config: Any) -> RolloutConfig:
+    if config is None:
+        return RolloutConfig()
+    if isinstance(config, RolloutConfig):
+        return config.model_copy(deep=True)
+    if isinstance(config, dict):
+        try:
+            return RolloutConfig.model_validate(config)
+        except ValueError as exc:
+            raise InvalidRequestError(f"invalid rollout config: {exc}") from exc
+    raise InvalidRequestError(f"config must be a RolloutConfig, a dict or None, not {type(config).__name__}")
+
+
+def _metadata(metadata: Any) -> dict[str, Any]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise InvalidRequestError(f"metadata must be a dict or None, not {type(metadata).__name__}")
+    return dict(metadata)
+
+
+class InMemoryLightningStore(LightningStore):
+    """A :class:`LightningStore` that keeps everything in this process's memory.
+
+    Args:
+        clock: Source of "now" (seconds since the epoch) for every timestamp and for the watchdog;
+            tests inject a manual clock to exercise timeouts without sleeping.
+        scan_debounce_seconds: The watchdog scans running rollouts for timed-out and unresponsive
+            attempts at most once per this many seconds of ``clock`` (0: on every watched call).
+    """
+
+    def __init__(
+        self, *, clock: Callable[[], float] = time.time, scan_debounce_seconds: float = 10.0
+    ) -> None:
+        self._clock = clock
+        self._debouncer = ScanDebouncer(clock, scan_debounce_seconds)
+        self._lock = threading.Lock()
+        self._started = time.monotonic()
+        self._closed = False
+        self._order = itertools.count()
+        self._rollouts: dict[str, _RolloutRecord] = {}
+        self._by_status: dict[str, set[str]] = {status: set() for status in ROLLOUT_STATUSES}
+        self._queue: deque[str] = deque()
+        self._in_queue: set[str] = set()
+        self._span_counters: dict[str, int] = {}
+        self._resources: dict[str, ResourcesUpdate] = {}
+        self._latest_resources_id: str | None = None
+        self._workers: dict[str, Worker] = {}
+        self._total_attempts = 0
+        self._total_spans = 0
+        self._queue_changed = Notifier()
+        self._rollout_finished = Notifier()
+
+    # -- housekeeping ---------------------------------------------------------------------------
+
+    @property
+    def capabilities(self) -> LightningStoreCapabilities:
+        return LightningStoreCapabilities(
+            thread_safe=True, async_safe=True, zero_copy=False, otlp_traces=False
+        )
+
+    async def statistics(self) -> LightningStoreStatistics:
+        with self._lock:
+            return LightningStoreStatistics(
+                name=type(self).__name__,
+                total_rollouts=len(self._rollouts),
+                total_attempts=self._total_attempts,
+                total_spans=self._total_spans,
+                total_resources=len(self._resources),
+                total_workers=len(self._workers),
+                uptime=time.monotonic() - self._started,
+            )
+
+    async def close(self) -> None:
+        """Wake every waiting call (they return what they have) and refuse to wait from now on."""
+        with self._lock:
+            self._closed = True
+            self._queue_changed.notify_all()
+            self._rollout_finished.notify_all()
+
+    # -- internal helpers (call with the lock held) ---------------------------------------------
+
+    def _watch(self, now: float) -> None:
+        """The watchdog: live attempts of running rollouts that broke their limits are timed out or
+        marked unresponsive, through the same path as ``update_attempt``."""
+        if not self._debouncer.should_scan():
+            return
+        running = [self._rollouts[i] for i in (*self._by_status["preparing"], *self._by_status["running"])]
+        running.sort(key=lambda r: r.order)  # creation order: requeued rollouts queue up deterministically
+        for record in running:
+            if not record.attempts:
+                continue
+            attempt = record.attempts[-1]
+            verdict = _rules.watchdog_verdict(attempt, record.rollout.config, now)
+            if verdict is not None:
+                self._set_attempt_status(record, attempt, verdict, now)
+
+    def _record(self, rollout_id: str) -> _RolloutRecord:
+        record = self._rollouts.get(rollout_id)
+        if record is None:
+            raise NotFoundError(f"Rollout {rollout_id} not found")
+        return record
+
+    def _new_rollout(
+        self,
+        input: TaskInput,
+        mode: Any,
+        resources_id: str | None,
+        config: Any,
+        metadata: Any,
+        status: RolloutStatus,
+        now: float,
+        latest_resources_id: str | None,
+    ) -> _RolloutRecord:
+        _check_mode(mode)
+        rollout_id = new_rollout_id()
+        while rollout_id in self._rollouts:
+            rollout_id = new_rollout_id()
+        rollout = Rollout.model_construct(
+            rollout_id=rollout_id,
+            input=input,
+            start_time=now,
+            end_time=None,
+            mode=mode,
+            resources_id=resources_id if resources_id is not None else latest_resources_id,
+            status=status,
+            config=_config(config),
+            metadata=_metadata(metadata),
+        )
+        record = _RolloutRecord(rollout, next(self._order))
+        self._rollouts[rollout_id] = record
+        self._by_status[status].add(rollout_id)
+        if status in QUEUED_STATUSES:
+            self._push(rollout_id)
+        return record
+
+    def _push(self, rollout_id: str) -> None:
+        if rollout_id not in self._in_queue:
+            self._queue.append(rollout_id)
+            self._in_queue.add(rollout_id)
+            self._queue_changed.notify_all()
+
+    def _new_attempt(self, record: _RolloutRecord, worker_id: str | None, now: float) -> Attempt:
+        attempt = Attempt(
+            rollout_id=record.rollout.rollout_id,
+            attempt_id=new_attempt_id(),
+            sequence_id=len(record.attempts) + 1,
+            start_time=now,
+            status="preparing",
+            worker_id=worker_id,
+        )
+        record.attempts.append(attempt)
+        self._total_attempts += 1
+        self._set_rollout_status(record, "preparing", now)
+        return attempt
+
+    def _set_rollout_status(self, record: _RolloutRecord, status: RolloutStatus, now: float) -> None:
+        rollout = record.rollout
+        old = rollout.status
+        rollout.end_time = _rules.rollout_end_time(status, old, rollout.end_time, now)
+        if status != old:
+            self._by_status[old].discard(rollout.rollout_id)
+            self._by_status[status].add(rollout.rollout_id)
+            rollout.status = status
+        if status in QUEUED_STATUSES:
+            self._push(rollout.rollout_id)
+        elif status in FINISHED_STATUSES:
+            self._rollout_finished.notify_all()
+
+    def _set_attempt_status(
+        self, record: _RolloutRecord, attempt: Attempt, status: AttemptStatus, now: float
+    ) -> None:
+        attempt.status = status
+        attempt.end_time = _rules.attempt_end_time(status, attempt.end_time, now)
+        if attempt is record.attempts[-1]:
+            rollout_status = _rules.rollout_status_from_attempt(
+                status, attempt.sequence_id, record.rollout.config
+            )
+            if rollout_status != record.rollout.status:
+                self._set_rollout_status(record, rollout_status, now)
+        if attempt.worker_id:
+            self._sync_worker(attempt, now)
+
+    def _sync_worker(self, attempt: Attempt, now: float, *, dequeued: bool = False) -> None:
+        assert attempt.worker_id is not None
+        worker = self._workers.get(attempt.worker_id) or Worker(worker_id=attempt.worker_id)
+        self._workers[attempt.worker_id] = _rules.worker_after_attempt(
+            worker, attempt, now, dequeued=dequeued
+        )
+
+    def _claim(
+        self, limit: int, worker_id: str | None, now: float, *, mark_idle: bool = True
+    ) -> list[AttemptedRollout]:
+        claimed: list[tuple[_RolloutRecord, Attempt]] = []
+        while len(claimed) < limit and self._queue:
+            rollout_id = self._queue.popleft()
+            self._in_queue.discard(rollout_id)
+            record = self._rollouts.get(rollout_id)
+            if record is None or record.rollout.status not in QUEUED_STATUSES:
+                continue  # updated while queued (started, cancelled...): a stale entry
+            claimed.append((record, self._new_attempt(record, worker_id, now)))
+        if worker_id:
+            if claimed:
+                self._sync_worker(claimed[-1][1], now, dequeued=True)
+            elif mark_idle:
+                worker = self._workers.get(worker_id) or Worker(worker_id=worker_id)
+                self._workers[worker_id] = _rules.worker_after_empty_dequeue(worker, now)
+        return [_copy_rollout(record) for record, _ in claimed]  # type: ignore[misc]
+
+    def _heartbeat(self, record: _RolloutRecord, attempt: Attempt, now: float) -> None:
+        before = attempt.status
+        attempt.last_heartbeat_time = now
+        after = _rules.attempt_status_after_span(before)
+        if after != before:
+            attempt.status = after
+            if attempt.worker_id:
+                self._sync_worker(attempt, now)
+        if _rules.rollout_promoted_by_span(record.rollout.status, before, attempt is record.attempts[-1]):
+            self._set_rollout_status(record, "running", now)
+
+    # -- rollouts and the queue -----------------------------------------------------------------
+
+    async def start_rollout(
+        self,
+        input: TaskInput,
+        mode: RolloutMode | None = None,
+        resources_id: str | None = None,
+        config: RolloutConfig | None = None,
+        metadata: dict[str, Any] | None = None,
+        worker_id: str | None = None,
+    ) -> AttemptedRollout:
+        with self._lock:
+            now = self._clock()
+            self._watch(now)
+            record = self._new_rollout(
+                input, mode, resources_id, config, metadata, "preparing", now, self._latest_resources_id
+            )
+            attempt = self._new_attempt(record, worker_id, now)
+            if worker_id:
+                self._sync_worker(attempt, now)
+            return _copy_rollout(record)  # type: ignore[return-value]
+
+    async def enqueue_rollout(
+        self,
+        input: TaskInput,
+        mode: RolloutMode | None = None,
+        resources_id: str | None = None,
+        config: RolloutConfig | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Rollout:
+        with self._lock:
+            now = self._clock()
+            self._watch(now)
+            record = self._new_rollout(
+                input, mode, resources_id, config, metadata, "queuing", now, self._latest_resources_id
+            )
+            return _copy_rollout(record)
+
+    async def enqueue_many_rollouts(self, requests: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
+        parsed = [
+            r if isinstance(r, EnqueueRolloutRequest) else EnqueueRolloutRequest.model_validate(r)
+            for r in requests
+        ]
+        for request in parsed:
+            _check_mode(request.mode)
+        with self._lock:
+            now = self._clock()
+            self._watch(now)
+            latest = self._latest_resources_id
+            records = [
+                self._new_rollout(
+                    r.input, r.mode, r.resources_id, r.config, r.metadata, "queuing", now, latest
+                )
+                for r in parsed
+            ]
+            return [_copy_rollout(record) for record in records]
+
+    async def dequeue_rollout(
+        self, worker_id: str | None = None, *, timeout: float | None = 0.0
+    ) -> AttemptedRollout | None:
+        claimed = await self._dequeue(1, worker_id, timeout)
+        return claimed[0] if claimed else None
+
+    async def dequeue_many_rollouts(
+        self, *, limit: int = 1, worker_id: str | None = None, timeout: float | None = 0.0
+    ) -> list[AttemptedRollout]:
+        if limit <= 0:
+            return []
+        return await self._dequeue(limit, worker_id, timeout)
+
+    async def _dequeue(
+        self, limit: int, worker_id: str | None, timeout: float | None
+    ) -> list[AttemptedRollout]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        first = True
+        while True:
+            with self._lock:
+                now = self._clock()
+                self._watch(now)
+                # an empty dequeue marks the worker idle once, not on every wake-up of a long wait
+                claimed = self._claim(limit, worker_id, now, mark_idle=first)
+                first = False
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if claimed or self._closed or (remaining is not None and remaining <= 0):
+                    return claimed
+                waiter = self._queue_changed.register()
+            await self._wait(waiter, self._queue_changed, remaining)
+
+    async def _wait(self, waiter: Waiter, notifier: Notifier, remaining: float | None) -> None:
+        timeout = _WAIT_SLICE_SECONDS if remaining is None else min(remaining, _WAIT_SLICE_SECONDS)
+        if not await waiter.wait(timeout):
+            with self._lock:
+                notifier.unregister(waiter)
+
+    async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
+        with self._lock:
+            now = self._clock()
+            self._watch(now)
+            record = self._record(rollout_id)
+            attempt = self._new_attempt(record, worker_id, now)
+            if worker_id:
+                self._sync_worker(attempt, now)
+            return _copy_rollout(record)  # type: ignore[return-value]
+
+    async def query_rollouts(
+        self,
+        *,
+        status_in: Sequence[RolloutStatus] | None = None,
+        rollout_id_in: Sequence[str] | None = None,
+        rollout_id_contains: str | None = None,
+        filter_logic: FilterLogic = "and",
+        sort_by: str | None = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Rollout | AttemptedRollout]:
+        _rules.validate_page(
+            Rollout,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+            filter_logic=filter_logic,
+        )
+        statuses: set[Any] | None = None if status_in is None else set(status_in)
+        ids = None if rollout_id_in is None else list(dict.fromkeys(rollout_id_in))
+        with self._lock:
+            now = self._clock()
+            self._watch(now)
+            records = self._select_rollouts(statuses, ids, rollout_id_contains, filter_logic)
+            rows = sort_rows([r.rollout for r in records], sort_by, sort_order)
+            page = paginate(rows, limit, offset)
+            page.items = [_copy_rollout(self._rollouts[r.rollout_id]) for r in page.items]
+            return page  # type: ignore[return-value]
+
+    def _select_rollouts(
+        self, statuses: set[Any] | None, ids: list[str] | None, id_contains: str | None, logic: str
+    ) -> list[_RolloutRecord]:
+        """Matching rollouts in creation order, read through the indexes where one applies."""
+        predicates: list[Predicate] = []
+        if statuses is not None:
+            predicates.append(lambda r: r.rollout.status in statuses)
+        if ids is not None:
+            id_set = set(ids)
+            predicates.append(lambda r: r.rollout.rollout_id in id_set)
+        if id_contains is not None:
+            predicates.append(lambda r: id_contains in r.rollout.rollout_id)
+        candidates: Iterable[_RolloutRecord]
+        if logic == "and" or len(predicates) <= 1:
+            if ids is not None:
+                candidates = sorted(
+                    (self._rollouts[i] for i in ids if i in self._rollouts), key=lambda r: r.order
+                )
+            elif statuses is not None:
+                candidates = self._records_with_status(statuses)
+            else:
+                candidates = self._rollouts.values()
+            return filter_rows(candidates, predicates, "and")
+        if id_contains is not None:  # an "or" with a substring test has to look at every rollout
+            return filter_rows(self._rollouts.values(), predicates, "or")
+        found: set[str] = set(i for i in ids or () if i in self._rollouts)
+        for status in statuses or ():
+            found |= self._by_status.get(status, set())
+        return sorted((self._rollouts[i] for i in found), key=lambda r: r.order)
+
+    def _records_with_status(self, statuses: Iterable[str]) -> list[_RolloutRecord]:
+        ids: set[str] = set()
+        for status in statuses:
+            ids |= self._by_status.get(status, set())
+        return sorted((self._rollouts[i] for i in ids), key=lambda r: r.order)
+
+    async def get_rollout_by_id(self, rollout_id: str) -> Rollout | AttemptedRollout | None:
+        with self._lock:
+            self._watch(self._clock())
+            record = self._rollouts.get(rollout_id)
+            return None if record is None else _copy_rollout(record)
+
+    async def query_attempts(
+        self,
+        rollout_id: str,
+        *,
+        sort_by: str | None = "sequence_id",
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Attempt]:
+        _rules.validate_page(Attempt, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset)
+        with self._lock:
+            self._watch(self._clock())
+            record = self._rollouts.get(rollout_id)
+            rows = [] if record is None else sort_rows(list(record.attempts), sort_by, sort_order)
+            page = paginate(rows, limit, offset)
+            page.items = [_copy_attempt(a) for a in page.items]
+            return page
+
+    async def get_latest_attempt(self, rollout_id: str) -> Attempt | None:
+        with self._lock:
+            self._watch(self._clock())
+            record = self._rollouts.get(rollout_id)
+            if record is None or not record.attempts:
+                return None
+            return _copy_attempt(record.attempts[-1])
+
+    async def update_rollout(
+        self,
+        rollout_id: str,
+        input: TaskInput | Unset = UNSET,
+        mode: RolloutMode | Unset | None = UNSET,
+        resources_id: str | Unset | None = UNSET,
+        status: RolloutStatus | Unset = UNSET,
+        config: RolloutConfig | Unset = UNSET,
+        metadata: dict[str, Any] | Unset | None = UNSET,
+    ) -> Rollout:
+        if mode is not UNSET:
+            _check_mode(mode)
+        if status is not UNSET:
+            _check_status(status, ROLLOUT_STATUSES, "rollout status")
+        new_config = None if config is UNSET else _config(config)
+        if metadata is not UNSET and metadata is not None and not isinstance(metadata, dict):
+            raise InvalidRequestError(f"metadata must be a dict or None, not {type(metadata).__name__}")
+        with self._lock:
+            now = self._clock()
+            self._watch(now)
+            record = self._record(rollout_id)
+            rollout = record.rollout
+            if input is not UNSET:
+                rollout.input = input
+            if mode is not UNSET:
+                rollout.mode = mode  # type: ignore[assignment]
+            if resources_id is not UNSET:
+                rollout.resources_id = resources_id  # type: ignore[assignment]
+            if new_config is not None:
+                rollout.config = new_config
+            if metadata is not UNSET:
+                rollout.metadata = None if metadata is None else dict(metadata)  # type: ignore[arg-type]
+            if status is not UNSET:
+                self._set_rollout_status(record, status, now)  # type: ignore[arg-type]
+            return _copy_rollout(record)
+
+    async def update_attempt(
+        self,
+        rollout_id: str,
+        attempt_id: str | Literal["latest"],
+        status: AttemptStatus | Unset = UNSET,
+        worker_id: str | Unset = UNSET,
+        last_heartbeat_time: float | Unset = UNSET,
+        metadata: dict[str, Any] | Unset = UNSET,
+    ) -> Attempt:
+        if status is not UNSET:
+            _check_status(status, ATTEMPT_STATUSES, "attempt status")
+        if metadata is not UNSET and metadata is not None and not isinstance(metadata, dict):
+            raise InvalidRequestError(f"metadata must be a dict or None, not {type(metadata).__name__}")
+        with self._lock:
+            now = self._clock()
+            self._watch(now)
+            record = self._record(rollout_id)
+            if not record.attempts:
+                raise NotFoundError(f"No attempts found for rollout {rollout_id}")
+            attempt = record.attempts[-1] if attempt_id == "latest" else record.find_attempt(attempt_id)
+            if attempt is None:
+                raise NotFoundError(f"Attempt {attempt_id} not found for rollout {rollout_id}")
+            if worker_id is not UNSET:
+                attempt.worker_id = worker_id  # type: ignore[assignment]
+            if last_heartbeat_time is not UNSET:
+                attempt.last_heartbeat_time = last_heartbeat_time  # type: ignore[assignment]
+            if metadata is not UNSET:
+                attempt.metadata = None if metadata is None else dict(metadata)  # type: ignore[arg-type]
+            if status is not UNSET:
+                self._set_attempt_status(record, attempt, status, now)  # type: ignore[arg-type]
+            elif worker_id:
+                self._sync_worker(attempt, now)
+            return _copy_attempt(attempt)
+
+    async def wait_for_rollouts(
+        self, *, rollout_ids: Sequence[str], timeout: float | None = None
+    ) -> list[Rollout]:
+        wanted = list(dict.fromkeys(rollout_ids))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                self._watch(self._clock())
+                known = [self._rollouts[i] for i in wanted if i in self._rollouts]
+                done = [r for r in known if r.rollout.status in FINISHED_STATUSES]
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if len(done) == len(known) or self._closed or (remaining is not None and remaining <= 0):
+                    return [_copy_rollout(r, with_attempt=False) for r in done]
+                waiter = self._rollout_finished.register()
+            await self._wait(waiter, self._rollout_finished, remaining)
+
+    # -- resources ------------------------------------------------------------------------------
+
+    async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:
+        with self._lock:
+            now = self._clock()
+            resources_id = new_resources_id()
+            while resources_id in self._resources:
+                resources_id = new_resources_id()
+            update = _resources_update(resources_id, resources, now, now, 1)
+            self._resources[resources_id] = update
+            self._latest_resources_id = resources_id
+            return update.model_copy()
+
+    async def update_resources(self, resources_id: str, resources: NamedResources) -> ResourcesUpdate:
+        with self._lock:
+            now = self._clock()
+            self._watch(now)
+            old = self._resources.get(resources_id)
+            if old is None:
+                update = _resources_update(resources_id, resources, now, now, 1)
+            else:
+                update = _resources_update(resources_id, resources, old.create_time, now, old.version + 1)
+            self._resources[resources_id] = update
+            self._latest_resources_id = resources_id
+            return update.model_copy()
+
+    async def get_resources_by_id(self, resources_id: str) -> ResourcesUpdate | None:
+        with self._lock:
+            update = self._resources.get(resources_id)
+            return None if update is None else update.model_copy()
+
+    async def get_latest_resources(self) -> ResourcesUpdate | None:
+        with self._lock:
+            if self._latest_resources_id is None:
+                return None
+            return self._resources[self._latest_resources_id].model_copy()
+
+    async def query_resources(
+        self,
+        *,
+        resources_id: str | None = None,
+        resources_id_contains: str | None = None,
+        sort_by: str | None = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[ResourcesUpdate]:
+        _rules.validate_page(
+            ResourcesUpdate, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset
+        )
+        with self._lock:
+            if resources_id is not None:
+                found = self._resources.get(resources_id)
+                rows = [] if found is None else [found]
+            else:
+                rows = list(self._resources.values())
+            if resources_id_contains is not None:
+                needle = resources_id_contains
+                rows = [r for r in rows if needle in r.resources_id]
+            page = paginate(sort_rows(rows, sort_by, sort_order), limit, offset)
+            page.items = [r.model_copy() for r in page.items]
+            return page
+
+    # -- spans ----------------------------------------------------------------------------------
+
+    async def add_span(self, span: Span) -> Span | None:
+        stored = await self.add_many_spans([span])
+        return stored[0] if stored else None
+
+    async def add_many_spans(self, spans: Sequence[Span]) -> list[Span]:
+        spans = [s if isinstance(s, Span) else Span.model_validate(s) for s in spans]
+        with self._lock:
+            now = self._clock()
+            targets: dict[tuple[str, str], tuple[_RolloutRecord, Attempt]] = {}
+            for span in spans:  # validate everything before storing anything
+                key = (span.rollout_id, span.attempt_id)
+                if key not in targets:
+                    record = self._record(span.rollout_id)
+                    attempt = record.find_attempt(span.attempt_id)
+                    if attempt is None:
+                        raise NotFoundError(
+                            f"Attempt {span.attempt_id} not found for rollout {span.rollout_id}"
+                        )
+                    targets[key] = (record, attempt)
+            stored: list[Span] = []
+            touched: dict[tuple[str, str], None] = {}
+            counters = self._span_counters
+            for span in spans:
+                record, _ = targets[(span.rollout_id, span.attempt_id)]
+                if counters.get(span.rollout_id, 0) < span.sequence_id:
+                    counters[span.rollout_id] = span.sequence_id
+                span_key = (span.attempt_id, span.span_id)
+                if span_key in record.span_keys:
+                    continue  # duplicate: skipped, not an error
+                record.span_keys.add(span_key)
+                record.spans.append(span)
+                stored.append(span)
+                touched[(span.rollout_id, span.attempt_id)] = None
+            self._total_spans += len(stored)
+            for key in touched:
+                record, attempt = targets[key]
+                self._heartbeat(record, attempt, now)
+            return stored
+
+    async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
+        with self._lock:
+            value = self._span_counters.get(rollout_id, 0) + 1
+            self._span_counters[rollout_id] = value
+            return value
+
+    async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[tuple[str, str]]) -> list[int]:
+        with self._lock:
+            counters = self._span_counters
+            values: list[int] = []
+            for rollout_id, _ in rollout_attempt_ids:
+                value = counters.get(rollout_id, 0) + 1
+                counters[rollout_id] = value
+                values.append(value)
+            return values
+
+    async def query_spans(
+        self,
+        rollout_id: str,
+        attempt_id: str | Literal["latest"] | None = None,
+        *,
+        trace_id: str | None = None,
+        trace_id_contains: str | None = None,
+        span_id: str | None = None,
+        span_id_contains: str | None = None,
+        parent_id: str | None = None,
+        parent_id_contains: str | None = None,
+        name: str | None = None,
+        name_contains: str | None = None,
+        filter_logic: FilterLogic = "and",
+        limit: int = -1,
+        offset: int = 0,
+        sort_by: str | None = "sequence_id",
+        sort_order: SortOrder = "asc",
+    ) -> PaginatedResult[Span]:
+        _rules.validate_page(
+            Span,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+            filter_logic=filter_logic,
+        )
+        predicates = _span_predicates(
+            trace_id,
+            trace_id_contains,
+            span_id,
+            span_id_contains,
+            parent_id,
+            parent_id_contains,
+            name,
+            name_contains,
+        )
+        with self._lock:
+            self._watch(self._clock())
+            record = self._rollouts.get(rollout_id)
+            rows: list[Span] = []
+            if record is not None and not (attempt_id == "latest" and not record.attempts):
+                wanted = record.attempts[-1].attempt_id if attempt_id == "latest" else attempt_id
+                rows = record.spans if wanted is None else [s for s in record.spans if s.attempt_id == wanted]
+                rows = filter_rows(rows, predicates, filter_logic)
+        return paginate(sort_rows(rows, sort_by, sort_order), limit, offset)
+
+    # -- workers --------------------------------------------------------------------------------
+
+    async def query_workers(
+        self,
+        *,
+        status_in: Sequence[WorkerStatus] | None = None,
+        worker_id_contains: str | None = None,
+        filter_logic: FilterLogic = "and",
+        sort_by: str | None = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Worker]:
+        _rules.validate_page(
+            Worker,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+            filter_logic=filter_logic,
+        )
+        predicates: list[Predicate] = []
+        if status_in is not None:
+            statuses = set(status_in)
+            predicates.append(lambda w: w.status in statuses)
+        if worker_id_contains is not None:
+            needle = worker_id_contains
+            predicates.append(lambda w: needle in w.worker_id)
+        with self._lock:
+            self._watch(self._clock())
+            rows = filter_rows(self._workers.values(), predicates, filter_logic)
+        page = paginate(sort_rows(rows, sort_by, sort_order), limit, offset)
+        page.items = [w.model_copy() for w in page.items]
+        return page
+
+    async def get_worker_by_id(self, worker_id: str) -> Worker | None:
+        with self._lock:
+            worker = self._workers.get(worker_id)
+            return None if worker is None else worker.model_copy()
+
+    async def update_worker(self, worker_id: str, heartbeat_stats: dict[str, Any] | Unset = UNSET) -> Worker:
+        if not isinstance(worker_id, str) or not worker_id:
+            raise InvalidRequestError(f"worker_id must be a non-empty string, got {worker_id!r}")
+        with self._lock:
+            now = self._clock()
+            worker = self._workers.get(worker_id) or Worker(worker_id=worker_id)
+            update: dict[str, Any] = {"last_heartbeat_time": now}
+            if heartbeat_stats is not UNSET:
+                update["heartbeat_stats"] = None if heartbeat_stats is None else dict(heartbeat_stats)  # type: ignore[arg-type]
+            worker = worker.model_copy(update=update)
+            self._workers[worker_id] = worker
+            return worker.model_copy()
+
+
+def _resources_update(
+    resources_id: str, resources: NamedResources, create_time: float, update_time: float, version: int
+) -> ResourcesUpdate:
+    try:
+        return ResourcesUpdate(
+            resources_id=resources_id,
+            create_time=create_time,
+            update_time=update_time,
+            version=version,
+            resources=resources,
+        )
+    except ValueError as exc:
+        raise InvalidRequestError(f"invalid resources: {exc}") from exc
+
+
+def _span_predicates(
+    trace_id: str | None,
+    trace_id_contains: str | None,
+    span_id: str | None,
+    span_id_contains: str | None,
+    parent_id: str | None,
+    parent_id_contains: str | None,
+    name: str | None,
+    name_contains: str | None,
+) -> list[Predicate]:
+    predicates: list[Predicate] = []
+    for field, exact, needle in (
+        ("trace_id", trace_id, trace_id_contains),
+        ("span_id", span_id, span_id_contains),
+        ("parent_id", parent_id, parent_id_contains),
+        ("name", name, name_contains),
+    ):
+        if exact is not None:
+            predicates.append(lambda s, f=field, v=exact: getattr(s, f) == v)
+        if needle is not None:
+            predicates.append(lambda s, f=field, n=needle: contains(getattr(s, f), n))
+    return predicates

@@ -1,0 +1,619 @@
+"""``LightningStoreServer``: serve any :class:`~agl.store.LightningStore` over HTTP.
+
+The server is itself a ``LightningStore``. In the process that created it, its methods call the wrapped
+store directly (hopping onto the server's event loop when the wrapped store is not thread-safe); after
+being pickled into another process (or forked), the same methods talk HTTP to the parent through a
+:class:`~agl.store.LightningStoreClient`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from agl.types import (
+    UNSET,
+    Attempt,
+    AttemptedRollout,
+    AttemptStatus,
+    EnqueueRolloutRequest,
+    FilterLogic,
+    NamedResources,
+    PaginatedResult,
+    ResourcesUpdate,
+    Rollout,
+    RolloutConfig,
+    RolloutMode,
+    RolloutStatus,
+    SortOrder,
+    Span,
+    TaskInput,
+    Unset,
+    Worker,
+    WorkerStatus,
+)
+
+from ._http_models import API_PREFIX
+from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
+
+if TYPE_CHECKING:
+    import uvicorn
+    from fastapi import FastAPI
+
+    from ._http_app import AppOptions
+    from .client import LightningStoreClient
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_PORT", "LightningStoreServer"]
+
+logger = logging.getLogger("agl.store.server")
+
+DEFAULT_PORT = 4747
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+TOKEN_ENV = "AGL_STORE_TOKEN"
+
+
+def _fast_http_impl() -> str:
+    try:
+        import httptools  # noqa: F401  # the C parser roughly doubles requests/s over h11
+    except ImportError:
+        return "h11"
+    return "httptools"
+
+
+def _new_event_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class LightningStoreServer(LightningStore):
+    """Serve ``store`` at ``http://host:port/v1/agl`` (and OTLP/HTTP traces at ``/v1/traces``).
+
+    Args:
+        store: The store to serve. The server never closes it; its owner does.
+        host: Interface to bind; ``127.0.0.1`` unless you mean to accept other machines.
+        port: TCP port; ``0`` picks a free one (read it back from :attr:`port` after :meth:`start`).
+        token: Bearer token required on every route but ``/v1/agl/health``. ``None`` reads
+            ``AGL_STORE_TOKEN``; empty or unset means no authentication.
+        cors_allow_origins: Origins allowed by CORS (``"*"`` for any); none by default.
+        max_body_bytes: Largest accepted request body (also the cap on decompressed OTLP bodies).
+        max_wait_seconds: Longest a single long poll (dequeue with a timeout, ``wait_for_rollouts``)
+            is held by the server; clients loop for longer waits.
+        debug: Put tracebacks of server faults into 500 answers.
+        access_host: Host name that clients should use (defaults to ``host``, or 127.0.0.1 when
+            binding all interfaces).
+    """
+
+    def __init__(
+        self,
+        store: LightningStore,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        token: str | None = None,
+        cors_allow_origins: str | Sequence[str] | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_wait_seconds: float = 30.0,
+        debug: bool = False,
+        access_host: str | None = None,
+    ) -> None:
+        if isinstance(store, LightningStoreServer):
+            raise ValueError("LightningStoreServer cannot serve another LightningStoreServer; pass its inner store")
+        if max_body_bytes <= 0:
+            raise ValueError(f"max_body_bytes must be positive, got {max_body_bytes}")
+        if max_wait_seconds <= 0:
+            raise ValueError(f"max_wait_seconds must be positive, got {max_wait_seconds}")
+        self.store: LightningStore | None = store
+        self.host = host
+        self.port = port
+        self.token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
+        if isinstance(cors_allow_origins, str):
+            cors_allow_origins = [cors_allow_origins]
+        self.cors_allow_origins = [o.strip() for o in (cors_allow_origins or []) if o and o.strip()]
+        self.max_body_bytes = max_body_bytes
+        self.max_wait_seconds = max_wait_seconds
+        self.debug = debug
+        self.access_host = access_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
+        self._owner_pid = os.getpid()
+        self._app: FastAPI | None = None
+        self._options: AppOptions | None = None
+        self._uvicorn: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._shutdown: asyncio.Event | None = None
+        self._thread_error: BaseException | None = None
+        self._client: LightningStoreClient | None = None
+        self._client_lock = threading.Lock()
+
+    # -- addresses --------------------------------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str:
+        """Root URL of the server, e.g. ``http://127.0.0.1:4747``."""
+        host = f"[{self.access_host}]" if ":" in self.access_host else self.access_host
+        return f"http://{host}:{self.port}"
+
+    def otlp_traces_endpoint(self) -> str:
+        return self.endpoint + "/v1/traces"
+
+    @property
+    def capabilities(self) -> LightningStoreCapabilities:
+        return LightningStoreCapabilities(thread_safe=True, async_safe=True, zero_copy=True, otlp_traces=True)
+
+    @property
+    def is_running(self) -> bool:
+        return self._uvicorn is not None and self._uvicorn.started and not self._uvicorn.should_exit
+
+    # -- the app ---------------------------------------------------------------------------------
+
+    @property
+    def app(self) -> FastAPI:
+        """The FastAPI application (built on first use)."""
+        if self._app is None:
+            if self.store is None:
+                raise RuntimeError("this LightningStoreServer was unpickled in another process; it has no app")
+            from ._http_app import AppOptions, create_app
+
+            self._shutdown = None
+            options = AppOptions(
+                token=self.token,
+                cors_allow_origins=self.cors_allow_origins,
+                max_body_bytes=self.max_body_bytes,
+                max_wait_seconds=self.max_wait_seconds,
+                debug=self.debug,
+            )
+            self._options = options
+            self._app = create_app(self.store, options)
+        return self._app
+
+    def _bind(self) -> socket.socket:
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self.port))
+        except OSError as exc:
+            sock.close()
+            raise OSError(exc.errno, f"cannot listen on {self.host}:{self.port}: {exc.strerror}") from exc
+        sock.listen(2048)
+        sock.set_inheritable(True)
+        self.port = sock.getsockname()[1]
+        return sock
+
+    def _make_uvicorn(self) -> uvicorn.Server:
+        import uvicorn
+
+        config = uvicorn.Config(
+            self.app,
+            log_level="warning",
+            access_log=False,
+            http=_fast_http_impl(),
+            lifespan="off",
+            timeout_graceful_shutdown=2,
+            timeout_keep_alive=30,
+        )
+        server = uvicorn.Server(config)
+        # We handle signals ourselves (run_forever) so that Ctrl-C/SIGTERM end with a clean return.
+        server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+        return server
+
+    async def _serve(self, sock: socket.socket, on_started: Callable[[], None] | None = None) -> None:
+        server = self._uvicorn
+        assert server is not None and self._options is not None
+        self._loop = asyncio.get_running_loop()
+        self._shutdown = asyncio.Event()
+        self._options.shutdown = self._shutdown
+
+        async def announce() -> None:
+            while not server.started and not server.should_exit:
+                await asyncio.sleep(0.005)
+            if server.started and on_started is not None:
+                on_started()
+
+        announcer = asyncio.ensure_future(announce())
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            announcer.cancel()
+            self._loop = None
+
+    def _request_exit(self) -> None:
+        server, loop, shutdown = self._uvicorn, self._loop, self._shutdown
+        if server is not None:
+            server.should_exit = True
+        if loop is not None and shutdown is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(shutdown.set)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Serve in a background thread; return once ``/v1/agl/health`` answers."""
+        self._check_owner("start")
+        if self._thread is not None and self._thread.is_alive():
+            raise RuntimeError(f"the store server is already running at {self.endpoint}")
+        _ = self.app
+        sock = self._bind()
+        self._uvicorn = self._make_uvicorn()
+        self._thread_error = None
+
+        def run() -> None:
+            loop = _new_event_loop()
+            try:
+                loop.run_until_complete(self._serve(sock))
+            except BaseException as exc:  # reported by start() / stop()
+                self._thread_error = exc
+            finally:
+                loop.close()
+                sock.close()
+
+        self._thread = threading.Thread(target=run, name=f"agl-store-server:{self.port}", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self._thread.is_alive():
+                raise RuntimeError(f"the store server failed to start: {self._thread_error!r}")
+            if self._uvicorn.started and self._health_ok():
+                logger.info("store server listening at %s", self.endpoint)
+                return
+            time.sleep(0.002)
+        self.stop()
+        raise TimeoutError(f"the store server did not answer {API_PREFIX}/health within {timeout} s")
+
+    def _health_ok(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.endpoint + API_PREFIX + "/health", timeout=1.0) as response:
+                return response.status == 200
+        except (OSError, urllib.error.URLError):
+            return False
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop serving (in-flight long polls end early); the wrapped store stays open."""
+        thread = self._thread
+        if thread is None:
+            return
+        self._request_exit()
+        thread.join(timeout)
+        if thread.is_alive() and self._uvicorn is not None:
+            self._uvicorn.force_exit = True
+            thread.join(timeout)
+        self._thread = None
+        self._uvicorn = None
+
+    def run_forever(self, on_started: Callable[[], None] | None = None) -> None:
+        """Serve in this thread until SIGINT/SIGTERM (or :meth:`stop` from another thread); then return.
+
+        ``on_started`` is called (in the server's loop) once the server accepts requests.
+        """
+        self._check_owner("run_forever")
+        _ = self.app
+        sock = self._bind()
+        self._uvicorn = self._make_uvicorn()
+        in_main = threading.current_thread() is threading.main_thread()
+        previous: dict[int, Any] = {}
+        if in_main:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, lambda *_: self._request_exit())
+        loop = _new_event_loop()
+        self._thread = threading.current_thread()
+        try:
+            loop.run_until_complete(self._serve(sock, on_started))
+        finally:
+            loop.close()
+            sock.close()
+            self._thread = None
+            self._uvicorn = None
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    async def close(self) -> None:
+        """Stop serving (in the owner process) or close the HTTP client (in a child process)."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+        if os.getpid() == self._owner_pid and self._thread is not None and self._thread is not threading.current_thread():
+            await asyncio.to_thread(self.stop)
+
+    def _check_owner(self, what: str) -> None:
+        if os.getpid() != self._owner_pid or self.store is None:
+            raise RuntimeError(f"LightningStoreServer.{what}() can only be called in the process that created it")
+
+    # -- pickling: a child process talks HTTP to the parent ----------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "port": self.port,
+            "token": self.token,
+            "access_host": self.access_host,
+            "cors_allow_origins": self.cors_allow_origins,
+            "max_body_bytes": self.max_body_bytes,
+            "max_wait_seconds": self.max_wait_seconds,
+            "debug": self.debug,
+            "_owner_pid": self._owner_pid,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.store = None
+        self._app = None
+        self._options = None
+        self._uvicorn = None
+        self._thread = None
+        self._loop = None
+        self._shutdown = None
+        self._thread_error = None
+        self._client = None
+        self._client_lock = threading.Lock()
+
+    def _remote(self) -> LightningStoreClient:
+        with self._client_lock:
+            if self._client is None:
+                from .client import LightningStoreClient
+
+                self._client = LightningStoreClient(self.endpoint, token=self.token)
+            return self._client
+
+    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        store = self.store
+        if store is None or os.getpid() != self._owner_pid:
+            return await getattr(self._remote(), name)(*args, **kwargs)
+        loop = self._loop
+        if loop is None or store.capabilities.get("thread_safe", False):
+            return await getattr(store, name)(*args, **kwargs)
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop or loop.is_closed():
+            return await getattr(store, name)(*args, **kwargs)
+        # Run on the server's loop so that a store made for one loop is only ever used from it.
+        future = asyncio.run_coroutine_threadsafe(getattr(store, name)(*args, **kwargs), loop)
+        return await asyncio.wrap_future(future)
+
+    # -- the LightningStore contract, delegated ---------------------------------------------------
+
+    async def statistics(self) -> LightningStoreStatistics:
+        return await self._call("statistics")
+
+    async def start_rollout(
+        self,
+        input: TaskInput,
+        mode: RolloutMode | None = None,
+        resources_id: str | None = None,
+        config: RolloutConfig | None = None,
+        metadata: dict[str, Any] | None = None,
+        worker_id: str | None = None,
+    ) -> AttemptedRollout:
+        return await self._call("start_rollout", input, mode, resources_id, config, metadata, worker_id)
+
+    async def enqueue_rollout(
+        self,
+        input: TaskInput,
+        mode: RolloutMode | None = None,
+        resources_id: str | None = None,
+        config: RolloutConfig | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Rollout:
+        return await self._call("enqueue_rollout", input, mode, resources_id, config, metadata)
+
+    async def enqueue_many_rollouts(self, requests: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
+        return await self._call("enqueue_many_rollouts", requests)
+
+    async def dequeue_rollout(self, worker_id: str | None = None, *, timeout: float = 0.0) -> AttemptedRollout | None:
+        return await self._call("dequeue_rollout", worker_id, timeout=timeout)
+
+    async def dequeue_many_rollouts(
+        self, *, limit: int = 1, worker_id: str | None = None, timeout: float = 0.0
+    ) -> list[AttemptedRollout]:
+        return await self._call("dequeue_many_rollouts", limit=limit, worker_id=worker_id, timeout=timeout)
+
+    async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
+        return await self._call("start_attempt", rollout_id, worker_id)
+
+    async def query_rollouts(
+        self,
+        *,
+        status_in: Sequence[RolloutStatus] | None = None,
+        rollout_id_in: Sequence[str] | None = None,
+        rollout_id_contains: str | None = None,
+        filter_logic: FilterLogic = "and",
+        sort_by: str | None = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Rollout | AttemptedRollout]:
+        return await self._call(
+            "query_rollouts",
+            status_in=status_in,
+            rollout_id_in=rollout_id_in,
+            rollout_id_contains=rollout_id_contains,
+            filter_logic=filter_logic,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+        )
+
+    async def get_rollout_by_id(self, rollout_id: str) -> Rollout | AttemptedRollout | None:
+        return await self._call("get_rollout_by_id", rollout_id)
+
+    async def query_attempts(
+        self,
+        rollout_id: str,
+        *,
+        sort_by: str | None = "sequence_id",
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Attempt]:
+        return await self._call(
+            "query_attempts", rollout_id, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset
+        )
+
+    async def get_latest_attempt(self, rollout_id: str) -> Attempt | None:
+        return await self._call("get_latest_attempt", rollout_id)
+
+    async def update_rollout(
+        self,
+        rollout_id: str,
+        input: TaskInput | Unset = UNSET,
+        mode: RolloutMode | Unset | None = UNSET,
+        resources_id: str | Unset | None = UNSET,
+        status: RolloutStatus | Unset = UNSET,
+        config: RolloutConfig | Unset = UNSET,
+        metadata: dict[str, Any] | Unset | None = UNSET,
+    ) -> Rollout:
+        return await self._call(
+            "update_rollout",
+            rollout_id,
+            input=input,
+            mode=mode,
+            resources_id=resources_id,
+            status=status,
+            config=config,
+            metadata=metadata,
+        )
+
+    async def update_attempt(
+        self,
+        rollout_id: str,
+        attempt_id: str | Literal["latest"],
+        status: AttemptStatus | Unset = UNSET,
+        worker_id: str | Unset = UNSET,
+        last_heartbeat_time: float | Unset = UNSET,
+        metadata: dict[str, Any] | Unset = UNSET,
+    ) -> Attempt:
+        return await self._call(
+            "update_attempt",
+            rollout_id,
+            attempt_id,
+            status=status,
+            worker_id=worker_id,
+            last_heartbeat_time=last_heartbeat_time,
+            metadata=metadata,
+        )
+
+    async def wait_for_rollouts(self, *, rollout_ids: Sequence[str], timeout: float | None = None) -> list[Rollout]:
+        return await self._call("wait_for_rollouts", rollout_ids=rollout_ids, timeout=timeout)
+
+    async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:
+        return await self._call("add_resources", resources)
+
+    async def update_resources(self, resources_id: str, resources: NamedResources) -> ResourcesUpdate:
+        return await self._call("update_resources", resources_id, resources)
+
+    async def get_resources_by_id(self, resources_id: str) -> ResourcesUpdate | None:
+        return await self._call("get_resources_by_id", resources_id)
+
+    async def get_latest_resources(self) -> ResourcesUpdate | None:
+        return await self._call("get_latest_resources")
+
+    async def query_resources(
+        self,
+        *,
+        resources_id: str | None = None,
+        resources_id_contains: str | None = None,
+        sort_by: str | None = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[ResourcesUpdate]:
+        return await self._call(
+            "query_resources",
+            resources_id=resources_id,
+            resources_id_contains=resources_id_contains,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+        )
+
+    async def add_span(self, span: Span) -> Span | None:
+        return await self._call("add_span", span)
+
+    async def add_many_spans(self, spans: Sequence[Span]) -> list[Span]:
+        return await self._call("add_many_spans", spans)
+
+    async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
+        return await self._call("get_next_span_sequence_id", rollout_id, attempt_id)
+
+    async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[tuple[str, str]]) -> list[int]:
+        return await self._call("get_many_span_sequence_ids", rollout_attempt_ids)
+
+    async def query_spans(
+        self,
+        rollout_id: str,
+        attempt_id: str | Literal["latest"] | None = None,
+        *,
+        trace_id: str | None = None,
+        trace_id_contains: str | None = None,
+        span_id: str | None = None,
+        span_id_contains: str | None = None,
+        parent_id: str | None = None,
+        parent_id_contains: str | None = None,
+        name: str | None = None,
+        name_contains: str | None = None,
+        filter_logic: FilterLogic = "and",
+        limit: int = -1,
+        offset: int = 0,
+        sort_by: str | None = "sequence_id",
+        sort_order: SortOrder = "asc",
+    ) -> PaginatedResult[Span]:
+        return await self._call(
+            "query_spans",
+            rollout_id,
+            attempt_id,
+            trace_id=trace_id,
+            trace_id_contains=trace_id_contains,
+            span_id=span_id,
+            span_id_contains=span_id_contains,
+            parent_id=parent_id,
+            parent_id_contains=parent_id_contains,
+            name=name,
+            name_contains=name_contains,
+            filter_logic=filter_logic,
+            limit=limit,
+            offset=offset,
+            sort_by=sort_by,
+            sort_order=sort_order,
+        )
+
+    async def query_workers(
+        self,
+        *,
+        status_in: Sequence[WorkerStatus] | None = None,
+        worker_id_contains: str | None = None,
+        filter_logic: FilterLogic = "and",
+        sort_by: str | None = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Worker]:
+        return await self._call(
+            "query_workers",
+            status_in=status_in,
+            worker_id_contains=worker_id_contains,
+            filter_logic=filter_logic,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+        )
+
+    async def get_worker_by_id(self, worker_id: str) -> Worker | None:
+        return await self._call("get_worker_by_id", worker_id)
+
+    async def update_worker(self, worker_id: str, heartbeat_stats: dict[str, Any] | Unset = UNSET) -> Worker:
+        return await self._call("update_worker", worker_id, heartbeat_stats=heartbeat_stats)

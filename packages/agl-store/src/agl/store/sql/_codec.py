@@ -1,0 +1,172 @@
+"""Conversions between the agl models and rows of the SQL store.
+
+JSON columns are written with pydantic-core's serializer (fast, and it understands pydantic models);
+a span is dumped once by pydantic and passed through as :class:`RawJson`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic_core
+import sqlalchemy as sa
+from agl.types import (
+    Attempt,
+    AttemptedRollout,
+    InvalidRequestError,
+    ResourcesUpdate,
+    Rollout,
+    RolloutConfig,
+    Worker,
+)
+
+from . import schema
+
+__all__ = [
+    "RawJson",
+    "attempt_from_row",
+    "json_dumps",
+    "json_loads",
+    "json_text",
+    "resources_from_row",
+    "rollout_from_row",
+    "worker_from_row",
+]
+
+ATTEMPT_PREFIX = "a_"
+"""Label prefix of the latest attempt's columns when they are selected next to a rollout's."""
+
+
+class RawJson(str):
+    """A string that already is JSON: written to a JSON column as is."""
+
+    __slots__ = ()
+
+
+def json_dumps(value: Any) -> str:
+    if isinstance(value, RawJson):
+        return value
+    try:
+        return pydantic_core.to_json(value, inf_nan_mode="null").decode()
+    except pydantic_core.PydanticSerializationError as exc:
+        raise InvalidRequestError(
+            f"the SQL store keeps data as JSON, and this value is not JSON-serializable: {exc}"
+        ) from exc
+
+
+def json_loads(text: str | bytes) -> Any:
+    return pydantic_core.from_json(text)
+
+
+def json_text(column: sa.ColumnElement[Any], dialect: str) -> sa.ColumnElement[str]:
+    """A JSON column read as its text, to hand to ``model_validate_json`` without a detour through dicts."""
+    if dialect == "postgresql":  # asyncpg decodes json itself: ask the server for text
+        return sa.cast(column, sa.Text)
+    return sa.type_coerce(column, sa.Text)
+
+
+def rollout_from_row(row: Mapping[Any, Any]) -> Rollout | AttemptedRollout:
+    """A rollout, with its latest attempt attached when the row carries one (``a_*`` columns)."""
+    fields: dict[str, Any] = {
+        "rollout_id": row["rollout_id"],
+        "input": row["input"],
+        "start_time": row["start_time"],
+        "end_time": row["end_time"],
+        "mode": row["mode"],
+        "resources_id": row["resources_id"],
+        "status": row["status"],
+        "config": RolloutConfig.model_validate(row["config"]),
+        "metadata": row["metadata"],
+    }
+    if row.get(ATTEMPT_PREFIX + "attempt_id") is not None:
+        fields["attempt"] = attempt_from_row(row, prefix=ATTEMPT_PREFIX)
+        return AttemptedRollout.model_validate(fields)
+    return Rollout.model_validate(fields)
+
+
+def plain_rollout_from_row(row: Mapping[Any, Any]) -> Rollout:
+    rollout = rollout_from_row({k: v for k, v in row.items() if not k.startswith(ATTEMPT_PREFIX)})
+    return Rollout.model_validate(rollout.model_dump()) if isinstance(rollout, AttemptedRollout) else rollout
+
+
+def attempt_from_row(row: Mapping[Any, Any], prefix: str = "") -> Attempt:
+    return Attempt.model_validate(
+        {
+            "rollout_id": row[prefix + "rollout_id"],
+            "attempt_id": row[prefix + "attempt_id"],
+            "sequence_id": row[prefix + "sequence_id"],
+            "start_time": row[prefix + "start_time"],
+            "end_time": row[prefix + "end_time"],
+            "status": row[prefix + "status"],
+            "worker_id": row[prefix + "worker_id"],
+            "last_heartbeat_time": row[prefix + "last_heartbeat_time"],
+            "metadata": row[prefix + "metadata"],
+        }
+    )
+
+
+def attempt_columns(prefix: str = "") -> list[sa.ColumnElement[Any]]:
+    a = schema.attempts.c
+    columns = [
+        a.rollout_id,
+        a.attempt_id,
+        a.sequence_id,
+        a.start_time,
+        a.end_time,
+        a.status,
+        a.worker_id,
+        a.last_heartbeat_time,
+        a.metadata,
+    ]
+    return [c.label(prefix + c.name) for c in columns] if prefix else list(columns)
+
+
+def attempt_values(attempt: Attempt) -> dict[str, Any]:
+    return {
+        "rollout_id": attempt.rollout_id,
+        "attempt_id": attempt.attempt_id,
+        "sequence_id": attempt.sequence_id,
+        "start_time": attempt.start_time,
+        "end_time": attempt.end_time,
+        "status": attempt.status,
+        "worker_id": attempt.worker_id,
+        "last_heartbeat_time": attempt.last_heartbeat_time,
+        "metadata": attempt.metadata,
+    }
+
+
+def rollout_values(rollout: Rollout) -> dict[str, Any]:
+    """Column values of a rollout, config copies included (not ``queue_pos``/``num_attempts``)."""
+    return {
+        "rollout_id": rollout.rollout_id,
+        "input": rollout.input,
+        "start_time": rollout.start_time,
+        "end_time": rollout.end_time,
+        "mode": rollout.mode,
+        "resources_id": rollout.resources_id,
+        "status": rollout.status,
+        "config": rollout.config,
+        "metadata": rollout.metadata,
+        "timeout_seconds": rollout.config.timeout_seconds,
+        "unresponsive_seconds": rollout.config.unresponsive_seconds,
+    }
+
+
+def resources_from_row(row: Mapping[Any, Any]) -> ResourcesUpdate:
+    return ResourcesUpdate.model_validate(
+        {
+            "resources_id": row["resources_id"],
+            "create_time": row["create_time"],
+            "update_time": row["update_time"],
+            "version": row["version"],
+            "resources": row["resources"],
+        }
+    )
+
+
+WORKER_FIELDS = tuple(Worker.model_fields)
+
+
+def worker_from_row(row: Mapping[Any, Any]) -> Worker:
+    return Worker.model_validate({name: row[name] for name in WORKER_FIELDS})

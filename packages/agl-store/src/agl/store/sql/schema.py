@@ -1,0 +1,173 @@
+"""Tables and indexes of the SQL store (SQLAlchemy Core), and their idempotent creation.
+
+One schema serves SQLite and PostgreSQL. Every table has an autoincrementing ``seq`` column: it is the
+creation order, the default order of every query and the tie-breaker of every sort. JSON documents
+(task input, config, metadata, resources, spans) live in JSON columns; what is filtered or sorted on is
+also kept in plain columns with indexes.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.schema import CreateIndex, CreateTable
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "attempts",
+    "create_schema",
+    "metadata",
+    "resources",
+    "rollouts",
+    "schema_meta",
+    "span_sequence_ids",
+    "spans",
+    "workers",
+]
+
+SCHEMA_VERSION = 1
+"""Bumped whenever a change needs a migration; a store refuses a database of a newer version."""
+
+metadata = sa.MetaData()
+
+# Python compares strings by code point; so do SQLite's BINARY collation and PostgreSQL's "C" collation.
+_Text = sa.String().with_variant(sa.String(collation="C"), "postgresql")
+_Seq = sa.BigInteger().with_variant(sa.Integer(), "sqlite")  # INTEGER PRIMARY KEY is SQLite's rowid
+_Float = sa.Double()
+_Json = sa.JSON(none_as_null=True)
+
+
+def _seq() -> sa.Column[int]:
+    return sa.Column("seq", _Seq, primary_key=True, autoincrement=True)
+
+
+rollouts = sa.Table(
+    "agl_rollouts",
+    metadata,
+    _seq(),
+    sa.Column("rollout_id", _Text, nullable=False),
+    sa.Column("input", _Json),
+    sa.Column("start_time", _Float, nullable=False),
+    sa.Column("end_time", _Float),
+    sa.Column("mode", _Text),
+    sa.Column("resources_id", _Text),
+    sa.Column("status", _Text, nullable=False),
+    sa.Column("config", _Json, nullable=False),
+    sa.Column("metadata", _Json),
+    # Copies of config fields, so the watchdog reads only rollouts that have limits.
+    sa.Column("timeout_seconds", _Float),
+    sa.Column("unresponsive_seconds", _Float),
+    # Position in the queue: set while the status is queuing/requeuing, NULL otherwise.
+    sa.Column("queue_pos", sa.BigInteger),
+    # Attempts are numbered 1..num_attempts; the latest one has sequence_id == num_attempts.
+    sa.Column("num_attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Index("agl_rollouts_rollout_id", "rollout_id", unique=True),
+    sa.Index("agl_rollouts_status", "status", "seq"),
+    sa.Index("agl_rollouts_queue", "queue_pos"),
+)
+
+attempts = sa.Table(
+    "agl_attempts",
+    metadata,
+    _seq(),
+    sa.Column("rollout_id", _Text, nullable=False),
+    sa.Column("attempt_id", _Text, nullable=False),
+    sa.Column("sequence_id", sa.Integer, nullable=False),
+    sa.Column("start_time", _Float, nullable=False),
+    sa.Column("end_time", _Float),
+    sa.Column("status", _Text, nullable=False),
+    sa.Column("worker_id", _Text),
+    sa.Column("last_heartbeat_time", _Float),
+    sa.Column("metadata", _Json),
+    sa.Index("agl_attempts_rollout_sequence", "rollout_id", "sequence_id", unique=True),
+    sa.Index("agl_attempts_rollout_attempt", "rollout_id", "attempt_id", unique=True),
+)
+
+spans = sa.Table(
+    "agl_spans",
+    metadata,
+    _seq(),
+    sa.Column("rollout_id", _Text, nullable=False),
+    sa.Column("attempt_id", _Text, nullable=False),
+    sa.Column("span_id", _Text, nullable=False),
+    sa.Column("sequence_id", sa.BigInteger, nullable=False),
+    sa.Column("trace_id", _Text, nullable=False),
+    sa.Column("parent_id", _Text),
+    sa.Column("name", _Text, nullable=False),
+    sa.Column("start_time", _Float),
+    sa.Column("end_time", _Float),
+    sa.Column("payload", _Json, nullable=False),  # the whole span, extras included
+    sa.Index("agl_spans_identity", "rollout_id", "attempt_id", "span_id", unique=True),
+    sa.Index("agl_spans_sequence", "rollout_id", "attempt_id", "sequence_id"),
+)
+
+resources = sa.Table(
+    "agl_resources",
+    metadata,
+    _seq(),
+    sa.Column("resources_id", _Text, nullable=False),
+    sa.Column("create_time", _Float, nullable=False),
+    sa.Column("update_time", _Float, nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("resources", _Json, nullable=False),
+    # Increases with every add/update: the highest is the latest snapshot.
+    sa.Column("touch", sa.BigInteger, nullable=False),
+    sa.Index("agl_resources_resources_id", "resources_id", unique=True),
+    sa.Index("agl_resources_touch", "touch"),
+)
+
+workers = sa.Table(
+    "agl_workers",
+    metadata,
+    _seq(),
+    sa.Column("worker_id", _Text, nullable=False),
+    sa.Column("status", _Text, nullable=False),
+    sa.Column("heartbeat_stats", _Json),
+    sa.Column("last_heartbeat_time", _Float),
+    sa.Column("last_dequeue_time", _Float),
+    sa.Column("last_busy_time", _Float),
+    sa.Column("last_idle_time", _Float),
+    sa.Column("current_rollout_id", _Text),
+    sa.Column("current_attempt_id", _Text),
+    sa.Index("agl_workers_worker_id", "worker_id", unique=True),
+    sa.Index("agl_workers_status", "status", "seq"),
+)
+
+span_sequence_ids = sa.Table(
+    "agl_span_sequence_ids",
+    metadata,
+    sa.Column("rollout_id", _Text, primary_key=True),
+    sa.Column("value", sa.BigInteger, nullable=False),
+)
+
+schema_meta = sa.Table(
+    "agl_schema",
+    metadata,
+    sa.Column("key", _Text, primary_key=True),
+    sa.Column("value", _Text, nullable=False),
+)
+
+_PG_DDL_LOCK = 0x61676C5F73746F  # any constant: serializes schema creation across processes
+
+
+def create_schema(conn: sa.Connection) -> None:
+    """Create missing tables and indexes, inside the caller's write transaction.
+
+    Idempotent, and safe when several processes start at once: SQLite serializes the transaction
+    (``BEGIN IMMEDIATE``), PostgreSQL takes an advisory lock first.
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_DDL_LOCK})
+    for table in metadata.sorted_tables:
+        conn.execute(CreateTable(table, if_not_exists=True))
+        for index in sorted(table.indexes, key=lambda i: str(i.name)):
+            conn.execute(CreateIndex(index, if_not_exists=True))
+    found = conn.execute(
+        sa.select(schema_meta.c.value).where(schema_meta.c.key == "schema_version")
+    ).scalar_one_or_none()
+    if found is None:
+        conn.execute(sa.insert(schema_meta).values(key="schema_version", value=str(SCHEMA_VERSION)))
+    elif int(found) > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"the database holds an agl store of schema version {found}, newer than this agl-store "
+            f"(version {SCHEMA_VERSION}); upgrade agl-store"
+        )

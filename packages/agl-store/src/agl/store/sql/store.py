@@ -1,0 +1,500 @@
+"""``SqlLightningStore``: the durable LightningStore on SQLite (a file) or PostgreSQL, one implementation.
+
+See :mod:`agl.store.sql._db` for transactions and durability, :mod:`._writes` and :mod:`._reads` for the
+operations. Waiting (``wait_for_rollouts``, ``dequeue_*`` with a timeout) is woken at once by writes of
+this process and polls the database (backing off to 100 ms) for writes of other processes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal, TypeVar
+
+from agl.types import (
+    UNSET,
+    Attempt,
+    AttemptedRollout,
+    AttemptStatus,
+    EnqueueRolloutRequest,
+    FilterLogic,
+    InvalidRequestError,
+    NamedResources,
+    PaginatedResult,
+    ResourcesUpdate,
+    Rollout,
+    RolloutConfig,
+    RolloutMode,
+    RolloutStatus,
+    SortOrder,
+    Span,
+    TaskInput,
+    Unset,
+    Worker,
+    WorkerStatus,
+)
+from pydantic import TypeAdapter, ValidationError
+
+from .. import _rules
+from .._notify import Notifier, Waiter
+from .._watchdog import ScanDebouncer
+from ..base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
+from . import _reads, _writes
+from ._db import Database
+from ._reads import Page
+from ._writes import Ctx, Effects
+
+__all__ = ["SqlLightningStore"]
+
+T = TypeVar("T")
+
+_MAX_POLL_INTERVAL = 0.1
+_FIRST_POLL_INTERVAL = 0.005
+
+
+class _Signal:
+    """Wakes waiters of any thread's loop when this process changes something they wait for."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._notifier = Notifier()
+
+    def register(self) -> Waiter:
+        with self._lock:
+            return self._notifier.register()
+
+    def unregister(self, waiter: Waiter) -> None:
+        with self._lock:
+            self._notifier.unregister(waiter)
+
+    def notify(self) -> None:
+        with self._lock:
+            self._notifier.notify_all()
+
+
+async def _poll(
+    check: Callable[[], Awaitable[T]], done: Callable[[T], bool], signal: _Signal, timeout: float | None
+) -> T:
+    """``check()`` until ``done`` or the deadline; woken early by ``signal``, polling other processes' writes."""
+    deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+    interval = _FIRST_POLL_INTERVAL
+    while True:
+        waiter = signal.register()
+        try:
+            result = await check()
+            if done(result):
+                return result
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return result
+            wait = interval if remaining is None else min(interval, remaining)
+            if not await waiter.wait(wait):
+                interval = min(interval * 2, _MAX_POLL_INTERVAL)
+        finally:
+            signal.unregister(waiter)
+
+
+_NAMED_RESOURCES: TypeAdapter[NamedResources] = TypeAdapter(NamedResources)
+
+
+def _resources(resources: Any) -> NamedResources:
+    try:
+        return _NAMED_RESOURCES.validate_python(resources)
+    except ValidationError as exc:
+        raise InvalidRequestError(f"invalid resources: {exc}") from exc
+
+
+def _validated(model: type[Any], **fields: Any) -> Any:
+    try:
+        return model(**fields)
+    except ValidationError as exc:
+        raise InvalidRequestError(str(exc)) from exc
+
+
+class SqlLightningStore(LightningStore):
+    """A durable LightningStore on SQLite or PostgreSQL, shared by threads and processes.
+
+    Args:
+        url: ``sqlite:///path/to/store.db`` (a file, created with its directory if missing; add
+            ``?synchronous=FULL`` to survive power loss as well as process crashes) or
+            ``postgresql://user:password@host:port/database`` (needs the ``postgres`` extra).
+        clock: Source of timestamps and of the watchdog's notion of now (tests pass a manual clock).
+        scan_debounce_seconds: At most one watchdog scan for timed-out or unresponsive attempts per
+            this many seconds of ``clock``; 0 scans on every watched call.
+        **engine_kwargs: Passed to SQLAlchemy's ``create_engine`` / ``create_async_engine``
+            (e.g. ``pool_size``, ``connect_args``).
+
+    The schema is created on first use. The store may be used from several threads, each with its own
+    event loop, and by several processes on the same file or database at once.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        scan_debounce_seconds: float = 10.0,
+        **engine_kwargs: Any,
+    ) -> None:
+        self._db = Database(url, engine_kwargs)
+        self._ctx = Ctx(clock=clock, dialect=self._db.dialect)
+        self._clock = clock
+        self._debouncer = ScanDebouncer(clock, scan_debounce_seconds)
+        self._started = time.monotonic()
+        self._queued = _Signal()
+        self._finished = _Signal()
+
+    @property
+    def dialect(self) -> str:
+        """``"sqlite"`` or ``"postgresql"``."""
+        return self._db.dialect
+
+    @property
+    def capabilities(self) -> LightningStoreCapabilities:
+        return LightningStoreCapabilities(
+            thread_safe=True, async_safe=True, zero_copy=True, otlp_traces=False
+        )
+
+    async def statistics(self) -> LightningStoreStatistics:
+        counts = await self._db.read(_reads.counts, self._ctx)
+        return LightningStoreStatistics(
+            name=type(self).__name__, uptime=time.monotonic() - self._started, **counts
+        )  # type: ignore[typeddict-item]
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
+        effects = Effects()
+        try:
+            return await self._db.write(fn, self._ctx, effects, *args)
+        finally:
+            if effects.queued:
+                self._queued.notify()
+            if effects.finished:
+                self._finished.notify()
+
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._db.read(fn, self._ctx, *args)
+
+    async def _watchdog(self) -> None:
+        """Mark timed-out and unresponsive attempts (debounced); each verdict is re-checked under a lock."""
+        if not self._debouncer.should_scan():
+            return
+        for rollout_id in await self._read(_writes.find_unhealthy):
+            await self._write(_writes.apply_watchdog, rollout_id)
+
+    # -- rollouts and the queue ---------------------------------------------------------------
+
+    async def start_rollout(
+        self,
+        input: TaskInput,
+        mode: RolloutMode | None = None,
+        resources_id: str | None = None,
+        config: RolloutConfig | None = None,
+        metadata: dict[str, Any] | None = None,
+        worker_id: str | None = None,
+    ) -> AttemptedRollout:
+        await self._watchdog()
+        request = _validated(
+            EnqueueRolloutRequest,
+            input=input,
+            mode=mode,
+            resources_id=resources_id,
+            config=config,
+            metadata=metadata,
+        )
+        return await self._write(_writes.start_rollout, request, worker_id)
+
+    async def enqueue_rollout(
+        self,
+        input: TaskInput,
+        mode: RolloutMode | None = None,
+        resources_id: str | None = None,
+        config: RolloutConfig | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Rollout:
+        await self._watchdog()
+        request = _validated(
+            EnqueueRolloutRequest,
+            input=input,
+            mode=mode,
+            resources_id=resources_id,
+            config=config,
+            metadata=metadata,
+        )
+        (rollout,) = await self._write(_writes.enqueue, [request])
+        return rollout
+
+    async def enqueue_many_rollouts(self, requests: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
+        await self._watchdog()
+        batch = [
+            r if isinstance(r, EnqueueRolloutRequest) else _validated(EnqueueRolloutRequest, **r)
+            for r in requests
+        ]
+        return await self._write(_writes.enqueue, batch)
+
+    async def dequeue_rollout(
+        self, worker_id: str | None = None, *, timeout: float = 0.0
+    ) -> AttemptedRollout | None:
+        claimed = await self.dequeue_many_rollouts(limit=1, worker_id=worker_id, timeout=timeout)
+        return claimed[0] if claimed else None
+
+    async def dequeue_many_rollouts(
+        self, *, limit: int = 1, worker_id: str | None = None, timeout: float = 0.0
+    ) -> list[AttemptedRollout]:
+        if limit <= 0:
+            return []
+        await self._watchdog()
+        first_try = True
+
+        async def claim() -> list[AttemptedRollout]:
+            nonlocal first_try
+            mark_idle, first_try = first_try, False  # an empty dequeue marks the worker idle once per call
+            if not mark_idle:
+                await self._watchdog()  # a long wait must still notice timeouts (nothing else may call)
+            return await self._write(_writes.dequeue, limit, worker_id, mark_idle)
+
+        if timeout <= 0:
+            return await claim()
+        return await _poll(claim, bool, self._queued, timeout)
+
+    async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
+        await self._watchdog()
+        return await self._write(_writes.start_attempt, rollout_id, worker_id)
+
+    async def query_rollouts(
+        self,
+        *,
+        status_in: Sequence[RolloutStatus] | None = None,
+        rollout_id_in: Sequence[str] | None = None,
+        rollout_id_contains: str | None = None,
+        filter_logic: FilterLogic = "and",
+        sort_by: str | None = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Rollout | AttemptedRollout]:
+        _rules.validate_page(
+            Rollout,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+            filter_logic=filter_logic,
+        )
+        await self._watchdog()
+        page = Page(sort_by, sort_order, limit, offset, filter_logic)
+        return await self._read(_reads.query_rollouts, status_in, rollout_id_in, rollout_id_contains, page)
+
+    async def get_rollout_by_id(self, rollout_id: str) -> Rollout | AttemptedRollout | None:
+        await self._watchdog()
+        return await self._read(_reads.get_rollout, rollout_id)
+
+    async def query_attempts(
+        self,
+        rollout_id: str,
+        *,
+        sort_by: str | None = "sequence_id",
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Attempt]:
+        _rules.validate_page(Attempt, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset)
+        await self._watchdog()
+        return await self._read(_reads.query_attempts, rollout_id, Page(sort_by, sort_order, limit, offset))
+
+    async def get_latest_attempt(self, rollout_id: str) -> Attempt | None:
+        await self._watchdog()
+        return await self._read(_reads.latest_attempt, rollout_id)
+
+    async def update_rollout(
+        self,
+        rollout_id: str,
+        input: TaskInput | Unset = UNSET,
+        mode: RolloutMode | Unset | None = UNSET,
+        resources_id: str | Unset | None = UNSET,
+        status: RolloutStatus | Unset = UNSET,
+        config: RolloutConfig | Unset = UNSET,
+        metadata: dict[str, Any] | Unset | None = UNSET,
+    ) -> Rollout:
+        await self._watchdog()
+        given = {
+            "input": input,
+            "mode": mode,
+            "resources_id": resources_id,
+            "status": status,
+            "config": config,
+            "metadata": metadata,
+        }
+        changes = {name: value for name, value in given.items() if value is not UNSET}
+        return await self._write(_writes.update_rollout, rollout_id, changes)
+
+    async def update_attempt(
+        self,
+        rollout_id: str,
+        attempt_id: str | Literal["latest"],
+        status: AttemptStatus | Unset = UNSET,
+        worker_id: str | Unset = UNSET,
+        last_heartbeat_time: float | Unset = UNSET,
+        metadata: dict[str, Any] | Unset = UNSET,
+    ) -> Attempt:
+        await self._watchdog()
+        given = {
+            "status": status,
+            "worker_id": worker_id,
+            "last_heartbeat_time": last_heartbeat_time,
+            "metadata": metadata,
+        }
+        changes = {name: value for name, value in given.items() if value is not UNSET}
+        return await self._write(_writes.update_attempt, rollout_id, attempt_id, changes)
+
+    async def wait_for_rollouts(
+        self, *, rollout_ids: Sequence[str], timeout: float | None = None
+    ) -> list[Rollout]:
+        ids = list(rollout_ids)
+        if not ids:
+            return []
+
+        async def check() -> list[Rollout]:
+            await self._watchdog()
+            return await self._read(_reads.finished_rollouts, ids)
+
+        if timeout is not None and timeout <= 0:
+            return await check()
+        known = await self._known_rollout_count(ids)
+        return await _poll(check, lambda found: len(found) >= known, self._finished, timeout)
+
+    async def _known_rollout_count(self, ids: list[str]) -> int:
+        page = await self._read(
+            _reads.query_rollouts, None, list(dict.fromkeys(ids)), None, Page(None, "asc", 0, 0)
+        )
+        return page.total
+
+    # -- resources ----------------------------------------------------------------------------
+
+    async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:
+        return await self._db.write(_writes.add_resources, self._ctx, _resources(resources))
+
+    async def update_resources(self, resources_id: str, resources: NamedResources) -> ResourcesUpdate:
+        checked = _resources(resources)
+        await self._watchdog()
+        return await self._db.write(_writes.update_resources, self._ctx, resources_id, checked)
+
+    async def get_resources_by_id(self, resources_id: str) -> ResourcesUpdate | None:
+        return await self._read(_reads.get_resources, resources_id)
+
+    async def get_latest_resources(self) -> ResourcesUpdate | None:
+        return await self._read(_reads.get_resources, None)
+
+    async def query_resources(
+        self,
+        *,
+        resources_id: str | None = None,
+        resources_id_contains: str | None = None,
+        sort_by: str | None = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[ResourcesUpdate]:
+        _rules.validate_page(
+            ResourcesUpdate, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset
+        )
+        page = Page(sort_by, sort_order, limit, offset)
+        return await self._read(_reads.query_resources, resources_id, resources_id_contains, page)
+
+    # -- spans --------------------------------------------------------------------------------
+
+    async def add_span(self, span: Span) -> Span | None:
+        stored = await self._write(_writes.add_spans, [span])
+        return span if stored else None
+
+    async def add_many_spans(self, spans: Sequence[Span]) -> list[Span]:
+        batch = list(spans)
+        if not batch:
+            return []
+        stored = await self._write(_writes.add_spans, batch)
+        return [batch[i] for i in stored]
+
+    async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
+        (value,) = await self._db.write(_writes.allocate_sequence_ids, self._ctx, [(rollout_id, attempt_id)])
+        return value
+
+    async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[tuple[str, str]]) -> list[int]:
+        pairs = [(rid, aid) for rid, aid in rollout_attempt_ids]
+        if not pairs:
+            return []
+        return await self._db.write(_writes.allocate_sequence_ids, self._ctx, pairs)
+
+    async def query_spans(
+        self,
+        rollout_id: str,
+        attempt_id: str | Literal["latest"] | None = None,
+        *,
+        trace_id: str | None = None,
+        trace_id_contains: str | None = None,
+        span_id: str | None = None,
+        span_id_contains: str | None = None,
+        parent_id: str | None = None,
+        parent_id_contains: str | None = None,
+        name: str | None = None,
+        name_contains: str | None = None,
+        filter_logic: FilterLogic = "and",
+        limit: int = -1,
+        offset: int = 0,
+        sort_by: str | None = "sequence_id",
+        sort_order: SortOrder = "asc",
+    ) -> PaginatedResult[Span]:
+        _rules.validate_page(
+            Span,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+            filter_logic=filter_logic,
+        )
+        await self._watchdog()
+        exact = {"trace_id": trace_id, "span_id": span_id, "parent_id": parent_id, "name": name}
+        substrings = {
+            "trace_id": trace_id_contains,
+            "span_id": span_id_contains,
+            "parent_id": parent_id_contains,
+            "name": name_contains,
+        }
+        page = Page(sort_by, sort_order, limit, offset, filter_logic)
+        return await self._read(_reads.query_spans, rollout_id, attempt_id, exact, substrings, page)
+
+    # -- workers ------------------------------------------------------------------------------
+
+    async def query_workers(
+        self,
+        *,
+        status_in: Sequence[WorkerStatus] | None = None,
+        worker_id_contains: str | None = None,
+        filter_logic: FilterLogic = "and",
+        sort_by: str | None = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Worker]:
+        _rules.validate_page(
+            Worker,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+            filter_logic=filter_logic,
+        )
+        await self._watchdog()
+        page = Page(sort_by, sort_order, limit, offset, filter_logic)
+        return await self._read(_reads.query_workers, status_in, worker_id_contains, page)
+
+    async def get_worker_by_id(self, worker_id: str) -> Worker | None:
+        return await self._read(_reads.get_worker, worker_id)
+
+    async def update_worker(self, worker_id: str, heartbeat_stats: dict[str, Any] | Unset = UNSET) -> Worker:
+        stats = _writes.KEEP if heartbeat_stats is UNSET else heartbeat_stats
+        return await self._db.write(_writes.update_worker, self._ctx, worker_id, stats)

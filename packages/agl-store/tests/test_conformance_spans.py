@@ -1,0 +1,216 @@
+"""Contract: spans, heartbeats, sequence ids and span queries (every backend)."""
+
+from __future__ import annotations
+
+import pytest
+from _store_helpers import claim, make_span, span_for
+from agl.store import LightningStore
+from agl.types import InvalidRequestError, NotFoundError
+from conftest import ManualClock
+
+
+async def test_add_span_stores_it_and_is_a_heartbeat(store: LightningStore, clock: ManualClock) -> None:
+    rollout = await claim(store)
+    clock.advance(2)
+    span = make_span(rollout.rollout_id, rollout.attempt.attempt_id, 1, attributes={"x": [1, 2], "y": "z"})
+    stored = await store.add_span(span)
+    assert stored == span
+    assert list(await store.query_spans(rollout.rollout_id)) == [span]
+    attempt = await store.get_latest_attempt(rollout.rollout_id)
+    assert attempt is not None
+    assert attempt.status == "running"
+    assert attempt.last_heartbeat_time == clock.now
+    fetched = await store.get_rollout_by_id(rollout.rollout_id)
+    assert fetched is not None and fetched.status == "running"
+
+
+async def test_add_span_for_unknown_ids_is_not_found(store: LightningStore) -> None:
+    with pytest.raises(NotFoundError, match="Rollout ro-missing not found"):
+        await store.add_span(make_span("ro-missing", "at-missing", 1))
+    rollout = await claim(store)
+    with pytest.raises(NotFoundError, match=f"Attempt at-missing not found for rollout {rollout.rollout_id}"):
+        await store.add_span(make_span(rollout.rollout_id, "at-missing", 1))
+    assert (await store.query_spans(rollout.rollout_id)).total == 0
+
+
+async def test_duplicate_spans_are_skipped(store: LightningStore) -> None:
+    rollout = await claim(store)
+    aid = rollout.attempt.attempt_id
+    span = make_span(rollout.rollout_id, aid, 1, span_id="1" * 16)
+    assert await store.add_span(span) is not None
+    assert await store.add_span(span) is None
+    other = make_span(rollout.rollout_id, aid, 2, span_id="2" * 16)
+    stored = await store.add_many_spans([span, other, other])
+    assert [s.span_id for s in stored] == ["2" * 16]
+    assert (await store.query_spans(rollout.rollout_id)).total == 2
+    # the same span id under another attempt is a different span
+    second = await store.start_attempt(rollout.rollout_id)
+    assert await store.add_span(make_span(rollout.rollout_id, second.attempt.attempt_id, 3, span_id="1" * 16))
+
+
+async def test_add_many_spans_validates_the_whole_batch_first(store: LightningStore) -> None:
+    rollout = await claim(store)
+    good = make_span(rollout.rollout_id, rollout.attempt.attempt_id, 1)
+    bad = make_span(rollout.rollout_id, "at-missing", 2)
+    with pytest.raises(NotFoundError):
+        await store.add_many_spans([good, bad])
+    assert (await store.query_spans(rollout.rollout_id)).total == 0
+    assert await store.add_many_spans([]) == []
+
+
+async def test_add_many_spans_across_rollouts(store: LightningStore) -> None:
+    a = await claim(store)
+    b = await claim(store)
+    spans = [make_span(r.rollout_id, r.attempt.attempt_id, i + 1) for i in range(3) for r in (a, b)]
+    stored = await store.add_many_spans(spans)
+    assert stored == spans
+    for r in (a, b):
+        got = await store.query_spans(r.rollout_id)
+        assert [s.sequence_id for s in got] == [1, 2, 3]
+        fetched = await store.get_rollout_by_id(r.rollout_id)
+        assert fetched is not None and fetched.status == "running"
+
+
+async def test_sequence_ids_are_per_rollout_and_never_reissued(store: LightningStore) -> None:
+    rollout = await claim(store)
+    aid = rollout.attempt.attempt_id
+    assert [await store.get_next_span_sequence_id(rollout.rollout_id, aid) for _ in range(3)] == [1, 2, 3]
+    second = await store.start_attempt(rollout.rollout_id)
+    # Decision (4): one counter per rollout, shared by its attempts.
+    assert await store.get_next_span_sequence_id(rollout.rollout_id, second.attempt.attempt_id) == 4
+    # an explicit higher sequence id moves the counter up
+    await store.add_span(make_span(rollout.rollout_id, aid, 100))
+    assert await store.get_next_span_sequence_id(rollout.rollout_id, aid) == 101
+    await store.add_span(make_span(rollout.rollout_id, aid, 50))
+    assert await store.get_next_span_sequence_id(rollout.rollout_id, aid) == 102
+
+
+async def test_sequence_ids_do_not_validate_ids(store: LightningStore) -> None:
+    """Decision (3): allocation does not check that the rollout or attempt exists."""
+    assert await store.get_next_span_sequence_id("ro-nowhere", "at-nowhere") == 1
+    assert await store.get_next_span_sequence_id("ro-nowhere", "at-other") == 2
+
+
+async def test_many_sequence_ids_are_consecutive_per_rollout(store: LightningStore) -> None:
+    ids = await store.get_many_span_sequence_ids([("ro-A", "a1"), ("ro-B", "b1"), ("ro-A", "a2"), ("ro-A", "a1")])
+    assert ids == [1, 1, 2, 3]
+    assert await store.get_many_span_sequence_ids([]) == []
+    assert await store.get_next_span_sequence_id("ro-A", "a1") == 4
+
+
+async def test_query_spans_by_attempt(store: LightningStore) -> None:
+    rollout = await claim(store)
+    first = await span_for(store, rollout)
+    second_attempt = await store.start_attempt(rollout.rollout_id)
+    second = await span_for(store, second_attempt)
+    assert [s.span_id for s in await store.query_spans(rollout.rollout_id)] == [first.span_id, second.span_id]
+    assert [s.span_id for s in await store.query_spans(rollout.rollout_id, "latest")] == [second.span_id]
+    by_first = await store.query_spans(rollout.rollout_id, rollout.attempt.attempt_id)
+    assert [s.span_id for s in by_first] == [first.span_id]
+    assert (await store.query_spans(rollout.rollout_id, "at-missing")).total == 0
+
+
+async def test_query_spans_on_unknown_or_unstarted_rollouts_is_empty(store: LightningStore) -> None:
+    result = await store.query_spans("ro-missing")
+    assert result.total == 0 and list(result) == []
+    queued = await store.enqueue_rollout("x")
+    assert (await store.query_spans(queued.rollout_id, "latest")).total == 0
+
+
+async def test_query_spans_filters(store: LightningStore) -> None:
+    rollout = await claim(store)
+    rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
+    spans = [
+        make_span(rid, aid, 1, name="llm.call", trace_id="1" * 32, span_id="a" * 16),
+        make_span(rid, aid, 2, name="tool.call", trace_id="1" * 32, span_id="b" * 16, parent_id="a" * 16),
+        make_span(rid, aid, 3, name="LLM.summary", trace_id="2" * 32, span_id="c" * 16, parent_id="a" * 16),
+    ]
+    await store.add_many_spans(spans)
+
+    async def seqs(**kwargs: object) -> list[int]:
+        return [s.sequence_id for s in await store.query_spans(rid, **kwargs)]  # type: ignore[arg-type]
+
+    assert await seqs(name="tool.call") == [2]
+    assert await seqs(name_contains="call") == [1, 2]
+    assert await seqs(name_contains="llm") == [1]  # Decision (6): contains is case-sensitive
+    assert await seqs(trace_id="1" * 32) == [1, 2]
+    assert await seqs(trace_id_contains="2") == [3]
+    assert await seqs(span_id="c" * 16) == [3]
+    assert await seqs(span_id_contains="b") == [2]
+    assert await seqs(parent_id="a" * 16) == [2, 3]
+    assert await seqs(parent_id_contains="a") == [2, 3]
+    assert await seqs(parent_id="a" * 16, name_contains="tool") == [2]
+    assert await seqs(name="llm.call", span_id="c" * 16, filter_logic="or") == [1, 3]
+    # Decision (6): "or" with no predicate returns everything
+    assert await seqs(filter_logic="or") == [1, 2, 3]
+
+
+async def test_or_filters_never_leak_other_rollouts(store: LightningStore) -> None:
+    a = await claim(store)
+    b = await claim(store)
+    await span_for(store, a, name="shared")
+    await span_for(store, b, name="shared")
+    result = await store.query_spans(a.rollout_id, name="shared", name_contains="x", filter_logic="or")
+    assert [s.rollout_id for s in result] == [a.rollout_id]
+
+
+async def test_query_spans_sort_and_paginate(store: LightningStore) -> None:
+    rollout = await claim(store)
+    rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
+    await store.add_many_spans(
+        [
+            make_span(rid, aid, 1, start_time=30.0),
+            make_span(rid, aid, 2, start_time=None),
+            make_span(rid, aid, 3, start_time=10.0),
+            make_span(rid, aid, 4, start_time=20.0),
+        ]
+    )
+
+    async def seqs(**kwargs: object) -> list[int]:
+        return [s.sequence_id for s in await store.query_spans(rid, **kwargs)]  # type: ignore[arg-type]
+
+    assert await seqs(sort_order="desc") == [4, 3, 2, 1]
+    # Decision (6): None sorts last ascending and first descending
+    assert await seqs(sort_by="start_time") == [3, 4, 1, 2]
+    assert await seqs(sort_by="start_time", sort_order="desc") == [2, 1, 4, 3]
+    page = await store.query_spans(rid, limit=2, offset=1)
+    assert [s.sequence_id for s in page] == [2, 3]
+    assert (page.total, page.limit, page.offset) == (4, 2, 1)
+    empty = await store.query_spans(rid, limit=0)
+    assert len(empty) == 0 and empty.total == 4
+    assert (await store.query_spans(rid, offset=10)).items == []
+
+
+async def test_query_spans_rejects_bad_parameters(store: LightningStore) -> None:
+    rollout = await claim(store)
+    for kwargs in (
+        {"sort_by": "no_such_field"},
+        {"sort_order": "up"},
+        {"limit": -2},
+        {"offset": -1},
+        {"filter_logic": "xor"},
+    ):
+        with pytest.raises(InvalidRequestError):
+            await store.query_spans(rollout.rollout_id, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_add_otel_span_converts_and_allocates(store: LightningStore) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with provider.get_tracer("test").start_as_current_span("otel.op", attributes={"answer": 42}):
+        pass
+    (readable,) = exporter.get_finished_spans()
+    rollout = await claim(store)
+    stored = await store.add_otel_span(rollout.rollout_id, rollout.attempt.attempt_id, readable)
+    assert stored is not None
+    assert stored.name == "otel.op" and stored.attributes == {"answer": 42}
+    assert stored.sequence_id == 1
+    explicit = await store.add_otel_span(rollout.rollout_id, rollout.attempt.attempt_id, readable, sequence_id=7)
+    assert explicit is None  # the same OpenTelemetry span again: a duplicate
+    assert await store.get_next_span_sequence_id(rollout.rollout_id, rollout.attempt.attempt_id) == 8
+    provider.shutdown()

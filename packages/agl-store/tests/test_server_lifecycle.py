@@ -1,0 +1,179 @@
+"""Start, stop, endpoints, in-process delegation, and a child process that talks to the parent's store."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import pickle
+import socket
+import threading
+import time
+from typing import Any
+
+import pytest
+from _store_http_helpers import child_uses_store, running_server
+from agl.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer, StoreConnectionError
+
+
+def test_start_is_fast_and_stop_frees_the_port() -> None:
+    with running_server():  # first start pays the imports
+        pass
+    store = InMemoryLightningStore()
+    server = LightningStoreServer(store, port=0)
+    started = time.perf_counter()
+    server.start()
+    elapsed = time.perf_counter() - started
+    assert elapsed < 1.0, f"start() took {elapsed:.2f} s"
+    assert server.endpoint == f"http://127.0.0.1:{server.port}" and server.port > 0
+    assert server.otlp_traces_endpoint() == server.endpoint + "/v1/traces"
+    with pytest.raises(RuntimeError, match="already running"):
+        server.start()
+    server.stop()
+    with socket.socket() as sock:  # the port can be bound again at once
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", server.port))
+
+
+def test_port_in_use_is_a_clear_error() -> None:
+    with running_server() as first:
+        second = LightningStoreServer(InMemoryLightningStore(), port=first.port)
+        with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{first.port}"):
+            second.start()
+
+
+def test_bad_arguments_are_rejected() -> None:
+    store = InMemoryLightningStore()
+    with pytest.raises(ValueError, match="max_body_bytes"):
+        LightningStoreServer(store, max_body_bytes=0)
+    with running_server(store) as server, pytest.raises(ValueError, match="inner store"):
+        LightningStoreServer(server)
+
+
+async def test_server_is_a_store_in_process_before_during_and_after_serving() -> None:
+    store = InMemoryLightningStore()
+    server = LightningStoreServer(store, port=0)
+    assert server.capabilities.get("zero_copy") and server.capabilities.get("otlp_traces")
+    before = await server.enqueue_rollout({"n": 1})
+    await asyncio.to_thread(server.start)
+    try:
+        claimed = await server.dequeue_rollout(worker_id="w")
+        assert claimed is not None and claimed.rollout_id == before.rollout_id
+        client = LightningStoreClient(server.endpoint)
+        try:
+            over_http = await client.get_rollout_by_id(before.rollout_id)
+            assert over_http is not None and over_http.status == "preparing"
+        finally:
+            await client.close()
+    finally:
+        await asyncio.to_thread(server.stop)
+    assert (await server.get_rollout_by_id(before.rollout_id)) is not None
+
+
+def test_server_is_usable_from_threads_with_their_own_loops() -> None:
+    with running_server() as server:
+        errors: list[BaseException] = []
+
+        def worker() -> None:
+            try:
+                for _ in range(5):
+                    asyncio.run(server.enqueue_rollout({"thread": threading.get_ident()}))
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert asyncio.run(server.query_rollouts()).total == 20
+
+
+@pytest.mark.parametrize("what", ["server", "client"])
+def test_child_process_talks_to_the_parents_store(what: str) -> None:
+    store = InMemoryLightningStore()
+    with running_server(store) as server:
+        handle: Any = server if what == "server" else LightningStoreClient(server.endpoint)
+        ctx = multiprocessing.get_context("spawn")
+        results = ctx.Queue()
+        child = ctx.Process(target=child_uses_store, args=(handle, results))
+        child.start()
+        try:
+            outcome = results.get(timeout=60)
+        finally:
+            child.join(30)
+        assert isinstance(outcome, tuple), outcome
+        rollout_id, attempt_id, pid = outcome
+        assert pid != child.ident or pid == child.pid
+        rollout = asyncio.run(store.get_rollout_by_id(rollout_id))
+        assert rollout is not None and rollout.input["from_pid"] == child.pid
+        latest = asyncio.run(store.get_latest_attempt(rollout_id))
+        assert latest is not None and latest.attempt_id == attempt_id and latest.worker_id == "child"
+
+
+def test_pickled_server_keeps_only_its_address() -> None:
+    with running_server(token="tok") as server:
+        copy = pickle.loads(pickle.dumps(server))
+        assert copy.store is None and copy.endpoint == server.endpoint and copy.token == "tok"
+        with pytest.raises(RuntimeError, match="process that created it"):
+            copy.start()
+
+
+async def test_dequeue_long_poll_wakes_as_soon_as_work_arrives() -> None:
+    with running_server(max_wait_seconds=5) as server:
+        runner = LightningStoreClient(server.endpoint)
+        algorithm = LightningStoreClient(server.endpoint)
+        try:
+            waiting = asyncio.ensure_future(runner.dequeue_rollout(worker_id="w", timeout=10))
+            await asyncio.sleep(0.2)  # let the long poll reach the server (a delay, not a wait for a result)
+            assert not waiting.done()
+            enqueued_at = time.monotonic()
+            rollout = await algorithm.enqueue_rollout({"q": 1})
+            claimed = await asyncio.wait_for(waiting, 5)
+            assert claimed is not None and claimed.rollout_id == rollout.rollout_id
+            assert time.monotonic() - enqueued_at < 1.0
+        finally:
+            await runner.close()
+            await algorithm.close()
+
+
+async def test_long_polls_longer_than_the_server_bound_are_looped_by_the_client() -> None:
+    with running_server(max_wait_seconds=0.2) as server:
+        client = LightningStoreClient(server.endpoint)
+        try:
+            started = time.monotonic()
+            assert await client.dequeue_rollout(timeout=0.7) is None
+            assert 0.6 < time.monotonic() - started < 3.0
+            rollout = await client.enqueue_rollout({"q": 1})
+            claimed = await client.dequeue_rollout()
+            assert claimed is not None
+
+            async def finish_later() -> None:
+                await asyncio.sleep(0.5)
+                await client.update_attempt(rollout.rollout_id, "latest", status="succeeded")
+
+            finisher = asyncio.ensure_future(finish_later())
+            started = time.monotonic()
+            done = await client.wait_for_rollouts(rollout_ids=[rollout.rollout_id, "ro-unknown"], timeout=10)
+            await finisher
+            assert [r.rollout_id for r in done] == [rollout.rollout_id] and done[0].status == "succeeded"
+            assert time.monotonic() - started < 3.0  # returned when finished, not at the deadline
+        finally:
+            await client.close()
+
+
+async def test_stop_ends_pending_long_polls_promptly() -> None:
+    server = LightningStoreServer(InMemoryLightningStore(), port=0, max_wait_seconds=30)
+    await asyncio.to_thread(server.start)
+    client = LightningStoreClient(server.endpoint, retry_delays=())
+    try:
+        waiting = asyncio.ensure_future(client.dequeue_rollout(timeout=20))
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        await asyncio.to_thread(server.stop)
+        assert time.monotonic() - started < 3.0
+        # The poll is answered (empty) at once; the client's next poll then finds no server.
+        with pytest.raises(StoreConnectionError):
+            await asyncio.wait_for(waiting, 5)
+    finally:
+        await client.close()

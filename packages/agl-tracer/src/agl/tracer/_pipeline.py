@@ -1,0 +1,502 @@
+"""The span pipeline: finished spans of a trace session are batched to the store in the background.
+
+Per trace session (one ``trace_context``): spans are queued as they end (cheap, never blocking, never raising),
+and one drain task per session ships whatever has accumulated in one batch: sequence ids for the whole batch
+with ``get_many_span_sequence_ids``, then ``add_many_spans``. While a batch is in flight the next one
+accumulates, so batches grow with the load and a lone span goes out at once (spans are also the heartbeat
+of the attempt). Closing a session waits, up to a bound, until everything queued is written.
+
+The drain runs on the pipeline's own event loop thread when the store is thread-safe (so spans flow even
+while a synchronous agent blocks the runner's loop), otherwise on the loop that opened the session.
+Memory is bounded: at most ``max_pending_spans`` spans wait across all sessions; more are dropped and
+counted, with a warning. Store errors are retried a few times (``ValueError``s such as an unknown rollout
+are not: they will not get better) and then logged; the spans stay available through ``get_last_trace``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import sys
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, Union
+
+from agl.types import Span, SpanCoreFields
+from opentelemetry import context as otel_context
+
+from . import _context
+
+# The key OpenTelemetry instrumentations check before recording (``opentelemetry.context``'s own constant).
+_SUPPRESS_INSTRUMENTATION_KEY = getattr(
+    otel_context, "_SUPPRESS_INSTRUMENTATION_KEY", "suppress_instrumentation"
+)
+
+if TYPE_CHECKING:
+    from agl.store import LightningStore
+    from opentelemetry.sdk.trace import ReadableSpan
+
+__all__ = ["PipelineStats", "SpanPipeline", "TraceSession"]
+
+logger = logging.getLogger(__name__)
+
+DUMMY_ROLLOUT_ID = "rollout-dummy"
+DUMMY_ATTEMPT_ID = "attempt-dummy"
+
+SpanItem = Union["ReadableSpan", SpanCoreFields, Span]
+
+
+def to_span(item: SpanItem, rollout_id: str, attempt_id: str, sequence_id: int) -> Span:
+    """Convert anything a tracer records into a stored ``Span``."""
+    if isinstance(item, Span):
+        return item.model_copy(
+            update={"rollout_id": rollout_id, "attempt_id": attempt_id, "sequence_id": sequence_id}
+        )
+    if isinstance(item, SpanCoreFields):
+        return Span.from_core_fields(
+            item, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id
+        )
+    return Span.from_opentelemetry(item, rollout_id, attempt_id, sequence_id)
+
+
+class TraceSession:
+    """One ``trace_context``: where its spans go and what it recorded."""
+
+    def __init__(
+        self,
+        tracer: Any,
+        name: str | None,
+        store: LightningStore | None,
+        rollout_id: str | None,
+        attempt_id: str | None,
+        max_recorded_spans: int,
+    ) -> None:
+        self.tracer = tracer
+        self.name = name
+        self.store = store if rollout_id is not None else None
+        self.rollout_id = rollout_id or DUMMY_ROLLOUT_ID
+        self.attempt_id = attempt_id or DUMMY_ATTEMPT_ID
+        self.max_recorded_spans = max_recorded_spans
+        self.lock = threading.Lock()
+        self.pending: deque[SpanItem] = deque()
+        self.inflight: list[SpanItem] = []
+        self.recorded: list[Span] = []
+        self.local_items: list[tuple[SpanItem, int]] = []
+        self.truncated = False
+        self.local_sequence = 0
+        self.dropped = 0
+        self.failed = 0
+        self.written = 0
+        self.closing = False
+        self.drained = False
+        self.signaled = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.event: asyncio.Event | None = None
+        self.drain_future: concurrent.futures.Future[None] | None = None
+        self.backend_state: Any = None  # what a tracer backend keeps per context (e.g. an AgentOps trace)
+
+    @property
+    def ships_to_store(self) -> bool:
+        return self.store is not None
+
+    def next_local_sequence(self) -> int:
+        with self.lock:
+            self.local_sequence += 1
+            return self.local_sequence
+
+    def _room(self, wanted: int) -> int:
+        room = max(0, self.max_recorded_spans - len(self.recorded) - len(self.local_items))
+        if room < wanted and not self.truncated:
+            self.truncated = True
+            logger.warning(
+                "trace %s keeps at most %d spans for get_last_trace(); later ones are not kept there%s",
+                self.rollout_id,
+                self.max_recorded_spans,
+                " (they still go to the store)" if self.store is not None else "",
+            )
+        return min(room, wanted)
+
+    def record(self, spans: list[Span]) -> None:
+        """Keep spans for ``get_last_trace`` (they are the in-flight batch, if any: it is done now)."""
+        with self.lock:
+            self.inflight = []
+            self.recorded.extend(spans[: self._room(len(spans))])
+
+    def record_local(self, item: SpanItem) -> None:
+        """Keep a span of a context without a store; it is converted only when the context closes."""
+        with self.lock:
+            self.local_sequence += 1
+            if self._room(1):
+                self.local_items.append((item, self.local_sequence))
+
+    def final_spans(self) -> list[Span]:
+        """Recorded spans plus, converted locally, any still waiting (a flush that timed out)."""
+        with self.lock:
+            leftovers = [*self.inflight, *self.pending]
+            spans = list(self.recorded)
+            local = list(self.local_items)
+        spans.extend(to_span(item, self.rollout_id, self.attempt_id, seq) for item, seq in local)
+        spans.extend(to_span(item, self.rollout_id, self.attempt_id, 0) for item in leftovers)
+        return spans
+
+
+class PipelineStats:
+    """Counters of a pipeline since it was created (read them; do not write)."""
+
+    def __init__(self) -> None:
+        self.submitted = 0
+        self.written = 0
+        self.dropped = 0
+        self.failed = 0
+        self.batches = 0
+
+
+class _LoopThread:
+    """An event loop running forever in a daemon thread."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+        self.loop.close()
+
+    def stop(self, timeout: float) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        if threading.current_thread() is not self.thread:
+            self.thread.join(timeout)
+
+
+class SpanPipeline:
+    """Ships the spans of trace sessions to their store in batches. Thread-safe; never raises into callers."""
+
+    def __init__(
+        self,
+        *,
+        max_pending_spans: int = 20_000,
+        max_batch_size: int = 1_000,
+        max_recorded_spans: int = 100_000,
+        store_timeout: float = 10.0,
+        max_retries: int = 3,
+        retry_backoff: float = 0.2,
+    ) -> None:
+        if max_pending_spans < 1 or max_batch_size < 1 or max_recorded_spans < 0:
+            raise ValueError("max_pending_spans and max_batch_size must be >= 1, max_recorded_spans >= 0")
+        self.max_pending_spans = max_pending_spans
+        self.max_batch_size = max_batch_size
+        self.max_recorded_spans = max_recorded_spans
+        self.store_timeout = store_timeout
+        self.max_retries = max_retries
+        self.retry_backoff = retry_backoff
+        self.stats = PipelineStats()
+        self._lock = threading.Lock()
+        self._pending_total = 0
+        self._loop_thread: _LoopThread | None = None
+        self._pid = os.getpid()
+        self._sessions: set[TraceSession] = set()
+        self._export_stores: dict[int, LightningStore] = {}
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def open_session(
+        self,
+        tracer: Any,
+        name: str | None,
+        store: LightningStore | None,
+        rollout_id: str | None,
+        attempt_id: str | None,
+        *,
+        caller_loop: asyncio.AbstractEventLoop | None,
+    ) -> TraceSession:
+        """Start a session; with a store, its drain task starts at once."""
+        session = TraceSession(tracer, name, store, rollout_id, attempt_id, self.max_recorded_spans)
+        if session.store is not None:
+            loop = self._choose_loop(session.store, caller_loop)
+            if self._loop_thread is not None and loop is self._loop_thread.loop:
+                with self._lock:
+                    self._export_stores[id(session.store)] = session.store
+            session.loop = loop
+            session.drain_future = asyncio.run_coroutine_threadsafe(self._drain(session), loop)
+            with self._lock:
+                self._sessions.add(session)
+        return session
+
+    def _choose_loop(
+        self, store: LightningStore, caller_loop: asyncio.AbstractEventLoop | None
+    ) -> asyncio.AbstractEventLoop:
+        thread_safe = bool(store.capabilities.get("thread_safe"))
+        if thread_safe or caller_loop is None:
+            if not thread_safe:
+                logger.debug(
+                    "store %s is not thread-safe but no event loop is running; using the export loop", store
+                )
+            return self._export_loop()
+        return caller_loop
+
+    def _export_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._pid != os.getpid():  # forked: the parent's thread does not exist here
+                self._loop_thread = None
+                self._sessions = set()
+                self._pid = os.getpid()
+            if self._loop_thread is None or not self._loop_thread.thread.is_alive():
+                self._loop_thread = _LoopThread("agl-span-export")
+            return self._loop_thread.loop
+
+    def submit(self, session: TraceSession, item: SpanItem) -> None:
+        """Queue a finished span (any thread). Never blocks on I/O and never raises."""
+        try:
+            if not session.ships_to_store:
+                session.record_local(item)
+                return
+            dropped = 0
+            with self._lock:
+                if self._pending_total >= self.max_pending_spans:
+                    self.stats.dropped += 1
+                    session.dropped += 1
+                    dropped = self.stats.dropped
+                    full = True
+                else:
+                    self._pending_total += 1
+                    self.stats.submitted += 1
+                    full = False
+            if full:
+                if dropped == 1 or dropped % 1000 == 0:
+                    logger.warning(
+                        "span pipeline full (%d spans waiting for the store): %d spans dropped so far",
+                        self.max_pending_spans,
+                        dropped,
+                    )
+                return
+            with session.lock:
+                session.pending.append(item)
+                wake = not session.signaled
+                session.signaled = True
+                restart = session.drained
+                session.drained = False
+            if restart:  # a late span, after the context closed: drain it once more
+                self._restart_drain(session)
+            elif wake and session.loop is not None:
+                session.loop.call_soon_threadsafe(_wake, session)
+        except Exception:  # a span must never break the agent
+            logger.exception("could not queue a span for %s/%s", session.rollout_id, session.attempt_id)
+
+    def _restart_drain(self, session: TraceSession) -> None:
+        loop = session.loop
+        if loop is None or loop.is_closed() or not loop.is_running():
+            with session.lock:
+                lost = len(session.pending)
+                session.pending.clear()
+                session.drained = True
+            with self._lock:
+                self._pending_total -= lost
+                self.stats.dropped += lost
+            logger.warning(
+                "%d spans of %s/%s ended after their trace context closed and its loop stopped; dropped",
+                lost,
+                session.rollout_id,
+                session.attempt_id,
+            )
+            return
+        session.drain_future = asyncio.run_coroutine_threadsafe(self._drain(session), loop)
+
+    def _take(self, session: TraceSession) -> list[SpanItem]:
+        with session.lock:
+            n = min(len(session.pending), self.max_batch_size)
+            batch = [session.pending.popleft() for _ in range(n)]
+            if not batch:
+                session.signaled = False
+                if session.closing:
+                    session.drained = True
+        if batch:
+            with self._lock:
+                self._pending_total -= len(batch)
+        return batch
+
+    async def _drain(self, session: TraceSession) -> None:
+        # The store's own calls (an HTTP client, say) must not be traced back into the pipeline.
+        _context._suppressed.set(True)
+        otel_context.attach(otel_context.set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+        if session.event is None:
+            session.event = asyncio.Event()
+        while True:
+            batch = self._take(session)
+            if batch:
+                with session.lock:
+                    session.inflight = batch
+                try:
+                    await self._ship(session, batch)
+                finally:
+                    with session.lock:
+                        session.inflight = []
+                continue
+            if session.drained:
+                return
+            await session.event.wait()
+            session.event.clear()
+
+    async def _ship(self, session: TraceSession, batch: list[SpanItem]) -> None:
+        store = session.store
+        assert store is not None
+        rid, aid = session.rollout_id, session.attempt_id
+        spans: list[Span] | None = None
+        for attempt in range(self.max_retries + 1):
+            try:
+                if spans is None:
+                    sequence_ids = await asyncio.wait_for(
+                        store.get_many_span_sequence_ids([(rid, aid)] * len(batch)), self.store_timeout
+                    )
+                    spans = [
+                        to_span(item, rid, aid, seq) for item, seq in zip(batch, sequence_ids, strict=True)
+                    ]
+                await asyncio.wait_for(store.add_many_spans(spans), self.store_timeout)
+                session.record(spans)
+                session.written += len(spans)
+                self.stats.written += len(spans)
+                self.stats.batches += 1
+                return
+            except asyncio.CancelledError:
+                raise
+            except ValueError as exc:  # NotFoundError, InvalidRequestError...: retrying will not help
+                logger.error("store rejected %d spans of %s/%s: %s", len(batch), rid, aid, exc)
+                break
+            except Exception as exc:
+                if attempt < self.max_retries:
+                    logger.warning(
+                        "writing %d spans of %s/%s failed (%s: %s); retrying",
+                        len(batch),
+                        rid,
+                        aid,
+                        type(exc).__name__,
+                        exc,
+                    )
+                    await asyncio.sleep(self.retry_backoff * (2**attempt))
+                else:
+                    logger.error(
+                        "giving up writing %d spans of %s/%s after %d tries: %s: %s",
+                        len(batch),
+                        rid,
+                        aid,
+                        attempt + 1,
+                        type(exc).__name__,
+                        exc,
+                    )
+        if spans is None:
+            spans = [to_span(item, rid, aid, session.next_local_sequence()) for item in batch]
+        session.record(spans)
+        session.failed += len(spans)
+        self.stats.failed += len(spans)
+
+    def _begin_close(self, session: TraceSession) -> concurrent.futures.Future[None] | None:
+        session.closing = True
+        if session.loop is not None and not session.loop.is_closed():
+            session.loop.call_soon_threadsafe(_wake, session)
+        return session.drain_future
+
+    def _end_close(self, session: TraceSession, done: bool, timeout: float) -> None:
+        with self._lock:
+            self._sessions.discard(session)
+        if not done:
+            with session.lock:
+                waiting = len(session.pending) + len(session.inflight)
+            logger.warning(
+                "%d spans of %s/%s were not written within %.1fs; they are still being sent in the background",
+                waiting,
+                session.rollout_id,
+                session.attempt_id,
+                timeout,
+            )
+        if session.dropped:
+            logger.warning(
+                "%d spans of %s/%s were dropped because the span pipeline was full",
+                session.dropped,
+                session.rollout_id,
+                session.attempt_id,
+            )
+
+    async def close_session(self, session: TraceSession, timeout: float) -> bool:
+        """Wait (up to ``timeout`` seconds) until every queued span of the session is written or given up."""
+        future = self._begin_close(session)
+        done = True
+        if future is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout)
+            except asyncio.TimeoutError:
+                done = False
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("span drain of %s/%s failed", session.rollout_id, session.attempt_id)
+        self._end_close(session, done, timeout)
+        return done
+
+    def close_session_sync(self, session: TraceSession, timeout: float) -> bool:
+        """Blocking variant of :meth:`close_session` (must not run on the session's own loop)."""
+        future = self._begin_close(session)
+        done = True
+        if future is not None:
+            try:
+                future.result(timeout)
+            except concurrent.futures.TimeoutError:
+                done = False
+            except Exception:
+                logger.exception("span drain of %s/%s failed", session.rollout_id, session.attempt_id)
+        self._end_close(session, done, timeout)
+        return done
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Flush what is queued (up to ``timeout`` seconds), then stop the export thread."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            sessions = list(self._sessions)
+        for session in sessions:
+            future = self._begin_close(session)
+            if future is None:
+                continue
+            try:
+                future.result(max(0.0, deadline - time.monotonic()))
+            except Exception:
+                logger.warning(
+                    "span pipeline shut down with spans of %s/%s unwritten",
+                    session.rollout_id,
+                    session.attempt_id,
+                )
+        with self._lock:
+            loop_thread, self._loop_thread = self._loop_thread, None
+            self._sessions = set()
+            stores, self._export_stores = list(self._export_stores.values()), {}
+        if loop_thread is not None and self._pid == os.getpid():
+            if stores and not loop_thread.loop.is_closed():
+                closing = asyncio.run_coroutine_threadsafe(_release_loop_resources(stores), loop_thread.loop)
+                try:
+                    closing.result(max(0.1, deadline - time.monotonic()))
+                except Exception:
+                    logger.debug("could not release store connections of the export loop", exc_info=True)
+            loop_thread.stop(max(0.1, deadline - time.monotonic()))
+
+    @property
+    def pending_spans(self) -> int:
+        with self._lock:
+            return self._pending_total
+
+
+async def _release_loop_resources(stores: list[LightningStore]) -> None:
+    """Close the HTTP sessions that store clients opened for the export loop (the clients stay usable)."""
+    client_module = sys.modules.get("agl.store.client")
+    client_cls = getattr(client_module, "LightningStoreClient", None)
+    for store in stores:
+        if client_cls is not None and isinstance(store, client_cls):
+            await store.close()  # closes only this loop's session
+
+
+def _wake(session: TraceSession) -> None:
+    if session.event is not None:
+        session.event.set()

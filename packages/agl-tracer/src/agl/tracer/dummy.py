@@ -1,0 +1,64 @@
+"""``DummyTracer``: spans in plain Python, no OpenTelemetry.
+
+Emitters called with ``propagate=False`` use a throwaway ``DummyTracer`` to build their span without exporting
+it. Used as a runner's tracer it is also a light real tracer: spans created inside ``trace_context`` go
+through the same pipeline to the store as ``OtelTracer``'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from agl.types import SpanCoreFields, SpanRecordingContext, TraceStatus
+
+from .base import OpenSpan, RecordedSpan, Tracer
+
+__all__ = ["DummyTracer"]
+
+logger = logging.getLogger(__name__)
+
+
+class DummyTracer(Tracer):
+    """A tracer without a backend."""
+
+    def create_span(
+        self,
+        name: str,
+        attributes: Mapping[str, Any] | None = None,
+        timestamp: float | None = None,
+        status: TraceStatus | None = None,
+    ) -> SpanCoreFields:
+        when = timestamp if timestamp is not None else time.time()
+        span = RecordedSpan(name, attributes, start_time=when)
+        span.record_status(*(("OK", None) if status is None else (status.status_code, status.description)))
+        core = span.end(when)
+        self._submit(core)
+        return core
+
+    def start_span(self, name: str, attributes: Mapping[str, Any] | None = None) -> OpenSpan:
+        return RecordedSpan(name, attributes, on_end=self._submit)
+
+    @contextlib.contextmanager
+    def operation_context(
+        self,
+        name: str,
+        attributes: Mapping[str, Any] | None = None,
+        start_time: float | None = None,
+        end_time: float | None = None,
+    ) -> Iterator[SpanRecordingContext]:
+        span = RecordedSpan(name, attributes, start_time=start_time, on_end=self._submit)
+        try:
+            yield span
+        except BaseException as exc:
+            span.record_exception(exc)
+            span.record_status("ERROR", str(exc))
+            raise
+        else:
+            if span.get_recorded_span().status.status_code == "UNSET":
+                span.record_status("OK")
+        finally:
+            span.end(end_time)

@@ -1,0 +1,592 @@
+"""Spans for the agent's OpenAI chat-completion calls (``openai`` >= 1, sync and async, streaming or not).
+
+Each call made while a tracer is active becomes one span ``openai.chat.completion`` of that tracer, with
+GenAI attributes in the shape agl's adapters read:
+
+- request: ``gen_ai.request.model`` and the other scalar parameters, ``gen_ai.prompt.<i>.role/content``
+  (plus ``tool_calls``/``tool_call_id``), tools as ``gen_ai.request.functions.<i>.name/description/parameters``;
+- response: ``gen_ai.response.id/model/finish_reasons``, ``gen_ai.completion.<i>.role/content/finish_reason``
+  (plus ``tool_calls``), usage as ``gen_ai.usage.prompt_tokens/completion_tokens`` (and the newer
+  ``input_tokens/output_tokens``);
+- token ids when the backend returns them (vLLM-style ``prompt_token_ids`` on the response and
+  ``token_ids`` on each choice): ``prompt_token_ids`` and ``response_token_ids`` (first choice), and
+  ``logprobs.content`` (JSON) when logprobs were returned.
+
+``openai`` is never imported by agl: :func:`instrument_openai` patches it now if it is already imported, or
+right after the application imports it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import logging
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import Any
+
+from .._context import get_active_tracer
+from ..base import OpenSpan
+
+__all__ = ["instrument_openai", "is_openai_instrumented", "uninstrument_openai"]
+
+logger = logging.getLogger(__name__)
+
+SPAN_NAME = "openai.chat.completion"
+
+_lock = threading.RLock()
+_originals: dict[tuple[Any, str], Any] = {}
+_wanted = False
+
+_REQUEST_SCALARS = (
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "n",
+    "seed",
+    "frequency_penalty",
+    "presence_penalty",
+    "stop",
+    "stream",
+    "logprobs",
+    "top_logprobs",
+    "user",
+    "tool_choice",
+    "parallel_tool_calls",
+    "reasoning_effort",
+)
+
+
+# -- public switch --------------------------------------------------------------------------------
+
+
+def instrument_openai() -> None:
+    """Record OpenAI chat-completion calls as spans of the active tracer. Idempotent.
+
+    Patches ``openai`` at once when it is imported already, otherwise as soon as it gets imported. Calls made
+    while no tracer is active pass straight through.
+    """
+    global _wanted
+    with _lock:
+        _wanted = True
+        if "openai" in sys.modules:
+            _patch()
+            return
+        if importlib.util.find_spec("openai") is None:
+            logger.debug("openai is not installed: nothing to instrument")
+            return
+        if not any(isinstance(f, _OpenAIImportHook) for f in sys.meta_path):
+            sys.meta_path.insert(0, _OpenAIImportHook())
+
+
+def uninstrument_openai() -> None:
+    """Undo :func:`instrument_openai`."""
+    global _wanted
+    with _lock:
+        _wanted = False
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _OpenAIImportHook)]
+        for (owner, attr), original in list(_originals.items()):
+            setattr(owner, attr, original)
+        _originals.clear()
+
+
+def is_openai_instrumented() -> bool:
+    """Whether OpenAI's chat completions are currently patched."""
+    with _lock:
+        return bool(_originals)
+
+
+class _OpenAIImportHook(importlib.abc.MetaPathFinder):
+    """Patches ``openai`` right after the application imports it."""
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "openai":
+            return None
+        sys.meta_path[:] = [f for f in sys.meta_path if f is not self]
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader = spec.loader
+        original_exec = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            original_exec(module)
+            with _lock:
+                if _wanted:
+                    _patch()
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _patch() -> None:
+    if _originals:
+        return
+    try:
+        from openai.resources.chat.completions import AsyncCompletions, Completions
+    except Exception as exc:  # an openai too old or too new for us: never break the application
+        logger.warning(
+            "cannot instrument openai (%s: %s); its calls will not be traced", type(exc).__name__, exc
+        )
+        return
+    _originals[(Completions, "create")] = Completions.create
+    _originals[(AsyncCompletions, "create")] = AsyncCompletions.create
+    Completions.create = _wrap_sync(Completions.create)  # type: ignore[method-assign]
+    AsyncCompletions.create = _wrap_async(AsyncCompletions.create)  # type: ignore[method-assign]
+    logger.debug("openai chat completions instrumented")
+
+
+# -- wrappers -------------------------------------------------------------------------------------
+
+
+def _start(resource: Any, kwargs: Mapping[str, Any]) -> OpenSpan | None:
+    tracer = get_active_tracer()
+    if tracer is None:
+        return None
+    try:
+        return tracer.start_span(SPAN_NAME, request_attributes(kwargs, _base_url(resource)))
+    except Exception:
+        logger.exception("could not start a span for an OpenAI call")
+        return None
+
+
+def _fail(span: OpenSpan, exc: BaseException) -> None:
+    try:
+        span.record_exception(exc)
+        span.record_status("ERROR", f"{type(exc).__name__}: {exc}")
+        span.end()
+    except Exception:
+        logger.exception("could not record an OpenAI error")
+
+
+def _finish(span: OpenSpan, response: Any) -> None:
+    try:
+        span.record_attributes(response_attributes(response))
+        span.record_status("OK")
+        span.end()
+    except Exception:
+        logger.exception("could not record an OpenAI response")
+        span.end()
+
+
+def _wrap_sync(original: Any) -> Any:
+    @functools.wraps(original)
+    def create(self: Any, *args: Any, **kwargs: Any) -> Any:
+        span = _start(self, kwargs)
+        if span is None:
+            return original(self, *args, **kwargs)
+        try:
+            result = original(self, *args, **kwargs)
+        except BaseException as exc:
+            _fail(span, exc)
+            raise
+        if kwargs.get("stream") and hasattr(result, "__next__"):
+            return _TracedStream(result, span)
+        _finish(span, result)
+        return result
+
+    return create
+
+
+def _wrap_async(original: Any) -> Any:
+    @functools.wraps(original)
+    async def create(self: Any, *args: Any, **kwargs: Any) -> Any:
+        span = _start(self, kwargs)
+        if span is None:
+            return await original(self, *args, **kwargs)
+        try:
+            result = await original(self, *args, **kwargs)
+        except BaseException as exc:
+            _fail(span, exc)
+            raise
+        if kwargs.get("stream") and hasattr(result, "__anext__"):
+            return _TracedAsyncStream(result, span)
+        _finish(span, result)
+        return result
+
+    return create
+
+
+class _ChunkAccumulator:
+    """Rebuilds a chat completion from streamed chunks."""
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.model: str | None = None
+        self.usage: Any = None
+        self.prompt_token_ids: list[int] | None = None
+        self.choices: dict[int, dict[str, Any]] = {}
+
+    def add(self, chunk: Any) -> None:
+        self.id = self.id or getattr(chunk, "id", None)
+        self.model = self.model or getattr(chunk, "model", None)
+        if getattr(chunk, "usage", None) is not None:
+            self.usage = chunk.usage
+        prompt_ids = _extra(chunk, "prompt_token_ids")
+        if _is_int_list(prompt_ids):
+            self.prompt_token_ids = list(prompt_ids)
+        for choice in getattr(chunk, "choices", None) or []:
+            acc = self.choices.setdefault(
+                getattr(choice, "index", 0) or 0,
+                {"role": None, "content": "", "finish_reason": None, "tool_calls": {}, "token_ids": []},
+            )
+            delta = getattr(choice, "delta", None)
+            if delta is not None:
+                acc["role"] = getattr(delta, "role", None) or acc["role"]
+                acc["content"] += getattr(delta, "content", None) or ""
+                for call in getattr(delta, "tool_calls", None) or []:
+                    slot = acc["tool_calls"].setdefault(
+                        getattr(call, "index", 0) or 0, {"id": None, "name": "", "arguments": ""}
+                    )
+                    slot["id"] = getattr(call, "id", None) or slot["id"]
+                    function = getattr(call, "function", None)
+                    if function is not None:
+                        slot["name"] += getattr(function, "name", None) or ""
+                        slot["arguments"] += getattr(function, "arguments", None) or ""
+            if getattr(choice, "finish_reason", None):
+                acc["finish_reason"] = choice.finish_reason
+            ids = _extra(choice, "token_ids")
+            if _is_int_list(ids):
+                acc["token_ids"].extend(ids)
+
+    def attributes(self) -> dict[str, Any]:
+        attributes: dict[str, Any] = {}
+        if self.id:
+            attributes["gen_ai.response.id"] = self.id
+        if self.model:
+            attributes["gen_ai.response.model"] = self.model
+        finish_reasons = []
+        for index in sorted(self.choices):
+            acc = self.choices[index]
+            prefix = f"gen_ai.completion.{index}"
+            attributes[f"{prefix}.role"] = acc["role"] or "assistant"
+            attributes[f"{prefix}.content"] = acc["content"]
+            if acc["finish_reason"]:
+                attributes[f"{prefix}.finish_reason"] = acc["finish_reason"]
+                finish_reasons.append(acc["finish_reason"])
+            for j in sorted(acc["tool_calls"]):
+                call = acc["tool_calls"][j]
+                for key in ("id", "name", "arguments"):
+                    if call[key]:
+                        attributes[f"{prefix}.tool_calls.{j}.{key}"] = call[key]
+            if acc["token_ids"]:
+                attributes[f"{prefix}.token_ids"] = list(acc["token_ids"])
+        if finish_reasons:
+            attributes["gen_ai.response.finish_reasons"] = finish_reasons
+        if self.prompt_token_ids is not None:
+            attributes["prompt_token_ids"] = self.prompt_token_ids
+        first = self.choices.get(min(self.choices)) if self.choices else None
+        if first is not None and first["token_ids"]:
+            attributes["response_token_ids"] = list(first["token_ids"])
+        attributes.update(_usage_attributes(self.usage))
+        return attributes
+
+
+class _TracedStream:
+    """A sync OpenAI stream that ends its span when it is exhausted, closed or fails."""
+
+    def __init__(self, inner: Any, span: OpenSpan) -> None:
+        self._inner = inner
+        self._span: OpenSpan | None = span
+        self._acc = _ChunkAccumulator()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __iter__(self) -> _TracedStream:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            chunk = next(self._inner)
+        except StopIteration:
+            self._done()
+            raise
+        except BaseException as exc:
+            self._failed(exc)
+            raise
+        self._acc.add(chunk)
+        return chunk
+
+    def __enter__(self) -> _TracedStream:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            self._done()
+
+    def _done(self) -> None:
+        span, self._span = self._span, None
+        if span is not None:
+            _finish_stream(span, self._acc)
+
+    def _failed(self, exc: BaseException) -> None:
+        span, self._span = self._span, None
+        if span is not None:
+            span.record_attributes(self._acc.attributes())
+            _fail(span, exc)
+
+    def __del__(self) -> None:
+        if getattr(self, "_span", None) is not None:
+            self._done()
+
+
+class _TracedAsyncStream:
+    """An async OpenAI stream that ends its span when it is exhausted, closed or fails."""
+
+    def __init__(self, inner: Any, span: OpenSpan) -> None:
+        self._inner = inner
+        self._span: OpenSpan | None = span
+        self._acc = _ChunkAccumulator()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __aiter__(self) -> _TracedAsyncStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            chunk = await self._inner.__anext__()
+        except StopAsyncIteration:
+            self._done()
+            raise
+        except BaseException as exc:
+            self._failed(exc)
+            raise
+        self._acc.add(chunk)
+        return chunk
+
+    async def __aenter__(self) -> _TracedAsyncStream:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        try:
+            await self._inner.close()
+        finally:
+            self._done()
+
+    def _done(self) -> None:
+        span, self._span = self._span, None
+        if span is not None:
+            _finish_stream(span, self._acc)
+
+    def _failed(self, exc: BaseException) -> None:
+        span, self._span = self._span, None
+        if span is not None:
+            span.record_attributes(self._acc.attributes())
+            _fail(span, exc)
+
+    def __del__(self) -> None:
+        if getattr(self, "_span", None) is not None:
+            self._done()
+
+
+def _finish_stream(span: OpenSpan, acc: _ChunkAccumulator) -> None:
+    try:
+        span.record_attributes(acc.attributes())
+        span.record_status("OK")
+    except Exception:
+        logger.exception("could not record a streamed OpenAI response")
+    span.end()
+
+
+# -- attribute extraction -------------------------------------------------------------------------
+
+
+def _base_url(resource: Any) -> str | None:
+    client = getattr(resource, "_client", None)
+    url = getattr(client, "base_url", None)
+    return str(url) if url is not None else None
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        try:
+            dumped = dump(exclude_none=True)
+        except Exception:
+            return {}
+        return dict(dumped) if isinstance(dumped, Mapping) else {}
+    return {}
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return json.dumps(content, default=str)
+
+
+def _tool_call_attributes(prefix: str, tool_calls: Sequence[Any]) -> dict[str, Any]:
+    attributes: dict[str, Any] = {}
+    for j, call in enumerate(tool_calls):
+        call_dict = _as_dict(call)
+        function = _as_dict(call_dict.get("function") or {})
+        if call_dict.get("id"):
+            attributes[f"{prefix}.tool_calls.{j}.id"] = str(call_dict["id"])
+        if function.get("name"):
+            attributes[f"{prefix}.tool_calls.{j}.name"] = str(function["name"])
+        if function.get("arguments") is not None:
+            attributes[f"{prefix}.tool_calls.{j}.arguments"] = _text(function["arguments"])
+    return attributes
+
+
+def request_attributes(kwargs: Mapping[str, Any], base_url: str | None = None) -> dict[str, Any]:
+    """GenAI attributes of a ``chat.completions.create`` request."""
+    attributes: dict[str, Any] = {
+        "gen_ai.system": "openai",
+        "gen_ai.operation.name": "chat",
+        "llm.request.type": "chat",
+    }
+    if base_url:
+        attributes["gen_ai.openai.api_base"] = base_url
+    model = kwargs.get("model")
+    if isinstance(model, str):
+        attributes["gen_ai.request.model"] = model
+    for key in _REQUEST_SCALARS:
+        value = kwargs.get(key)
+        if isinstance(value, (str, bool, int, float)):
+            attributes[f"gen_ai.request.{key}"] = value
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+            attributes[f"gen_ai.request.{key}"] = list(value)
+    extra_body = kwargs.get("extra_body")
+    if isinstance(extra_body, Mapping):
+        for key, value in extra_body.items():
+            if isinstance(value, (str, bool, int, float)):
+                attributes[f"gen_ai.request.{key}"] = value
+    for i, message in enumerate(kwargs.get("messages") or []):
+        msg = _as_dict(message)
+        prefix = f"gen_ai.prompt.{i}"
+        if msg.get("role") is not None:
+            attributes[f"{prefix}.role"] = str(msg["role"])
+        if msg.get("content") is not None:
+            attributes[f"{prefix}.content"] = _text(msg["content"])
+        for key in ("name", "tool_call_id"):
+            if msg.get(key):
+                attributes[f"{prefix}.{key}"] = str(msg[key])
+        if msg.get("tool_calls"):
+            attributes.update(_tool_call_attributes(prefix, msg["tool_calls"]))
+    for i, tool in enumerate(kwargs.get("tools") or []):
+        tool_dict = _as_dict(tool)
+        function = _as_dict(tool_dict.get("function") or {})
+        prefix = f"gen_ai.request.functions.{i}"
+        if function.get("name"):
+            attributes[f"{prefix}.name"] = str(function["name"])
+        if function.get("description"):
+            attributes[f"{prefix}.description"] = str(function["description"])
+        if function.get("parameters") is not None:
+            attributes[f"{prefix}.parameters"] = _text(function["parameters"])
+    return attributes
+
+
+def _extra(obj: Any, name: str) -> Any:
+    value = getattr(obj, name, None)
+    if value is None:
+        extra = getattr(obj, "model_extra", None)
+        if isinstance(extra, Mapping):
+            value = extra.get(name)
+    return value
+
+
+def _is_int_list(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    )
+
+
+def _usage_attributes(usage: Any) -> dict[str, Any]:
+    if usage is None:
+        return {}
+    attributes: dict[str, Any] = {}
+    prompt = getattr(usage, "prompt_tokens", None)
+    completion = getattr(usage, "completion_tokens", None)
+    total = getattr(usage, "total_tokens", None)
+    if isinstance(prompt, int):
+        attributes["gen_ai.usage.prompt_tokens"] = prompt
+        attributes["gen_ai.usage.input_tokens"] = prompt
+    if isinstance(completion, int):
+        attributes["gen_ai.usage.completion_tokens"] = completion
+        attributes["gen_ai.usage.output_tokens"] = completion
+    if isinstance(total, int):
+        attributes["llm.usage.total_tokens"] = total
+    return attributes
+
+
+def _choice_token_ids(choice: Any) -> list[int] | None:
+    ids = _extra(choice, "token_ids")
+    if _is_int_list(ids):
+        return list(ids)
+    provider = _extra(choice, "provider_specific_fields")
+    if isinstance(provider, Mapping) and _is_int_list(provider.get("token_ids")):
+        return list(provider["token_ids"])
+    return None
+
+
+def response_attributes(response: Any) -> dict[str, Any]:
+    """GenAI attributes of a ``ChatCompletion`` (anything else, e.g. a raw response, gives ``{}``)."""
+    choices = getattr(response, "choices", None)
+    if choices is None:
+        return {}
+    attributes: dict[str, Any] = {}
+    if getattr(response, "id", None):
+        attributes["gen_ai.response.id"] = str(response.id)
+    if getattr(response, "model", None):
+        attributes["gen_ai.response.model"] = str(response.model)
+    finish_reasons: list[str] = []
+    first_ids: list[int] | None = None
+    for position, choice in enumerate(choices):
+        index = getattr(choice, "index", position)
+        prefix = f"gen_ai.completion.{index}"
+        message = getattr(choice, "message", None)
+        if message is not None:
+            attributes[f"{prefix}.role"] = str(getattr(message, "role", None) or "assistant")
+            content = getattr(message, "content", None)
+            if content is not None:
+                attributes[f"{prefix}.content"] = _text(content)
+            if getattr(message, "tool_calls", None):
+                attributes.update(_tool_call_attributes(prefix, message.tool_calls))
+        finish = getattr(choice, "finish_reason", None)
+        if finish:
+            attributes[f"{prefix}.finish_reason"] = str(finish)
+            finish_reasons.append(str(finish))
+        ids = _choice_token_ids(choice)
+        if ids is not None:
+            attributes[f"{prefix}.token_ids"] = ids
+            if first_ids is None:
+                first_ids = ids
+        if position == 0:
+            logprobs = getattr(choice, "logprobs", None)
+            content_logprobs = getattr(logprobs, "content", None) if logprobs is not None else None
+            if content_logprobs:
+                attributes["logprobs.content"] = json.dumps([_as_dict(lp) for lp in content_logprobs])
+    if finish_reasons:
+        attributes["gen_ai.response.finish_reasons"] = finish_reasons
+    prompt_ids = _extra(response, "prompt_token_ids")
+    if _is_int_list(prompt_ids):
+        attributes["prompt_token_ids"] = list(prompt_ids)
+    if first_ids is None:  # older vLLM patches: response_token_ids as a list per choice
+        legacy = _extra(response, "response_token_ids")
+        if isinstance(legacy, (list, tuple)) and legacy and _is_int_list(legacy[0]):
+            first_ids = list(legacy[0])
+    if first_ids is not None:
+        attributes["response_token_ids"] = first_ids
+    attributes.update(_usage_attributes(getattr(response, "usage", None)))
+    return attributes

@@ -1,0 +1,209 @@
+"""OpenAI client calls become spans: a real openai client against a real local server (no mocks)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from _tracer_helpers import new_attempt, new_store, spans_of
+from _tracer_llm_server import prompt_text, serve_llm, token_ids
+from agl.tracer import OtelTracer, operation
+from agl.tracer.instrumentation import instrument_openai, is_openai_instrumented
+from agl.types import Span
+
+MESSAGES = [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": "hello there"},
+]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "search the web",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        },
+    }
+]
+
+
+@pytest.fixture(scope="module")
+def base_url() -> Iterator[str]:
+    with serve_llm() as url:
+        yield url
+
+
+@pytest.fixture
+def tracer() -> Iterator[OtelTracer]:
+    tracer = OtelTracer()
+    tracer.init_worker(0, new_store())
+    assert is_openai_instrumented()
+    yield tracer
+    tracer.teardown_worker(0)
+
+
+def only_llm_span(spans: list[Span]) -> Span:
+    llm = [s for s in spans if s.name == "openai.chat.completion"]
+    assert len(llm) == 1, [s.name for s in spans]
+    return llm[0]
+
+
+def run(tracer: OtelTracer, body: Any) -> list[Span]:
+    async def go() -> None:
+        async with tracer.trace_context():
+            result = body()
+            if asyncio.iscoroutine(result):
+                await result
+
+    asyncio.run(go())
+    return tracer.get_last_trace()
+
+
+def test_sync_call_records_prompt_completion_usage_and_token_ids(base_url: str, tracer: OtelTracer) -> None:
+    client = openai.OpenAI(base_url=base_url, api_key="test-key", max_retries=0)
+
+    def body() -> None:
+        with operation(name="agent"):
+            response = client.chat.completions.create(
+                model="tiny", messages=MESSAGES, temperature=0.5, max_tokens=16
+            )
+            assert response.choices[0].message.content == "echo: hello there"
+
+    spans = run(tracer, body)
+    span = only_llm_span(spans)
+    attrs = span.attributes
+    assert attrs["gen_ai.system"] == "openai"
+    assert attrs["gen_ai.request.model"] == "tiny"
+    assert attrs["gen_ai.request.temperature"] == 0.5
+    assert attrs["gen_ai.request.max_tokens"] == 16
+    assert attrs["gen_ai.prompt.0.role"] == "system" and attrs["gen_ai.prompt.1.content"] == "hello there"
+    assert attrs["gen_ai.completion.0.role"] == "assistant"
+    assert attrs["gen_ai.completion.0.content"] == "echo: hello there"
+    assert attrs["gen_ai.completion.0.finish_reason"] == "stop"
+    assert attrs["gen_ai.response.id"].startswith("chatcmpl-")
+    assert attrs["prompt_token_ids"] == token_ids(prompt_text(MESSAGES))
+    assert attrs["response_token_ids"] == token_ids("echo: hello there")
+    assert attrs["gen_ai.usage.prompt_tokens"] == len(attrs["prompt_token_ids"])
+    assert attrs["gen_ai.usage.completion_tokens"] == 3
+    assert attrs["gen_ai.openai.api_base"].startswith("http://127.0.0.1:")
+    assert span.status.status_code == "OK"
+    parent = next(s for s in spans if s.name == "agentlightning.operation")
+    assert span.parent_id == parent.span_id
+    assert "test-key" not in json.dumps(attrs)  # the API key is never recorded
+
+
+def test_async_call_with_tools_records_functions_and_tool_calls(base_url: str, tracer: OtelTracer) -> None:
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="k", max_retries=0)
+
+    async def body() -> None:
+        response = await client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "call the tool"}], tools=TOOLS, logprobs=True
+        )
+        assert response.choices[0].message.tool_calls
+
+    attrs = only_llm_span(run(tracer, body)).attributes
+    assert attrs["gen_ai.request.functions.0.name"] == "search"
+    assert json.loads(attrs["gen_ai.request.functions.0.parameters"])["type"] == "object"
+    assert attrs["gen_ai.completion.0.tool_calls.0.name"] == "search"
+    assert json.loads(attrs["gen_ai.completion.0.tool_calls.0.arguments"]) == {"q": "call the tool"}
+    assert attrs["gen_ai.completion.0.finish_reason"] == "tool_calls"
+    assert attrs["response_token_ids"] == [7]
+
+
+def test_logprobs_are_recorded_as_json(base_url: str, tracer: OtelTracer) -> None:
+    client = openai.OpenAI(base_url=base_url, api_key="k", max_retries=0)
+    attrs = only_llm_span(
+        run(tracer, lambda: client.chat.completions.create(model="tiny", messages=MESSAGES, logprobs=True))
+    ).attributes
+    logprobs = json.loads(attrs["logprobs.content"])
+    assert [lp["token"] for lp in logprobs] == ["echo:", "hello", "there"]
+
+
+def test_sync_stream_is_accumulated(base_url: str, tracer: OtelTracer) -> None:
+    client = openai.OpenAI(base_url=base_url, api_key="k", max_retries=0)
+    pieces: list[str] = []
+
+    def body() -> None:
+        stream = client.chat.completions.create(
+            model="tiny", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+        )
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                pieces.append(chunk.choices[0].delta.content)
+
+    attrs = only_llm_span(run(tracer, body)).attributes
+    assert "".join(pieces) == "echo: hello there"
+    assert attrs["gen_ai.completion.0.content"] == "echo: hello there"
+    assert attrs["gen_ai.completion.0.finish_reason"] == "stop"
+    assert attrs["prompt_token_ids"] == token_ids(prompt_text(MESSAGES))
+    assert attrs["response_token_ids"] == token_ids("echo: hello there")
+    assert attrs["gen_ai.usage.completion_tokens"] == 3
+
+
+def test_async_stream_with_a_tool_call(base_url: str, tracer: OtelTracer) -> None:
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="k", max_retries=0)
+
+    async def body() -> None:
+        stream = await client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "call it"}], tools=TOOLS, stream=True
+        )
+        async with stream:
+            async for _ in stream:
+                pass
+
+    attrs = only_llm_span(run(tracer, body)).attributes
+    assert attrs["gen_ai.completion.0.tool_calls.0.name"] == "search"
+    assert json.loads(attrs["gen_ai.completion.0.tool_calls.0.arguments"]) == {"q": "call it"}
+    assert attrs["gen_ai.request.stream"] is True
+
+
+def test_a_failed_call_is_an_error_span_and_the_error_reaches_the_agent(
+    base_url: str, tracer: OtelTracer
+) -> None:
+    client = openai.OpenAI(base_url=base_url, api_key="k", max_retries=0)
+
+    def body() -> None:
+        with pytest.raises(openai.BadRequestError):
+            client.chat.completions.create(model="fail", messages=MESSAGES)
+
+    span = only_llm_span(run(tracer, body))
+    assert span.status.status_code == "ERROR"
+    assert "BadRequestError" in (span.status.description or "")
+
+
+def test_calls_outside_a_trace_context_are_not_recorded(base_url: str, tracer: OtelTracer) -> None:
+    client = openai.OpenAI(base_url=base_url, api_key="k", max_retries=0)
+    assert client.chat.completions.create(model="tiny", messages=MESSAGES).choices[0].message.content
+    instrument_openai()  # idempotent
+    assert run(tracer, lambda: None) == []
+
+
+def test_llm_spans_reach_the_store_of_the_attempt(base_url: str) -> None:
+    store = new_store()
+    tracer = OtelTracer()
+    tracer.init_worker(0, store)
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="k", max_retries=0)
+
+    async def go() -> list[Span]:
+        rid, aid = await new_attempt(store)
+        async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
+            await asyncio.gather(
+                *(
+                    client.chat.completions.create(
+                        model="tiny", messages=[{"role": "user", "content": f"q{i}"}]
+                    )
+                    for i in range(5)
+                )
+            )
+        return await spans_of(store, rid, aid)
+
+    stored = asyncio.run(go())
+    assert sorted(s.attributes["gen_ai.completion.0.content"] for s in stored) == [
+        f"echo: q{i}" for i in range(5)
+    ]
+    assert all(s.attributes["response_token_ids"] for s in stored)
+    tracer.teardown_worker(0)

@@ -1,0 +1,39 @@
+"""Agents for the end-to-end tests, written against the reference API (only the imports differ).
+
+They live in an importable module so that runner processes started with any start method can find them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from agl.runner import rollout
+from agl.tracer import emit_reward
+from agl.types import LLM, Rollout
+
+
+@rollout
+def reward_agent(task: dict[str, Any], llm: LLM) -> None:
+    """Sync agent: reports a reward derived from the task."""
+    assert llm.model == "stand-in"
+    emit_reward(task["x"] / 10)
+
+
+@rollout
+async def flaky_agent(task: dict[str, Any], llm: LLM, rollout: Rollout) -> None:
+    """Fails on the first attempt of every rollout, succeeds on the second."""
+    if rollout.attempt.sequence_id == 1:  # type: ignore[attr-defined]
+        raise RuntimeError(f"first attempt of task {task['x']} fails on purpose")
+    emit_reward(1.0)
+
+
+@rollout
+def victim_agent(task: dict[str, Any], llm: LLM, rollout: Rollout) -> float:
+    """On the first attempt of the victim task, writes its pid and hangs until killed."""
+    if task.get("victim") and rollout.attempt.sequence_id == 1:  # type: ignore[attr-defined]
+        Path(task["pid_file"]).write_text(str(os.getpid()))
+        threading.Event().wait()  # hangs: the test kills this process
+    return 1.0

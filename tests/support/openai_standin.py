@@ -1,0 +1,486 @@
+"""A local, deterministic OpenAI-compatible backend for tests: a stand-in for vLLM on 127.0.0.1.
+
+It answers ``POST /v1/chat/completions`` (tools, tool calls, SSE streaming), ``POST /v1/completions``,
+``GET /v1/models`` and ``GET /health`` the way vLLM does when asked for token ids
+(``return_token_ids: true``): ``prompt_token_ids`` on the response (first chunk when streaming) and
+``token_ids`` on every choice (every chunk's choice when streaming), plus per-token ``logprobs``
+when ``logprobs`` is requested.
+
+Its "tokenizer" is one token per character (``token id = ord(char)``) over a toy chat template,
+so tests can predict every id. By default the model answers ``"echo: <last user text>"``; a
+scripting hook decides other answers::
+
+    def script(request: dict) -> Reply | str | None:   # None → default answer
+        if request.get("tools"):
+            return Reply(tool_calls=[ToolCall("get_weather", {"city": "Paris"})])
+        return "sunny"
+
+    with serve_standin(StandinBackend(script=script)) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="x")
+
+Run it alone (for benchmarks) with ``python -m tests.support.openai_standin --port 8000``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+__all__ = [
+    "Reply",
+    "StandinBackend",
+    "StandinServer",
+    "ToolCall",
+    "chat_prompt_text",
+    "completion_token_ids",
+    "free_port",
+    "serve_standin",
+    "token_ids",
+    "token_logprob",
+]
+
+
+@dataclass
+class ToolCall:
+    """A function call the model makes; ``arguments`` is a dict (JSON-encoded on the wire) or raw text."""
+
+    name: str
+    arguments: dict[str, Any] | str = field(default_factory=dict)
+    id: str | None = None
+
+    def arguments_text(self) -> str:
+        return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+
+
+@dataclass
+class Reply:
+    """What the model answers: text, tool calls, or both."""
+
+    content: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+Script = Callable[[dict[str, Any]], "Reply | str | Awaitable[Reply | str | None] | None"]
+
+
+def token_ids(text: str) -> list[int]:
+    """The stand-in's tokenizer: one token per character."""
+    return [ord(ch) for ch in text]
+
+
+def token_logprob(position: int) -> float:
+    """Deterministic log-probability of the completion token at ``position``."""
+    return -round(0.05 + 0.1 * (position % 7), 4)
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
+    return str(content)
+
+
+def chat_prompt_text(messages: list[dict[str, Any]], tools: list[Any] | None = None) -> str:
+    """The toy chat template: what the prompt token ids encode."""
+    parts: list[str] = []
+    if tools:
+        parts.append("<|tools|>" + json.dumps(tools, sort_keys=True))
+    for message in messages:
+        text = _content_text(message.get("content"))
+        for call in message.get("tool_calls") or []:
+            fn = call.get("function", {})
+            text += f"<tool_call>{fn.get('name')}:{fn.get('arguments')}</tool_call>"
+        parts.append(f"<|{message.get('role')}|>{text}")
+    parts.append("<|assistant|>")
+    return "".join(parts)
+
+
+def _reply_text(reply: Reply) -> str:
+    text = reply.content or ""
+    for call in reply.tool_calls:
+        text += f"<tool_call>{call.name}:{call.arguments_text()}</tool_call>"
+    return text
+
+
+def completion_token_ids(reply: Reply | str) -> list[int]:
+    """Token ids the stand-in reports for ``reply``'s completion."""
+    return token_ids(reply if isinstance(reply, str) else _reply_text(reply))
+
+
+def _last_user_text(messages: list[dict[str, Any]]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return _content_text(message.get("content"))
+    return ""
+
+
+class StandinBackend:
+    """The behaviour of the stand-in: answers, delays, and a record of what it received.
+
+    Args:
+        script: called with each request body; returns a :class:`Reply`, a string, or ``None``
+            for the default answer (``"echo: <last user text>"``). May be async.
+        delay_s: wait this long before answering.
+        chunk_size: characters per streamed content chunk.
+        chunk_delay_s: wait between streamed chunks (to keep a stream open in tests).
+        record_requests: keep every request body in :attr:`requests` (off for benchmarks).
+    """
+
+    def __init__(
+        self,
+        script: Script | None = None,
+        *,
+        delay_s: float = 0.0,
+        chunk_size: int = 4,
+        chunk_delay_s: float = 0.0,
+        record_requests: bool = True,
+    ) -> None:
+        self.script = script
+        self.delay_s = delay_s
+        self.chunk_size = max(1, chunk_size)
+        self.chunk_delay_s = chunk_delay_s
+        self.record_requests = record_requests
+        self.requests: list[dict[str, Any]] = []
+        self.streams_started = 0
+        self.streams_finished = 0
+        self._counter = 0
+        self._lock = threading.Lock()
+
+    def _next_id(self, prefix: str) -> str:
+        with self._lock:
+            self._counter += 1
+            return f"{prefix}-standin-{self._counter}"
+
+    async def reply_for(self, body: dict[str, Any]) -> Reply:
+        result: Any = None
+        if self.script is not None:
+            result = self.script(body)
+            if inspect.isawaitable(result):
+                result = await result
+        if result is None:
+            messages = body.get("messages")
+            prompt = _last_user_text(messages) if isinstance(messages, list) else str(body.get("prompt"))
+            result = f"echo: {prompt}"
+        return Reply(content=result) if isinstance(result, str) else result
+
+    # -- HTTP handlers --------------------------------------------------------------------------
+
+    async def _read(self, request: Request) -> dict[str, Any] | Response:
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return JSONResponse({"error": {"message": "body is not JSON"}}, status_code=400)
+        if not isinstance(body, dict):
+            return JSONResponse({"error": {"message": "body must be a JSON object"}}, status_code=400)
+        if self.record_requests:
+            self.requests.append(body)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        return body
+
+    async def chat_completions(self, request: Request) -> Response:
+        body = await self._read(request)
+        if isinstance(body, Response):
+            return body
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return JSONResponse({"error": {"message": "messages must be a non-empty list"}}, status_code=400)
+        reply = await self.reply_for(body)
+        prompt_ids = token_ids(chat_prompt_text(messages, body.get("tools")))
+        if body.get("stream"):
+            return StreamingResponse(
+                self._chat_stream(body, reply, prompt_ids), media_type="text/event-stream"
+            )
+        completion_ids = completion_token_ids(reply)
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id or f"call_{i}_{call.name}",
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments_text()},
+                }
+                for i, call in enumerate(reply.tool_calls)
+            ]
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": message,
+            "finish_reason": reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop"),
+            "logprobs": self._chat_logprobs(body, completion_ids, 0),
+        }
+        payload: dict[str, Any] = {
+            "id": self._next_id("chatcmpl"),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "standin"),
+            "choices": [choice],
+            "usage": _usage(prompt_ids, completion_ids),
+        }
+        if body.get("return_token_ids"):
+            payload["prompt_token_ids"] = prompt_ids
+            choice["token_ids"] = completion_ids
+        return JSONResponse(payload)
+
+    def _chat_logprobs(self, body: dict[str, Any], ids: list[int], offset: int) -> dict[str, Any] | None:
+        if not body.get("logprobs"):
+            return None
+        top_n = int(body.get("top_logprobs") or 0)
+        content = []
+        for i, tid in enumerate(ids):
+            lp = token_logprob(offset + i)
+            entry: dict[str, Any] = {
+                "token": chr(tid),
+                "logprob": lp,
+                "bytes": list(chr(tid).encode()),
+                "top_logprobs": [{"token": chr(tid), "logprob": lp, "bytes": list(chr(tid).encode())}][
+                    :top_n
+                ],
+            }
+            content.append(entry)
+        return {"content": content}
+
+    async def _chat_stream(
+        self, body: dict[str, Any], reply: Reply, prompt_ids: list[int]
+    ) -> AsyncIterator[bytes]:
+        self.streams_started += 1
+        cid = self._next_id("chatcmpl")
+        created = int(time.time())
+        model = body.get("model", "standin")
+        want_ids = bool(body.get("return_token_ids"))
+        position = 0
+
+        def chunk(delta: dict[str, Any], ids: list[int], finish: str | None = None) -> bytes:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "delta": delta,
+                "finish_reason": finish,
+                "logprobs": self._chat_logprobs(body, ids, position) if ids else None,
+            }
+            if want_ids:
+                choice["token_ids"] = ids
+            data: dict[str, Any] = {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [choice],
+            }
+            return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+        first: dict[str, Any] = {
+            "id": cid,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+        }
+        if want_ids:
+            first["prompt_token_ids"] = prompt_ids
+            first["choices"][0]["token_ids"] = []
+        yield b"data: " + json.dumps(first).encode() + b"\n\n"
+        text = reply.content or ""
+        for start in range(0, len(text), self.chunk_size):
+            piece = text[start : start + self.chunk_size]
+            if self.chunk_delay_s:
+                await asyncio.sleep(self.chunk_delay_s)
+            yield chunk({"content": piece}, token_ids(piece))
+            position += len(piece)
+        for index, call in enumerate(reply.tool_calls):
+            head = f"<tool_call>{call.name}:"
+            yield chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": index,
+                            "id": call.id or f"call_{index}_{call.name}",
+                            "type": "function",
+                            "function": {"name": call.name, "arguments": ""},
+                        }
+                    ]
+                },
+                token_ids(head),
+            )
+            position += len(head)
+            args = call.arguments_text()
+            for start in range(0, len(args), self.chunk_size * 4):
+                piece = args[start : start + self.chunk_size * 4]
+                yield chunk(
+                    {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}, token_ids(piece)
+                )
+                position += len(piece)
+            tail = "</tool_call>"
+            yield chunk({}, token_ids(tail))
+            position += len(tail)
+        finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+        yield chunk({}, [], finish)
+        options = body.get("stream_options") or {}
+        if options.get("include_usage"):
+            usage_chunk = {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [],
+                "usage": _usage(prompt_ids, completion_token_ids(reply)),
+            }
+            yield b"data: " + json.dumps(usage_chunk).encode() + b"\n\n"
+        yield b"data: [DONE]\n\n"
+        self.streams_finished += 1
+
+    async def completions(self, request: Request) -> Response:
+        body = await self._read(request)
+        if isinstance(body, Response):
+            return body
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+            prompt_ids = [int(x) for x in prompt]
+            prompt = "".join(chr(x) for x in prompt_ids)
+            body = {**body, "prompt": prompt}
+        elif isinstance(prompt, str):
+            prompt_ids = token_ids(prompt)
+        else:
+            return JSONResponse(
+                {"error": {"message": "prompt must be a string or token ids"}}, status_code=400
+            )
+        reply = await self.reply_for(body)
+        text = _reply_text(reply)
+        ids = token_ids(text)
+        choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": reply.finish_reason or "stop"}
+        if body.get("logprobs") is not None:
+            choice["logprobs"] = {
+                "tokens": [chr(t) for t in ids],
+                "token_logprobs": [token_logprob(i) for i in range(len(ids))],
+                "top_logprobs": None,
+                "text_offset": list(range(len(prompt), len(prompt) + len(ids))),
+            }
+        else:
+            choice["logprobs"] = None
+        payload: dict[str, Any] = {
+            "id": self._next_id("cmpl"),
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": body.get("model", "standin"),
+            "choices": [choice],
+            "usage": _usage(prompt_ids, ids),
+        }
+        if body.get("return_token_ids"):
+            payload["prompt_token_ids"] = prompt_ids
+            choice["prompt_token_ids"] = prompt_ids
+            choice["token_ids"] = ids
+        return JSONResponse(payload)
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse(
+            {"object": "list", "data": [{"id": "standin", "object": "model", "owned_by": "tests"}]}
+        )
+
+    async def health(self, request: Request) -> Response:
+        return Response(status_code=200)
+
+    def app(self) -> Starlette:
+        """The ASGI app."""
+        return Starlette(
+            routes=[
+                Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+                Route("/v1/completions", self.completions, methods=["POST"]),
+                Route("/v1/models", self.models, methods=["GET"]),
+                Route("/health", self.health, methods=["GET"]),
+            ]
+        )
+
+
+def _usage(prompt_ids: list[int], completion_ids: list[int]) -> dict[str, int]:
+    return {
+        "prompt_tokens": len(prompt_ids),
+        "completion_tokens": len(completion_ids),
+        "total_tokens": len(prompt_ids) + len(completion_ids),
+    }
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class StandinServer:
+    """A running stand-in: ``url`` is the root, ``base_url`` ends in ``/v1`` (for OpenAI clients)."""
+
+    backend: StandinBackend
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+
+@contextlib.contextmanager
+def serve_standin(
+    backend: StandinBackend | None = None, *, port: int | None = None
+) -> Iterator[StandinServer]:
+    """Serve ``backend`` with uvicorn on 127.0.0.1 in a background thread until the block exits."""
+    import uvicorn
+
+    backend = backend or StandinBackend()
+    config = uvicorn.Config(
+        backend.app(),
+        host="127.0.0.1",
+        port=port or 0,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="openai-standin", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the OpenAI stand-in server did not start")
+        time.sleep(0.005)
+    bound = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield StandinServer(backend=backend, host="127.0.0.1", port=int(bound))
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def main() -> None:  # pragma: no cover - command-line entry for benchmarks
+    import argparse
+
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description="Serve the OpenAI-compatible stand-in backend.")
+    parser.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args()
+    backend = StandinBackend(record_requests=False)
+    uvicorn.run(backend.app(), host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

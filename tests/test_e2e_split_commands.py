@@ -1,0 +1,98 @@
+"""A split deployment: `agl store`, the algorithm and the runners as three separate commands complete a run."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from agl.store.client import LightningStoreClient
+from agl.tracer import find_final_reward
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _agl_command() -> list[str]:
+    script = Path(sys.executable).parent / "agl"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "agl.store.cli"]
+
+
+def _read_endpoint(proc: subprocess.Popen[str], deadline: float) -> str:
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"agl store exited early with code {proc.wait(5)}")
+        match = re.search(r"at (http://127\.0\.0\.1:\d+)", line)
+        if match:
+            return match.group(1)
+    raise AssertionError("agl store did not announce its address in time")
+
+
+def _stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+        raise
+
+
+@pytest.mark.timeout(240)
+def test_store_algorithm_and_runners_as_three_commands(tmp_path: Path) -> None:
+    db = tmp_path / "run.db"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "AGL_MANAGED_STORE": "0", "AGL_SERVER_HOST": "127.0.0.1"}
+    env.pop("AGL_STORE_TOKEN", None)
+    store = subprocess.Popen(
+        [*_agl_command(), "store", "--backend", f"sqlite:///{db}", "--port", "0", "--log-level", "WARNING"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    procs: list[subprocess.Popen[str]] = [store]
+    try:
+        endpoint = _read_endpoint(store, time.monotonic() + 60)
+        env["AGL_SERVER_PORT"] = endpoint.rsplit(":", 1)[1]
+        app = [sys.executable, "-m", "tests.support.split_app", "40"]
+        runners = subprocess.Popen(app, env={**env, "AGL_CURRENT_ROLE": "runner"}, cwd=ROOT, text=True)
+        procs.append(runners)
+        algorithm = subprocess.Popen(
+            app, env={**env, "AGL_CURRENT_ROLE": "algorithm"}, cwd=ROOT, text=True, stdout=subprocess.PIPE
+        )
+        procs.append(algorithm)
+        out, _ = algorithm.communicate(timeout=180)
+        assert algorithm.returncode == 0
+        assert "split_app: done" in out
+
+        async def check() -> None:
+            client = LightningStoreClient(endpoint)
+            try:
+                rollouts = list(await client.query_rollouts())
+                assert len(rollouts) == 40
+                assert {r.status for r in rollouts} == {"succeeded"}
+                for r in rollouts:
+                    spans = list(await client.query_spans(r.rollout_id))
+                    assert find_final_reward(spans) == pytest.approx(r.input["x"] / 10)
+                workers = await client.query_workers()
+                assert len(workers) == 2
+            finally:
+                await client.close()
+
+        asyncio.run(check())
+        assert runners.poll() is None, "runners keep serving until told to stop"
+        assert _stop(runners) == 0
+        assert _stop(store) == 0
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
