@@ -47,6 +47,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--val-size", type=int, default=256)
     p.add_argument("--val-every", type=int, default=10)
+    p.add_argument(
+        "--val-temperature", type=float, default=1.0,
+        help="sampling temperature of validation (1.0: the policy as trained; 0: greedy)",
+    )
     p.add_argument("--threads", type=int, default=1, help="torch threads of the training process")
     p.add_argument("--output-dir", type=Path, default=None, help="default: runs/<timestamp>")
     return p.parse_args(argv)
@@ -136,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         lr=args.lr,
         seed=args.seed,
         val_every=args.val_every,
+        val_temperature=args.val_temperature,
         torch_threads=args.threads,
         served_model_name="calc-tiny" if args.model == str(DEFAULT_MODEL) else Path(args.model).name,
         checkpoint_dir=str(out_dir / "checkpoint"),

@@ -1,6 +1,6 @@
 """HTTP modes of the store benchmark: ``LightningStoreClient`` → ``agl store`` (a separate process).
 
-Each rollout goes through the lifecycle enqueue → dequeue → one batch of spans (10 × ~1 KB attributes)
+Each rollout goes through the lifecycle enqueue → dequeue → one batch of spans (10 x ~1 KB attributes)
 → attempt succeeded → read back, with 1 client, 16 concurrent coroutines and 4 client processes; then
 spans alone through the batch endpoint; then server start-up time. Prints ops/s and p50/p99 per operation.
 
@@ -58,7 +58,18 @@ def store_process(backend: str) -> Iterator[str]:
     """``agl store`` in a child process; yields its address."""
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agl.store.cli", "store", "--port", str(port), "--backend", backend, "--log-level", "WARNING"],
+        [
+            sys.executable,
+            "-m",
+            "agl.store.cli",
+            "store",
+            "--port",
+            str(port),
+            "--backend",
+            backend,
+            "--log-level",
+            "WARNING",
+        ],
         stdout=subprocess.DEVNULL,
     )
     address = f"http://127.0.0.1:{port}"
@@ -94,11 +105,13 @@ async def _lifecycle(client: LightningStoreClient, n: int, latencies: dict[str, 
         t4 = clock()
         await client.get_rollout_by_id(rid)
         t5 = clock()
-        for op, a, b in zip(OPS, (t0, t1, t2, t3, t4), (t1, t2, t3, t4, t5)):
+        for op, a, b in zip(OPS, (t0, t1, t2, t3, t4), (t1, t2, t3, t4, t5), strict=True):
             latencies[op].append(b - a)
 
 
-async def run_lifecycle(address: str, rollouts: int, concurrency: int) -> tuple[float, dict[str, list[float]]]:
+async def run_lifecycle(
+    address: str, rollouts: int, concurrency: int
+) -> tuple[float, dict[str, list[float]]]:
     client = LightningStoreClient(address)
     latencies: dict[str, list[float]] = defaultdict(list)
     await _lifecycle(client, 5, defaultdict(list))  # warm up connections
@@ -115,20 +128,20 @@ def _process_worker(address: str, rollouts: int, concurrency: int, queue: Any) -
     queue.put((elapsed, dict(latencies)))
 
 
-def run_processes(address: str, rollouts: int, processes: int, concurrency: int) -> tuple[float, dict[str, list[float]]]:
+def run_processes(
+    address: str, rollouts: int, processes: int, concurrency: int
+) -> tuple[float, dict[str, list[float]]]:
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     workers = [
         ctx.Process(target=_process_worker, args=(address, rollouts // processes, concurrency, queue))
         for _ in range(processes)
     ]
-    start = time.perf_counter()
     for w in workers:
         w.start()
     results = [queue.get(timeout=600) for _ in workers]
     for w in workers:
         w.join()
-    elapsed = time.perf_counter() - start
     merged: dict[str, list[float]] = defaultdict(list)
     for _, lat in results:
         for op, values in lat.items():
@@ -175,7 +188,9 @@ def report(title: str, elapsed: float, rollouts: int, latencies: dict[str, list[
     for op in OPS:
         values = latencies.get(op, [])
         if values:
-            print(f"  {op:<16}{len(values) / elapsed:>10,.0f}{_pct(values, 0.5):>10.2f}{_pct(values, 0.99):>10.2f}")
+            print(
+                f"  {op:<16}{len(values) / elapsed:>10,.0f}{_pct(values, 0.5):>10.2f}{_pct(values, 0.99):>10.2f}"
+            )
 
 
 def measure_startup(repeats: int = 5) -> list[float]:
@@ -199,7 +214,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     modes = set(args.modes.split(","))
     backends = args.backend or ["memory"]
-    print(f"HTTP store benchmark: LightningStoreClient -> agl store (separate process), {os.cpu_count()} CPUs")
+    print(
+        f"HTTP store benchmark: LightningStoreClient -> agl store (separate process), {os.cpu_count()} CPUs"
+    )
     for backend in backends:
         with contextlib.ExitStack() as stack:
             if backend == "sqlite":
@@ -225,8 +242,10 @@ def main(argv: list[str] | None = None) -> None:
                 )
     if "startup" in modes:
         times = measure_startup()
-        print(f"\nserver start-up (LightningStoreServer.start until health answers): "
-              f"median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms")
+        print(
+            f"\nserver start-up (LightningStoreServer.start until health answers): "
+            f"median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -243,7 +243,10 @@ def _generate(model: Any, tokenizer: Any, prompts: list[str], temperature: float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=HERE / "model")
-    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--steps", type=int, default=1200, help="training steps")
+    parser.add_argument(
+        "--schedule-steps", type=int, default=2000, help="length of the cosine learning-rate schedule (truncated at --steps)"
+    )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
@@ -269,7 +272,7 @@ def main() -> None:
     def lr_at(step: int) -> float:
         if step < warmup:
             return args.lr * (step + 1) / warmup
-        progress = (step - warmup) / max(1, args.steps - warmup)
+        progress = min(1.0, (step - warmup) / max(1, args.schedule_steps - warmup))
         return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
 
     rng = random.Random(args.seed + 1)

@@ -7,6 +7,8 @@ import json
 import weakref
 from typing import Any
 
+import httpx
+
 from agl.runner import rollout
 from agl.tracer import emit_reward
 from agl.types import LLM
@@ -88,7 +90,12 @@ async def calc_agent(task: dict[str, Any], llm: LLM) -> None:
     from openai import AsyncOpenAI
 
     client = AsyncOpenAI(
-        base_url=llm.get_base_url(), api_key=llm.api_key or "unused", http_client=_http_client(), max_retries=0
+        base_url=llm.get_base_url(),
+        api_key=llm.api_key or "unused",
+        http_client=_http_client(),
+        max_retries=0,
+        # openai's default connect timeout (5 s) is too short when a hundred rollouts share two busy cores.
+        timeout=httpx.Timeout(300.0, connect=60.0),
     )
     answer, _ = await solve(
         client,

@@ -9,6 +9,7 @@ from agl.algorithms.apo import PromptCandidate
 from agl.algorithms.apo._beam import (
     clean_edit,
     conversations,
+    edit_problem,
     fstring_fields,
     messages_using_template,
     select_parents,
@@ -118,3 +119,28 @@ def test_messages_using_template_keeps_the_calls_that_used_it() -> None:
     assert messages_using_template(records, planner) == plan_call["messages"]
     assert messages_using_template(records, writer) == mail_call["messages"]
     assert messages_using_template(records, PromptTemplate(template="Something else entirely.")) == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "problem"),
+    [
+        ("Book for {attendees}.", "Book for {attendees}. Check capacity.", None),
+        ("Book for {attendees}.", "Book a room.", None),  # dropping a placeholder is allowed
+        ("Book for {attendees}.", "", "empty template"),
+        ("Book for {attendees}.", "Book for {attendees}.", "changed nothing"),
+        (
+            "Book for {attendees}.",
+            "Book for {attendees} on {weekday}.",
+            "placeholders the agent does not fill: weekday",
+        ),
+        ("Book for {attendees}.", 'Answer as JSON: {"room": "..."}', "placeholders the agent does not fill"),
+        ("Book for {attendees}.", "Book for {attendees.", "does not parse as an f-string template"),
+    ],
+)
+def test_edit_problem(old: str, new: str, problem: str | None) -> None:
+    found = edit_problem(PromptTemplate(template=old), new)
+    assert (found is None) if problem is None else (found is not None and problem in found)
+
+
+def test_edit_problem_leaves_other_engines_to_their_renderer() -> None:
+    assert edit_problem(PromptTemplate(template="Hi {{ name }}", engine="jinja"), "Hi {{ other }}") is None

@@ -18,7 +18,11 @@ async def serve_over_http(store: LightningStore, **server_kwargs: Any) -> AsyncI
     server = LightningStoreServer(store, **server_kwargs)
     await asyncio.to_thread(server.start)
     client = LightningStoreClient(
-        server.endpoint, token=token, retry_delays=(0.05, 0.2), health_retry_delays=(0.05,), request_timeout=20.0
+        server.endpoint,
+        token=token,
+        retry_delays=(0.05, 0.2),
+        health_retry_delays=(0.05,),
+        request_timeout=20.0,
     )
     try:
         yield client

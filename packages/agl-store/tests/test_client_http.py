@@ -93,7 +93,9 @@ async def test_unreachable_server_is_a_connection_error() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    client = LightningStoreClient(f"http://127.0.0.1:{port}", retry_delays=(0.01, 0.01), health_retry_delays=(0.01,))
+    client = LightningStoreClient(
+        f"http://127.0.0.1:{port}", retry_delays=(0.01, 0.01), health_retry_delays=(0.01,)
+    )
     started = time.monotonic()
     with pytest.raises(StoreConnectionError, match="cannot reach the store") as caught:
         await client.enqueue_rollout(1)
@@ -113,11 +115,17 @@ async def test_same_idempotency_key_is_applied_once() -> None:
         async with http_session() as session:
             body = {"rollouts": [{"input": {"q": 1}}]}
             key = {"Idempotency-Key": "k-123"}
-            s1, first, h1 = await call(session, server, "POST", "/v1/agl/queues/rollouts/enqueue", json_body=body, headers=key)
-            s2, second, h2 = await call(session, server, "POST", "/v1/agl/queues/rollouts/enqueue", json_body=body, headers=key)
+            s1, first, h1 = await call(
+                session, server, "POST", "/v1/agl/queues/rollouts/enqueue", json_body=body, headers=key
+            )
+            s2, second, h2 = await call(
+                session, server, "POST", "/v1/agl/queues/rollouts/enqueue", json_body=body, headers=key
+            )
             assert s1 == s2 == 201 and first == second
             assert h2.get("agl-replayed") == "true" and "agl-replayed" not in h1
-            s3, third, _ = await call(session, server, "POST", "/v1/agl/queues/rollouts/enqueue", json_body=body)
+            s3, third, _ = await call(
+                session, server, "POST", "/v1/agl/queues/rollouts/enqueue", json_body=body
+            )
             assert s3 == 201 and third != first
         assert (await store.query_rollouts()).total == 2
 
@@ -189,8 +197,14 @@ async def test_a_write_whose_answer_was_lost_is_retried_without_writing_twice(op
                     await client.add_resources({"p": PromptTemplate(template="hi")})
                     assert (await store.query_resources()).total == 1
                 else:
-                    assert await client.get_next_span_sequence_id(rollout.rollout_id, rollout.attempt.attempt_id) == 1
-                    assert await setup.get_next_span_sequence_id(rollout.rollout_id, rollout.attempt.attempt_id) == 2
+                    assert (
+                        await client.get_next_span_sequence_id(rollout.rollout_id, rollout.attempt.attempt_id)
+                        == 1
+                    )
+                    assert (
+                        await setup.get_next_span_sequence_id(rollout.rollout_id, rollout.attempt.attempt_id)
+                        == 2
+                    )
                 assert proxy.drops == 0  # the answer really was dropped once
             finally:
                 await client.close()
@@ -220,7 +234,7 @@ async def test_add_span_returns_the_span_given_or_none_for_a_duplicate() -> None
             assert await client.add_span(span) is None
             batch = [make_span(rollout.rollout_id, rollout.attempt.attempt_id, i) for i in (2, 3)]
             stored = await client.add_many_spans([span, *batch, batch[0]])
-            assert stored == batch and all(a is b for a, b in zip(stored, batch))
+            assert stored == batch and all(a is b for a, b in zip(stored, batch, strict=True))
         finally:
             await client.close()
 
@@ -260,5 +274,10 @@ def test_one_client_from_several_threads_each_with_its_own_loop() -> None:
 def test_pickling_keeps_the_configuration() -> None:
     client = LightningStoreClient("http://127.0.0.1:9", token="t", retry_delays=(0.5,), request_timeout=3.0)
     copy = pickle.loads(pickle.dumps(client))
-    assert (copy.address, copy.token, copy.retry_delays, copy.request_timeout) == ("http://127.0.0.1:9", "t", (0.5,), 3.0)
+    assert (copy.address, copy.token, copy.retry_delays, copy.request_timeout) == (
+        "http://127.0.0.1:9",
+        "t",
+        (0.5,),
+        3.0,
+    )
     assert copy.otlp_traces_endpoint() == "http://127.0.0.1:9/v1/traces"

@@ -32,7 +32,9 @@ def served() -> Any:
         yield store, server
 
 
-def _provider(server: LightningStoreServer, resource: dict[str, Any], compression: Compression) -> TracerProvider:
+def _provider(
+    server: LightningStoreServer, resource: dict[str, Any], compression: Compression
+) -> TracerProvider:
     exporter = OTLPSpanExporter(
         endpoint=server.otlp_traces_endpoint(),
         headers={"Authorization": f"Bearer {TOKEN}"},
@@ -50,7 +52,9 @@ def test_real_exporter_spans_land_in_the_store(served: Any, compression: Compres
     rollout = asyncio.run(store.start_rollout({"q": 1}))
     rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
     provider = _provider(
-        server, {"agentlightning.rollout_id": rid, "agentlightning.attempt_id": aid, "service.name": "agent"}, compression
+        server,
+        {"agentlightning.rollout_id": rid, "agentlightning.attempt_id": aid, "service.name": "agent"},
+        compression,
     )
     tracer = provider.get_tracer("test")
     with tracer.start_as_current_span("outer", attributes={"k": "v", "n": 3, "xs": [1, 2]}) as outer:
@@ -67,7 +71,11 @@ def test_real_exporter_spans_land_in_the_store(served: Any, compression: Compres
     inner_span, outer_span = spans.items
     assert inner_span.parent_id == outer_span.span_id and outer_span.parent_id is None
     assert inner_span.trace_id == outer_span.trace_id and len(inner_span.trace_id) == 32
-    assert outer_span.attributes["k"] == "v" and outer_span.attributes["xs"] == [1, 2] and outer_span.attributes["done"] is True
+    assert (
+        outer_span.attributes["k"] == "v"
+        and outer_span.attributes["xs"] == [1, 2]
+        and outer_span.attributes["done"] is True
+    )
     assert inner_span.status.status_code == "ERROR" and inner_span.status.description == "bad"
     assert inner_span.events[0].name == "thought" and inner_span.events[0].attributes == {"text": "hmm"}
     assert outer_span.resource.attributes["service.name"] == "agent"
@@ -84,7 +92,10 @@ def test_span_attributes_override_the_resource_and_set_sequence_ids(served: Any)
     second = asyncio.run(store.start_rollout({"q": 2}))
     provider = _provider(
         server,
-        {"agentlightning.rollout_id": first.rollout_id, "agentlightning.attempt_id": first.attempt.attempt_id},
+        {
+            "agentlightning.rollout_id": first.rollout_id,
+            "agentlightning.attempt_id": first.attempt.attempt_id,
+        },
         Compression.Gzip,
     )
     tracer = provider.get_tracer("test")
@@ -148,10 +159,16 @@ def test_empty_body_is_an_empty_request(served: Any) -> None:
         (b"not gzip", {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}, 400),
         (b"x", {"Content-Type": "application/x-protobuf", "Content-Encoding": "br"}, 415),
         # 10 MB of zeros compress to ~10 KB: refused once inflated past the cap, never fully inflated.
-        (gzip.compress(b"\0" * 10_000_000), {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}, 413),
+        (
+            gzip.compress(b"\0" * 10_000_000),
+            {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"},
+            413,
+        ),
     ],
 )
-def test_bad_otlp_requests_get_a_4xx_status_message(served: Any, body: bytes, headers: dict[str, str], expected: int) -> None:
+def test_bad_otlp_requests_get_a_4xx_status_message(
+    served: Any, body: bytes, headers: dict[str, str], expected: int
+) -> None:
     _, server = served
     status, answer = _post(server, body, headers)
     assert status == expected

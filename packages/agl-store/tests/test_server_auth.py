@@ -91,7 +91,9 @@ async def test_cors_origins() -> None:
     with running_server(cors_allow_origins=["http://ui.example"], token=TOKEN) as server:
         async with http_session() as session:
             allowed = {"Origin": "http://ui.example", "Access-Control-Request-Method": "POST"}
-            status, _, headers = await call(session, server, "OPTIONS", "/v1/agl/rollouts/search", headers=allowed)
+            status, _, headers = await call(
+                session, server, "OPTIONS", "/v1/agl/rollouts/search", headers=allowed
+            )
             assert status == 200 and headers["access-control-allow-origin"] == "http://ui.example"
             other = {"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"}
             _, _, headers = await call(session, server, "OPTIONS", "/v1/agl/rollouts/search", headers=other)

@@ -28,7 +28,9 @@ async def session() -> AsyncIterator[Any]:
 
 
 async def _claimed(session: Any, server: LightningStoreServer) -> tuple[str, str]:
-    status, body, _ = await call(session, server, "POST", "/v1/agl/queues/rollouts/enqueue", json_body={"rollouts": [{"input": 1}]})
+    status, body, _ = await call(
+        session, server, "POST", "/v1/agl/queues/rollouts/enqueue", json_body={"rollouts": [{"input": 1}]}
+    )
     assert status == 201
     status, body, _ = await call(session, server, "POST", "/v1/agl/queues/rollouts/dequeue", json_body={})
     assert status == 200 and len(body) == 1
@@ -54,20 +56,34 @@ async def test_unknown_ids_are_404_with_the_id_in_the_message(
 async def test_unknown_attempt_of_known_rollout_is_404(server: LightningStoreServer, session: Any) -> None:
     rollout_id, _ = await _claimed(session, server)
     status, answer, _ = await call(
-        session, server, "POST", f"/v1/agl/rollouts/{rollout_id}/attempts/at-nope", json_body={"status": "failed"}
+        session,
+        server,
+        "POST",
+        f"/v1/agl/rollouts/{rollout_id}/attempts/at-nope",
+        json_body={"status": "failed"},
     )
     assert status == 404 and "at-nope" in answer["detail"]
 
 
 async def test_get_of_unknown_ids_is_null_not_an_error(server: LightningStoreServer, session: Any) -> None:
-    for path in ("/v1/agl/rollouts/ro-x", "/v1/agl/rollouts/ro-x/attempts/latest", "/v1/agl/resources/rs-x", "/v1/agl/workers/w-x"):
+    for path in (
+        "/v1/agl/rollouts/ro-x",
+        "/v1/agl/rollouts/ro-x/attempts/latest",
+        "/v1/agl/resources/rs-x",
+        "/v1/agl/workers/w-x",
+    ):
         status, answer, _ = await call(session, server, "GET", path)
         assert (status, answer) == (200, None), path
 
 
 async def test_malformed_json_is_422(server: LightningStoreServer, session: Any) -> None:
     status, answer, _ = await call(
-        session, server, "POST", "/v1/agl/queues/rollouts/enqueue", data=b'{"rollouts": [', headers={"Content-Type": "application/json"}
+        session,
+        server,
+        "POST",
+        "/v1/agl/queues/rollouts/enqueue",
+        data=b'{"rollouts": [',
+        headers={"Content-Type": "application/json"},
     )
     assert status == 422
     assert "json" in answer["detail"].lower() and answer["error_type"] == "RequestValidationError"
@@ -105,8 +121,12 @@ async def test_wrong_query_parameter_types_are_422(server: LightningStoreServer,
     assert status == 422 and "no_such_param" in answer["detail"]
 
 
-async def test_bad_query_values_are_400_saying_what_is_allowed(server: LightningStoreServer, session: Any) -> None:
-    status, answer, _ = await call(session, server, "POST", "/v1/agl/rollouts/search", json_body={"sort_by": "colour"})
+async def test_bad_query_values_are_400_saying_what_is_allowed(
+    server: LightningStoreServer, session: Any
+) -> None:
+    status, answer, _ = await call(
+        session, server, "POST", "/v1/agl/rollouts/search", json_body={"sort_by": "colour"}
+    )
     assert status == 400 and "colour" in answer["detail"] and "status" in answer["detail"]
     status, answer, _ = await call(session, server, "GET", "/v1/agl/spans?rollout_id=r&offset=-3")
     assert status == 400 and "offset" in answer["detail"]
@@ -114,20 +134,35 @@ async def test_bad_query_values_are_400_saying_what_is_allowed(server: Lightning
 
 async def test_null_where_a_value_is_needed_is_400(server: LightningStoreServer, session: Any) -> None:
     rollout_id, attempt_id = await _claimed(session, server)
-    status, answer, _ = await call(session, server, "POST", f"/v1/agl/rollouts/{rollout_id}", json_body={"status": None})
+    status, answer, _ = await call(
+        session, server, "POST", f"/v1/agl/rollouts/{rollout_id}", json_body={"status": None}
+    )
     assert status == 400 and "status" in answer["detail"]
     status, answer, _ = await call(
-        session, server, "POST", f"/v1/agl/rollouts/{rollout_id}/attempts/{attempt_id}", json_body={"worker_id": None}
+        session,
+        server,
+        "POST",
+        f"/v1/agl/rollouts/{rollout_id}/attempts/{attempt_id}",
+        json_body={"worker_id": None},
     )
     assert status == 400 and "worker_id" in answer["detail"]
-    status, answer, _ = await call(session, server, "POST", "/v1/agl/workers/w-1", json_body={"heartbeat_stats": None})
+    status, answer, _ = await call(
+        session, server, "POST", "/v1/agl/workers/w-1", json_body={"heartbeat_stats": None}
+    )
     assert status == 400 and "heartbeat_stats" in answer["detail"]
 
 
-async def test_declared_oversize_body_is_413_before_reading(server: LightningStoreServer, session: Any) -> None:
+async def test_declared_oversize_body_is_413_before_reading(
+    server: LightningStoreServer, session: Any
+) -> None:
     big = json.dumps({"rollouts": [{"input": "x" * 200_000}]}).encode()
     status, answer, _ = await call(
-        session, server, "POST", "/v1/agl/queues/rollouts/enqueue", data=big, headers={"Content-Type": "application/json"}
+        session,
+        server,
+        "POST",
+        "/v1/agl/queues/rollouts/enqueue",
+        data=big,
+        headers={"Content-Type": "application/json"},
     )
     assert status == 413 and "100000" in answer["detail"]
     assert await health(session, server)
@@ -197,7 +232,11 @@ async def test_conflict_is_409() -> None:
     with running_server(_FaultyStore()) as server:
         async with http_session() as session:
             status, answer, _ = await call(
-                session, server, "POST", "/v1/agl/resources", json_body={"p": {"resource_type": "prompt_template", "template": "x"}}
+                session,
+                server,
+                "POST",
+                "/v1/agl/resources",
+                json_body={"p": {"resource_type": "prompt_template", "template": "x"}},
             )
             assert status == 409 and "conflict" in answer["detail"]
 
@@ -239,13 +278,19 @@ def shared_server() -> Any:
         st.binary(max_size=300),
         st.recursive(
             st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-            lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+            lambda inner: (
+                st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+            ),
             max_leaves=12,
         ).map(lambda v: json.dumps(v).encode()),
     ),
-    content_type=st.sampled_from(["application/json", "application/octet-stream", "application/x-protobuf", "text/plain"]),
+    content_type=st.sampled_from(
+        ["application/json", "application/octet-stream", "application/x-protobuf", "text/plain"]
+    ),
 )
-def test_random_bodies_never_break_the_server(shared_server: LightningStoreServer, path: str, body: bytes, content_type: str) -> None:
+def test_random_bodies_never_break_the_server(
+    shared_server: LightningStoreServer, path: str, body: bytes, content_type: str
+) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", shared_server.port, timeout=10)
     try:
         conn.request("POST", path, body=body, headers={"Content-Type": content_type})

@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 import pytest
-from _store_http_helpers import call, http_session, running_server
 from _store_helpers import make_span
+from _store_http_helpers import call, http_session, running_server
 from jsonschema import Draft202012Validator
 
 PREFIX = "/v1/agl"
@@ -34,7 +34,7 @@ def test_schema_is_a_valid_openapi_document() -> None:
     for path, item in openapi["paths"].items():
         for verb, operation in item.items():
             assert "422" in operation["responses"] or path == "/v1/agl/health" or verb == "get", (verb, path)
-            for status, response in operation["responses"].items():
+            for response in operation["responses"].values():
                 schema = response.get("content", {}).get("application/json", {}).get("schema")
                 if schema is not None:
                     Draft202012Validator.check_schema({**schema, "components": openapi["components"]})
@@ -46,14 +46,18 @@ async def test_real_answers_match_the_schema() -> None:
         seen: set[tuple[str, str]] = set()
         async with http_session() as session:
 
-            async def check(verb: str, template: str, path: str | None = None, body: Any = None, expect: int | None = None) -> Any:
+            async def check(
+                verb: str, template: str, path: str | None = None, body: Any = None, expect: int | None = None
+            ) -> Any:
                 status, answer, _ = await call(session, server, verb, path or template, json_body=body)
                 if expect is not None:
                     assert status == expect, (verb, path or template, status, answer)
                 validator = _validator(openapi, verb, template, status)
                 if validator is not None:
                     errors = sorted(validator.iter_errors(answer), key=str)
-                    assert not errors, f"{verb} {template} → {status}: {errors[0].message} in {json.dumps(answer)[:400]}"
+                    assert not errors, (
+                        f"{verb} {template} → {status}: {errors[0].message} in {json.dumps(answer)[:400]}"
+                    )
                 seen.add((verb, template))
                 return answer
 
@@ -62,31 +66,97 @@ async def test_real_answers_match_the_schema() -> None:
             llm = {"resource_type": "llm", "endpoint": "http://127.0.0.1:1/v1", "model": "m"}
             res = await check("POST", P + "/resources", body={"main": llm}, expect=201)
             rid_res = res["resources_id"]
-            await check("POST", P + "/resources/{resources_id}", f"{P}/resources/{rid_res}", body={"main": llm}, expect=200)
+            await check(
+                "POST",
+                P + "/resources/{resources_id}",
+                f"{P}/resources/{rid_res}",
+                body={"main": llm},
+                expect=200,
+            )
             await check("GET", P + "/resources/{resources_id}", f"{P}/resources/{rid_res}", expect=200)
             await check("GET", P + "/resources/{resources_id}", f"{P}/resources/rs-none", expect=200)
             await check("GET", P + "/resources/latest", expect=200)
             await check("GET", P + "/resources", f"{P}/resources?limit=5", expect=200)
             await check("POST", P + "/resources/search", body={"resources_id_contains": "rs"}, expect=200)
 
-            queued = await check("POST", P + "/queues/rollouts/enqueue", body={"rollouts": [{"input": {"q": 1}}, {"input": 2, "mode": "val"}]}, expect=201)
-            claimed = await check("POST", P + "/queues/rollouts/dequeue", body={"limit": 1, "worker_id": "w-1"}, expect=200)
-            await check("POST", P + "/queues/rollouts/dequeue", body={"limit": 2, "timeout": 0.05}, expect=200)
-            await check("POST", P + "/queues/rollouts/dequeue", body={"limit": 1, "timeout": 0.05}, expect=200)
+            queued = await check(
+                "POST",
+                P + "/queues/rollouts/enqueue",
+                body={"rollouts": [{"input": {"q": 1}}, {"input": 2, "mode": "val"}]},
+                expect=201,
+            )
+            claimed = await check(
+                "POST", P + "/queues/rollouts/dequeue", body={"limit": 1, "worker_id": "w-1"}, expect=200
+            )
+            await check(
+                "POST", P + "/queues/rollouts/dequeue", body={"limit": 2, "timeout": 0.05}, expect=200
+            )
+            await check(
+                "POST", P + "/queues/rollouts/dequeue", body={"limit": 1, "timeout": 0.05}, expect=200
+            )
             rollout_id, attempt_id = claimed[0]["rollout_id"], claimed[0]["attempt"]["attempt_id"]
-            started = await check("POST", P + "/rollouts", body={"input": "direct", "worker_id": "w-2"}, expect=201)
+            started = await check(
+                "POST", P + "/rollouts", body={"input": "direct", "worker_id": "w-2"}, expect=201
+            )
 
-            await check("GET", P + "/rollouts", f"{P}/rollouts?status_in=preparing&status_in=queuing&limit=10", expect=200)
-            await check("POST", P + "/rollouts/search", body={"rollout_id_in": [queued[0]["rollout_id"]]}, expect=200)
+            await check(
+                "GET",
+                P + "/rollouts",
+                f"{P}/rollouts?status_in=preparing&status_in=queuing&limit=10",
+                expect=200,
+            )
+            await check(
+                "POST", P + "/rollouts/search", body={"rollout_id_in": [queued[0]["rollout_id"]]}, expect=200
+            )
             await check("GET", P + "/rollouts/{rollout_id}", f"{P}/rollouts/{rollout_id}", expect=200)
             await check("GET", P + "/rollouts/{rollout_id}", f"{P}/rollouts/ro-none", expect=200)
-            await check("POST", P + "/rollouts/{rollout_id}", f"{P}/rollouts/{started['rollout_id']}", body={"metadata": {"x": 1}}, expect=200)
-            await check("POST", P + "/rollouts/{rollout_id}", f"{P}/rollouts/ro-none", body={"status": "cancelled"}, expect=404)
-            await check("POST", P + "/rollouts/{rollout_id}", f"{P}/rollouts/{rollout_id}", body={"status": None}, expect=400)
-            await check("POST", P + "/rollouts/{rollout_id}/attempts", f"{P}/rollouts/{started['rollout_id']}/attempts", body={"worker_id": "w-3"}, expect=201)
-            await check("GET", P + "/rollouts/{rollout_id}/attempts", f"{P}/rollouts/{rollout_id}/attempts", expect=200)
-            await check("POST", P + "/rollouts/{rollout_id}/attempts/search", f"{P}/rollouts/{rollout_id}/attempts/search", body={"sort_order": "desc"}, expect=200)
-            await check("GET", P + "/rollouts/{rollout_id}/attempts/latest", f"{P}/rollouts/{rollout_id}/attempts/latest", expect=200)
+            await check(
+                "POST",
+                P + "/rollouts/{rollout_id}",
+                f"{P}/rollouts/{started['rollout_id']}",
+                body={"metadata": {"x": 1}},
+                expect=200,
+            )
+            await check(
+                "POST",
+                P + "/rollouts/{rollout_id}",
+                f"{P}/rollouts/ro-none",
+                body={"status": "cancelled"},
+                expect=404,
+            )
+            await check(
+                "POST",
+                P + "/rollouts/{rollout_id}",
+                f"{P}/rollouts/{rollout_id}",
+                body={"status": None},
+                expect=400,
+            )
+            await check(
+                "POST",
+                P + "/rollouts/{rollout_id}/attempts",
+                f"{P}/rollouts/{started['rollout_id']}/attempts",
+                body={"worker_id": "w-3"},
+                expect=201,
+            )
+            await check(
+                "GET",
+                P + "/rollouts/{rollout_id}/attempts",
+                f"{P}/rollouts/{rollout_id}/attempts",
+                expect=200,
+            )
+            await check(
+                "POST",
+                P + "/rollouts/{rollout_id}/attempts/search",
+                f"{P}/rollouts/{rollout_id}/attempts/search",
+                body={"sort_order": "desc"},
+                expect=200,
+            )
+            await check(
+                "GET",
+                P + "/rollouts/{rollout_id}/attempts/latest",
+                f"{P}/rollouts/{rollout_id}/attempts/latest",
+                expect=200,
+            )
 
             span = make_span(rollout_id, attempt_id, 1).model_dump(mode="json")
             await check("POST", P + "/spans", body=span, expect=201)
@@ -94,10 +164,27 @@ async def test_real_answers_match_the_schema() -> None:
             batch = [make_span(rollout_id, attempt_id, i).model_dump(mode="json") for i in (2, 3)]
             await check("POST", P + "/spans/batch", body={"spans": batch}, expect=201)
             await check("POST", P + "/spans/batch", body={"spans": [{"name": "x"}]}, expect=422)
-            await check("GET", P + "/spans", f"{P}/spans?rollout_id={rollout_id}&attempt_id=latest", expect=200)
-            await check("POST", P + "/spans/search", body={"rollout_id": rollout_id, "name_contains": "st"}, expect=200)
-            await check("POST", P + "/spans/next", body={"rollout_id": rollout_id, "attempt_id": attempt_id}, expect=200)
-            await check("POST", P + "/spans/next/batch", body={"pairs": [[rollout_id, attempt_id], ["ro-b", "at-b"]]}, expect=200)
+            await check(
+                "GET", P + "/spans", f"{P}/spans?rollout_id={rollout_id}&attempt_id=latest", expect=200
+            )
+            await check(
+                "POST",
+                P + "/spans/search",
+                body={"rollout_id": rollout_id, "name_contains": "st"},
+                expect=200,
+            )
+            await check(
+                "POST",
+                P + "/spans/next",
+                body={"rollout_id": rollout_id, "attempt_id": attempt_id},
+                expect=200,
+            )
+            await check(
+                "POST",
+                P + "/spans/next/batch",
+                body={"pairs": [[rollout_id, attempt_id], ["ro-b", "at-b"]]},
+                expect=200,
+            )
 
             await check(
                 "POST",
@@ -113,10 +200,26 @@ async def test_real_answers_match_the_schema() -> None:
                 body={"status": "failed"},
                 expect=404,
             )
-            await check("POST", P + "/waits/rollouts", body={"rollout_ids": [rollout_id, "ro-none"], "timeout": 0}, expect=200)
-            await check("POST", P + "/waits/rollouts", body={"rollout_ids": [queued[1]["rollout_id"]], "timeout": 0.05}, expect=200)
+            await check(
+                "POST",
+                P + "/waits/rollouts",
+                body={"rollout_ids": [rollout_id, "ro-none"], "timeout": 0},
+                expect=200,
+            )
+            await check(
+                "POST",
+                P + "/waits/rollouts",
+                body={"rollout_ids": [queued[1]["rollout_id"]], "timeout": 0.05},
+                expect=200,
+            )
 
-            await check("POST", P + "/workers/{worker_id}", f"{P}/workers/w-1", body={"heartbeat_stats": {"gpu": 0.5}}, expect=200)
+            await check(
+                "POST",
+                P + "/workers/{worker_id}",
+                f"{P}/workers/w-1",
+                body={"heartbeat_stats": {"gpu": 0.5}},
+                expect=200,
+            )
             await check("POST", P + "/workers/{worker_id}", f"{P}/workers/w-9", expect=200)
             await check("GET", P + "/workers/{worker_id}", f"{P}/workers/w-1", expect=200)
             await check("GET", P + "/workers/{worker_id}", f"{P}/workers/w-none", expect=200)

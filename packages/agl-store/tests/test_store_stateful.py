@@ -44,7 +44,7 @@ ATTEMPT_STATUSES = ["preparing", "running", "failed", "succeeded", "unresponsive
 ROLLOUT_STATUSES = ["queuing", "preparing", "running", "failed", "succeeded", "cancelled", "requeuing"]
 FINISHED = {"failed", "succeeded", "cancelled"}
 QUEUED = {"queuing", "requeuing"}
-EXAMPLES = {"memory": 40, "sqlite": 12, "postgres": 6, "http-memory": 10, "http-sqlite": 5, "http-postgres": 3}
+EXAMPLES = {"memory": 80, "sqlite": 12, "postgres": 6, "http-memory": 10, "http-sqlite": 5, "http-postgres": 3}
 
 
 # -- the reference model ----------------------------------------------------------------------------

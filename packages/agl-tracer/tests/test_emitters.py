@@ -348,3 +348,30 @@ def test_operation_context_manager_rules() -> None:
         operation("my-span")  # type: ignore[call-overload]
     with pytest.raises(ValueError):
         operation(name="a", operation_name="b")
+
+
+def test_deprecated_reward_decorator_emits_numeric_results() -> None:
+    from agl.tracer import reward
+
+    with pytest.warns(DeprecationWarning):
+
+        @reward
+        def score(x: int) -> float:
+            return x / 2
+
+    with pytest.warns(DeprecationWarning):
+
+        @reward
+        async def not_a_number() -> str:
+            return "n/a"
+
+    tracer = OtelTracer()
+    tracer.init_worker(0)
+
+    async def run() -> None:
+        async with tracer.trace_context():
+            assert score(3) == 1.5
+            assert await not_a_number() == "n/a"
+
+    asyncio.run(run())
+    assert [get_reward_value(s) for s in tracer.get_last_trace()] == [1.5]

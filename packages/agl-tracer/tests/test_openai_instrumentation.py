@@ -207,3 +207,34 @@ def test_llm_spans_reach_the_store_of_the_attempt(base_url: str) -> None:
     ]
     assert all(s.attributes["response_token_ids"] for s in stored)
     tracer.teardown_worker(0)
+
+
+def test_parse_is_recorded_too(base_url: str, tracer: OtelTracer) -> None:
+    client = openai.OpenAI(base_url=base_url, api_key="k", max_retries=0)
+    attrs = only_llm_span(
+        run(tracer, lambda: client.chat.completions.parse(model="tiny", messages=MESSAGES))
+    ).attributes
+    assert attrs["gen_ai.completion.0.content"] == "echo: hello there"
+    assert attrs["response_token_ids"] == token_ids("echo: hello there")
+
+
+def test_uninstrument_restores_the_client() -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    code = """
+        import openai
+        from openai.resources.chat.completions import Completions
+        from agl.tracer.instrumentation import instrument_openai, uninstrument_openai, is_openai_instrumented
+        original = Completions.create
+        instrument_openai()
+        assert is_openai_instrumented() and Completions.create is not original
+        uninstrument_openai()
+        assert not is_openai_instrumented() and Completions.create is original
+        print("ok")
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
+    assert out.stdout.strip() == "ok", out.stderr

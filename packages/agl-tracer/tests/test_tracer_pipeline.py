@@ -470,3 +470,30 @@ async def test_pipeline_through_the_http_store_client() -> None:
         assert find_final_reward(stored) == 119.0
         assert tracer.pipeline.stats.batches < 240
         tracer.teardown_worker(0)
+
+
+async def test_tracers_sharing_one_provider_each_keep_only_their_own_spans() -> None:
+    # AgentOpsTracer copies (one per runner thread) all hang a processor on AgentOps' one global provider.
+    store = new_store()
+    first, second = OtelTracer(), OtelTracer()
+    first.init_worker(0, store)
+    second._install_provider(first.provider)  # the second tracer collects from the same provider
+    second.init_worker(1, store)
+    library = first.provider.get_tracer("some.library")  # what an instrumented library would use
+    both_open = asyncio.Barrier(2) if hasattr(asyncio, "Barrier") else None
+
+    async def runner(tracer: OtelTracer, label: str) -> tuple[str, str]:
+        rid, aid = await new_attempt(store, label)
+        async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
+            if both_open is not None:
+                await both_open.wait()
+            for _ in range(10):
+                with library.start_as_current_span(label):
+                    await asyncio.sleep(0)
+        return rid, aid
+
+    (rid1, aid1), (rid2, aid2) = await asyncio.gather(runner(first, "one"), runner(second, "two"))
+    assert names(await spans_of(store, rid1, aid1)) == ["one"] * 10
+    assert names(await spans_of(store, rid2, aid2)) == ["two"] * 10
+    second.teardown_worker(1)
+    first.teardown_worker(0)

@@ -10,7 +10,15 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from agl.types import Dataset, EnqueueRolloutRequest, Rollout, RolloutConfig, RolloutMode, RolloutStatus
+from agl.types import (
+    AttemptedRollout,
+    Dataset,
+    EnqueueRolloutRequest,
+    Rollout,
+    RolloutConfig,
+    RolloutMode,
+    RolloutStatus,
+)
 
 from .base import Algorithm, SupportsLLMProxy
 
@@ -130,7 +138,11 @@ class Baseline(FastAlgorithm):
     ) -> None:
         store = self.get_store()
         work: list[tuple[Any, RolloutMode]] = []
-        for dataset, mode in ((train_dataset, "train"), (val_dataset, "val")):
+        sources: tuple[tuple[Dataset[Any] | None, RolloutMode], ...] = (
+            (train_dataset, "train"),
+            (val_dataset, "val"),
+        )
+        for dataset, mode in sources:
             if dataset is not None:
                 work.extend((dataset[i], mode) for i in range(len(dataset)))
         self.summary = BaselineSummary()
@@ -171,8 +183,10 @@ class Baseline(FastAlgorithm):
                 next_item += len(chunk)
                 room -= len(chunk)
             finished = await store.wait_for_rollouts(rollout_ids=list(pending), timeout=self.polling_interval)
-            for rollout in finished:
-                if pending.pop(rollout.rollout_id, None) is not None:
+            finished_ids = [r.rollout_id for r in finished if pending.pop(r.rollout_id, None) is not None]
+            if finished_ids:
+                # One query brings every finished rollout back with its latest attempt (and its reward).
+                for rollout in await store.query_rollouts(rollout_id_in=finished_ids):
                     await self._harvest(store, rollout)
             if finished:
                 logger.debug("Baseline: %d finished, %d pending", len(finished), len(pending))
@@ -183,7 +197,7 @@ class Baseline(FastAlgorithm):
         summary.total += 1
         status: RolloutStatus = rollout.status
         summary.by_status[status] = summary.by_status.get(status, 0) + 1
-        attempt = await store.get_latest_attempt(rollout.rollout_id)
+        attempt = rollout.attempt if isinstance(rollout, AttemptedRollout) else None
         reward = None
         if attempt is not None and attempt.metadata and FINAL_REWARD_METADATA_KEY in attempt.metadata:
             reward = attempt.metadata[FINAL_REWARD_METADATA_KEY]

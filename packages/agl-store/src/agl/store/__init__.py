@@ -44,14 +44,15 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
+
 __version__ = "0.1.0"
 
 __all__ = [
     "InMemoryLightningStore",
     "LightningStore",
+    "LightningStoreCapabilities",
     "LightningStoreClient",
     "LightningStoreServer",
-    "LightningStoreCapabilities",
     "LightningStoreStatistics",
     "SqlLightningStore",
     "StoreAuthenticationError",

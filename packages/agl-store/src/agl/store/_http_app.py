@@ -1,26 +1,24 @@
 """The FastAPI application that serves a :class:`~agl.store.LightningStore` under ``/v1/agl``.
 
 Routes return pre-serialised JSON (pydantic's Rust serializer) instead of letting FastAPI validate and
-copy each response model again; the ``response_model`` declarations still drive the OpenAPI schema.
+copy each response model again; the ``response_model`` declarations still drive the OpenAPI schema. The
+hot routes share their implementation with the ASGI fast path in :mod:`._http_ops`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import traceback
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from agl.types import (
     UNSET,
     Attempt,
     AttemptedRollout,
-    ConflictError,
     InvalidRequestError,
     NamedResources,
-    NotFoundError,
     PaginatedResult,
     ResourcesUpdate,
     Rollout,
@@ -30,10 +28,10 @@ from agl.types import (
 from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-from pydantic import TypeAdapter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ._http_middleware import (
+    ASGIApp,
     BearerTokenMiddleware,
     BodySizeLimitMiddleware,
     IdempotencyMiddleware,
@@ -41,7 +39,6 @@ from ._http_middleware import (
     Receive,
     Scope,
     Send,
-    json_error,
 )
 from ._http_models import (
     API_PREFIX,
@@ -69,15 +66,23 @@ from ._http_models import (
     WaitRequest,
     WorkerQuery,
 )
+from ._http_ops import (
+    FastPathMiddleware,
+    HotOps,
+    Reply,
+    encode,
+    error_body,
+    error_reply,
+    fault_reply,
+    send_reply,
+    validation_reply,
+)
 from .base import LightningStore
 
-__all__ = ["AppOptions", "create_app"]
+__all__ = ["AppOptions", "create_app", "create_asgi_app"]
 
 logger = logging.getLogger("agl.store.server")
 
-T = TypeVar("T")
-
-_ANY: TypeAdapter[Any] = TypeAdapter(Any)
 _JSON = "application/json"
 
 
@@ -93,40 +98,16 @@ class AppOptions:
 
 
 def _json(value: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(
-        _ANY.dump_json(value, serialize_as_any=True),
-        status_code=status_code,
-        media_type=_JSON,
-        headers=headers,
-    )
+    return Response(encode(value), status_code=status_code, media_type=_JSON, headers=headers)
 
 
-def _error(status: int, detail: str, error_type: str, **extra: Any) -> Response:
-    body = ErrorBody(detail=detail, error_type=error_type, **extra)
-    return Response(body.model_dump_json(exclude_none=True), status_code=status, media_type=_JSON)
-
-
-def _validation_message(errors: Sequence[Any]) -> str:
-    parts = []
-    for err in errors:
-        loc = ".".join(str(p) for p in err.get("loc", ()))
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}")
-    return "invalid request: " + "; ".join(parts)
-
-
-def _jsonable_errors(errors: Sequence[Any]) -> list[dict[str, Any]]:
-    return [
-        {
-            "loc": [str(p) for p in err.get("loc", ())],
-            "msg": str(err.get("msg", "")),
-            "type": str(err.get("type", "")),
-        }
-        for err in errors
-    ]
+def _reply(reply: Reply) -> Response:
+    status, body, headers = reply
+    return Response(body, status_code=status, media_type=_JSON, headers=headers)
 
 
 class _FaultMiddleware:
-    """Turn an unexpected exception into a 500 without a traceback (unless debug) and log it here."""
+    """Last line of defence: log a server fault once and answer 500 if nothing was answered yet."""
 
     def __init__(self, app: Any, debug: bool) -> None:
         self.app = app
@@ -145,23 +126,8 @@ class _FaultMiddleware:
             await self.app(scope, receive, tracking_send)
         except Exception as exc:
             logger.exception("store server fault on %s %s", scope.get("method"), scope.get("path"))
-            if started:
-                raise
-            detail = f"internal server error ({type(exc).__name__}); see the server log"
-            start, body = json_error(500, detail, type(exc).__name__)
-            if self.debug:
-                import json as _json_mod
-
-                payload = {"detail": f"{type(exc).__name__}: {exc}", "error_type": type(exc).__name__}
-                payload["traceback"] = traceback.format_exc()
-                data = _json_mod.dumps(payload).encode()
-                start["headers"] = [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(data)).encode()),
-                ]
-                body = {"type": "http.response.body", "body": data}
-            await send(start)
-            await send(body)
+            if not started:
+                await send_reply(send, fault_reply(exc, self.debug))
 
 
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -178,8 +144,36 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[FastAPI, ASGIApp]:
+    """The FastAPI app over ``store`` (routes, OpenAPI schema) and the ASGI app to serve.
+
+    Served stack, outermost first: CORS → bearer token → size cap → idempotent replay → fault barrier →
+    fast path for the hot routes → FastAPI.
+    """
+    app = create_app(store, options)
+    asgi: ASGIApp = FastPathMiddleware(app, HotOps(store, options))
+    asgi = _FaultMiddleware(asgi, debug=options.debug)
+    asgi = IdempotencyMiddleware(asgi)
+    asgi = BodySizeLimitMiddleware(asgi, max_body_bytes=options.max_body_bytes)
+    if options.token:
+        asgi = BearerTokenMiddleware(asgi, token=options.token)
+    origins = [o.strip() for o in options.cors_allow_origins if o and o.strip()]
+    if origins:
+        from starlette.middleware.cors import CORSMiddleware
+
+        asgi = CORSMiddleware(
+            asgi,
+            allow_origins=origins,
+            allow_methods=["*"],
+            allow_headers=["*"],
+            allow_credentials="*" not in origins,
+            expose_headers=["*"],
+        )
+    return app, asgi
+
+
 def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
-    """Build the REST API over ``store``."""
+    """The FastAPI application: every route, validation and the OpenAPI schema (no middleware)."""
     from . import __version__
 
     app = FastAPI(
@@ -189,30 +183,9 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
         responses=_ERROR_RESPONSES,
         redoc_url=None,
     )
-    _install_error_handlers(app)
+    _install_error_handlers(app, options.debug)
 
-    async def until_shutdown(coro: Awaitable[T], default: T) -> T:
-        """Await ``coro``, or give up with ``default`` when the server is stopping."""
-        shutdown = options.shutdown
-        if shutdown is None:
-            return await coro
-        task = asyncio.ensure_future(coro)
-        stopper = asyncio.ensure_future(shutdown.wait())
-        try:
-            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopper.cancel()
-        if task.done():
-            return task.result()
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
-        return default
-
-    def bounded(timeout: float | None) -> float:
-        return options.max_wait_seconds if timeout is None else min(timeout, options.max_wait_seconds)
+    ops = HotOps(store, options)
 
     prefix = API_PREFIX
 
@@ -230,34 +203,15 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
         prefix + "/queues/rollouts/enqueue", status_code=201, response_model=list[Rollout], tags=["rollouts"]
     )
     async def enqueue(body: EnqueueRequest) -> Response:
-        if not body.rollouts:
-            return _json([], 201)
-        return _json(await store.enqueue_many_rollouts(body.rollouts), 201)
+        return _reply(await ops.enqueue(body))
 
     @app.post(prefix + "/queues/rollouts/dequeue", response_model=list[AttemptedRollout], tags=["rollouts"])
     async def dequeue(body: DequeueRequest | None = None) -> Response:
-        body = body or DequeueRequest()
-        if body.limit <= 0:
-            return _json([])
-        claimed = await until_shutdown(
-            store.dequeue_many_rollouts(
-                limit=body.limit, worker_id=body.worker_id, timeout=bounded(body.timeout)
-            ),
-            [],
-        )
-        return _json(claimed)
+        return _reply(await ops.dequeue(body))
 
     @app.post(prefix + "/rollouts", status_code=201, response_model=AttemptedRollout, tags=["rollouts"])
     async def start_rollout(body: StartRolloutRequest) -> Response:
-        rollout = await store.start_rollout(
-            input=body.input,
-            mode=body.mode,
-            resources_id=body.resources_id,
-            config=body.config,
-            metadata=body.metadata,
-            worker_id=body.worker_id,
-        )
-        return _json(rollout, 201)
+        return _reply(await ops.start_rollout(body))
 
     async def _query_rollouts(q: RolloutQuery) -> Response:
         return _json(
@@ -285,7 +239,7 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
 
     @app.get(prefix + "/rollouts/{rollout_id}", response_model=RolloutOrAttempted | None, tags=["rollouts"])
     async def get_rollout(rollout_id: str) -> Response:
-        return _json(await store.get_rollout_by_id(rollout_id))
+        return _reply(await ops.get_rollout(rollout_id))
 
     @app.post(prefix + "/rollouts/{rollout_id}", response_model=Rollout, tags=["rollouts"])
     async def update_rollout(rollout_id: str, body: UpdateRolloutRequest) -> Response:
@@ -340,23 +294,13 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
         prefix + "/rollouts/{rollout_id}/attempts/{attempt_id}", response_model=Attempt, tags=["attempts"]
     )
     async def update_attempt(rollout_id: str, attempt_id: str, body: UpdateAttemptRequest) -> Response:
-        present = body.model_fields_set
-        values: dict[str, Any] = {}
-        for name in UpdateAttemptRequest.model_fields:
-            if name in present:
-                value = getattr(body, name)
-                if value is None:
-                    raise InvalidRequestError(
-                        f"{name} may not be null in an attempt update; leave it out to keep it"
-                    )
-                values[name] = value
-        return _json(await store.update_attempt(rollout_id, attempt_id, **values))
+        return _reply(await ops.update_attempt(rollout_id, attempt_id, body))
 
     @app.post(prefix + "/waits/rollouts", response_model=list[Rollout], tags=["rollouts"])
     async def wait_for_rollouts(body: WaitRequest) -> Response:
         ids = body.rollout_ids
-        wait = bounded(body.timeout)
-        done = await until_shutdown(store.wait_for_rollouts(rollout_ids=ids, timeout=wait), None)
+        wait = ops.bounded(body.timeout)
+        done = await ops.until_shutdown(store.wait_for_rollouts(rollout_ids=ids, timeout=wait), None)
         if done is None:  # stopping: answer with a plain check
             done = await store.wait_for_rollouts(rollout_ids=ids, timeout=0)
         complete = (body.timeout is not None and body.timeout <= options.max_wait_seconds) or len(
@@ -413,15 +357,12 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
 
     @app.post(prefix + "/spans", status_code=201, response_model=Span | None, tags=["spans"])
     async def add_span(span: Span) -> Response:
-        return _json(await store.add_span(span), 201)
+        return _reply(await ops.add_span(span))
 
     @app.post(prefix + "/spans/batch", status_code=201, response_model=AddSpansResponse, tags=["spans"])
     async def add_many_spans(body: AddSpansRequest) -> Response:
         """Store many spans; answers with the positions of those stored (not the spans again)."""
-        if not body.spans:
-            return _json({"stored": []}, 201)
-        stored = await store.add_many_spans(body.spans)
-        return _json({"stored": _positions(body.spans, stored)}, 201)
+        return _reply(await ops.add_many_spans(body))
 
     async def _query_spans(q: SpanQuery) -> Response:
         return _json(
@@ -454,13 +395,11 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
 
     @app.post(prefix + "/spans/next", response_model=NextSequenceIdResponse, tags=["spans"])
     async def next_sequence_id(body: NextSequenceIdRequest) -> Response:
-        value = await store.get_next_span_sequence_id(body.rollout_id, body.attempt_id)
-        return _json({"sequence_id": value})
+        return _reply(await ops.next_sequence_id(body))
 
     @app.post(prefix + "/spans/next/batch", response_model=NextSequenceIdsResponse, tags=["spans"])
     async def next_sequence_ids(body: NextSequenceIdsRequest) -> Response:
-        values = await store.get_many_span_sequence_ids(body.pairs) if body.pairs else []
-        return _json({"sequence_ids": values})
+        return _reply(await ops.next_sequence_ids(body))
 
     # -- workers --------------------------------------------------------------------------------
 
@@ -506,71 +445,30 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
 
     install_otlp_routes(app, store, max_decompressed_bytes=options.max_body_bytes)
 
-    # Outermost last: CORS → token → size cap → idempotent replay → fault barrier → routes.
-    app.add_middleware(_FaultMiddleware, debug=options.debug)
-    app.add_middleware(IdempotencyMiddleware)
-    app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=options.max_body_bytes)
-    if options.token:
-        app.add_middleware(BearerTokenMiddleware, token=options.token)
-    origins = [o.strip() for o in options.cors_allow_origins if o and o.strip()]
-    if origins:
-        from starlette.middleware.cors import CORSMiddleware
-
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=origins,
-            allow_methods=["*"],
-            allow_headers=["*"],
-            allow_credentials="*" not in origins,
-            expose_headers=["*"],
-        )
     return app
 
 
-def _positions(sent: Sequence[Span], stored: Sequence[Span]) -> list[int]:
-    """Where each stored span sits in the request (by identity, else by its key, first unused match)."""
-    index = {id(span): i for i, span in enumerate(sent)}
-    by_key: dict[tuple[str, str, str], list[int]] = {}
-    positions: list[int] = []
-    for span in stored:
-        i = index.get(id(span))
-        if i is None:
-            if not by_key:
-                for j, s in enumerate(sent):
-                    by_key.setdefault((s.rollout_id, s.attempt_id, s.span_id), []).append(j)
-            candidates = by_key.get((span.rollout_id, span.attempt_id, span.span_id))
-            if not candidates:
-                continue
-            i = candidates.pop(0)
-        positions.append(i)
-    return positions
-
-
-def _install_error_handlers(app: FastAPI) -> None:
-    async def not_found(request: Request, exc: Exception) -> Response:
-        return _error(404, str(exc), type(exc).__name__)
-
-    async def conflict(request: Request, exc: Exception) -> Response:
-        return _error(409, str(exc), type(exc).__name__)
-
-    async def invalid(request: Request, exc: Exception) -> Response:
-        return _error(400, str(exc) or type(exc).__name__, type(exc).__name__)
+def _install_error_handlers(app: FastAPI, debug: bool) -> None:
+    async def mapped(request: Request, exc: Exception) -> Response:
+        reply = error_reply(exc)
+        return _reply(reply if reply is not None else fault_reply(exc, debug))
 
     async def validation(request: Request, exc: Exception) -> Response:
-        errors = exc.errors() if isinstance(exc, RequestValidationError) else []
-        return _error(
-            422, _validation_message(errors), "RequestValidationError", errors=_jsonable_errors(errors)
-        )
+        return _reply(validation_reply(exc.errors() if isinstance(exc, RequestValidationError) else []))
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
-        response = _error(exc.status_code, str(exc.detail), "HTTPException")
+        response = _reply(error_body(exc.status_code, str(exc.detail), "HTTPException"))
         if exc.headers:
             response.headers.update(exc.headers)
         return response
 
-    app.add_exception_handler(NotFoundError, not_found)
-    app.add_exception_handler(ConflictError, conflict)
-    app.add_exception_handler(ValueError, invalid)  # InvalidRequestError and other bad input
+    async def fault(request: Request, exc: Exception) -> Response:
+        return _reply(fault_reply(exc, debug))
+
+    app.add_exception_handler(
+        ValueError, mapped
+    )  # NotFoundError, ConflictError, InvalidRequestError, bad input
     app.add_exception_handler(RequestValidationError, validation)
     app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(Exception, fault)

@@ -52,15 +52,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def open_store_backend(backend: str, *, watchdog_interval: float | None = None) -> LightningStore:
     """A store from a backend string: ``memory``, ``sqlite:///path/to/file`` or ``postgresql://user:pw@host/db``."""
-    kwargs = {} if watchdog_interval is None else {"scan_debounce_seconds": watchdog_interval}
+    interval = 10.0 if watchdog_interval is None else watchdog_interval
     if backend == "memory":
         from .memory import InMemoryLightningStore
 
-        return InMemoryLightningStore(**kwargs)
+        return InMemoryLightningStore(scan_debounce_seconds=interval)
     if backend.startswith(("sqlite:", "postgresql:", "postgresql+asyncpg:", "postgres:")):
-        from . import SqlLightningStore  # type: ignore[attr-defined]
+        from .sql import SqlLightningStore
 
-        return SqlLightningStore(backend, **kwargs)
+        return SqlLightningStore(backend, scan_debounce_seconds=interval)
     raise ValueError(
         f"unknown store backend {backend!r}; use 'memory', 'sqlite:///path/to/file.db' or "
         "'postgresql://user:password@host:5432/database'"
@@ -119,7 +119,9 @@ def _store_parser() -> argparse.ArgumentParser:
 def store_command(argv: list[str]) -> int:
     """``agl store``: serve a store until Ctrl-C or SIGTERM, then close it cleanly."""
     args = _store_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     from .server import LightningStoreServer
 
     try:

@@ -142,7 +142,9 @@ _ROLLOUTS = TypeAdapter(list[Rollout])
 _ATTEMPTED = TypeAdapter(AttemptedRollout)
 _ATTEMPTED_LIST = TypeAdapter(list[AttemptedRollout])
 _ANY_ROLLOUT_OR_NONE: TypeAdapter[Rollout | AttemptedRollout | None] = TypeAdapter(_AnyRollout | None)  # type: ignore[arg-type]
-_ROLLOUT_PAGE: TypeAdapter[PaginatedResult[Rollout | AttemptedRollout]] = TypeAdapter(PaginatedResult[_AnyRollout])  # type: ignore[arg-type]
+_ROLLOUT_PAGE: TypeAdapter[PaginatedResult[Rollout | AttemptedRollout]] = TypeAdapter(
+    PaginatedResult[_AnyRollout]
+)  # type: ignore[arg-type]
 _ATTEMPT = TypeAdapter(Attempt)
 _ATTEMPT_OR_NONE = TypeAdapter(Union[Attempt, None])  # noqa: UP007
 _ATTEMPT_PAGE = TypeAdapter(PaginatedResult[Attempt])
@@ -229,7 +231,8 @@ class LightningStoreClient(LightningStore):
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        for key, value in state.items():
+            setattr(self, key, value)
         self._init_runtime()
 
     @property
@@ -250,7 +253,9 @@ class LightningStoreClient(LightningStore):
             entry = self._sessions.get(key)
             if entry is not None and entry[0]() is loop and not entry[1].closed:
                 return entry[1]
-            for other in [k for k, (ref, _) in self._sessions.items() if (lp := ref()) is None or lp.is_closed()]:
+            for other in [
+                k for k, (ref, _) in self._sessions.items() if (lp := ref()) is None or lp.is_closed()
+            ]:
                 del self._sessions[other]
             session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=256, keepalive_timeout=25.0),
@@ -270,7 +275,9 @@ class LightningStoreClient(LightningStore):
             return
         with self._lock:
             entry = self._sessions.pop(id(current), None)
-            for other in [k for k, (ref, _) in self._sessions.items() if (lp := ref()) is None or lp.is_closed()]:
+            for other in [
+                k for k, (ref, _) in self._sessions.items() if (lp := ref()) is None or lp.is_closed()
+            ]:
                 del self._sessions[other]
         if entry is not None and entry[0]() is current and not entry[1].closed:
             await entry[1].close()
@@ -304,7 +311,9 @@ class LightningStoreClient(LightningStore):
             pass
         if detail is None:
             detail = data[:500].decode("utf-8", "replace") or "(empty answer)"
-        cls = _STATUS_ERRORS.get(status, StoreServerError if status >= 500 or status == 408 else StoreClientError)
+        cls = _STATUS_ERRORS.get(
+            status, StoreServerError if status >= 500 or status == 408 else StoreClientError
+        )
         return cls(
             f"{op}: {detail} (HTTP {status} from {verb} {path})",
             method=op,
@@ -330,7 +339,9 @@ class LightningStoreClient(LightningStore):
         url = self._api + path
         data = _ANY.dump_json(body, serialize_as_any=True) if body is not None else None
         headers = {IDEMPOTENCY_HEADER: uuid.uuid4().hex} if verb == "POST" else None
-        timeout = aiohttp.ClientTimeout(total=self.request_timeout + wait, sock_connect=self.connection_timeout)
+        timeout = aiohttp.ClientTimeout(
+            total=self.request_timeout + wait, sock_connect=self.connection_timeout
+        )
         last: StoreClientError | None = None
         for attempt, delay in enumerate((0.0, *self.retry_delays)):
             if attempt:
@@ -405,7 +416,13 @@ class LightningStoreClient(LightningStore):
         config: RolloutConfig | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> Rollout:
-        request = {"input": input, "mode": mode, "resources_id": resources_id, "config": config, "metadata": metadata}
+        request = {
+            "input": input,
+            "mode": mode,
+            "resources_id": resources_id,
+            "config": config,
+            "metadata": metadata,
+        }
         rollouts = await self._call(
             "enqueue_rollout", "POST", "/queues/rollouts/enqueue", _ROLLOUTS, {"rollouts": [request]}
         )
@@ -415,19 +432,29 @@ class LightningStoreClient(LightningStore):
         if not requests:
             return []
         return await self._call(
-            "enqueue_many_rollouts", "POST", "/queues/rollouts/enqueue", _ROLLOUTS, {"rollouts": list(requests)}
+            "enqueue_many_rollouts",
+            "POST",
+            "/queues/rollouts/enqueue",
+            _ROLLOUTS,
+            {"rollouts": list(requests)},
         )
 
-    async def _dequeue(self, op: str, limit: int, worker_id: str | None, timeout: float) -> list[AttemptedRollout]:
+    async def _dequeue(
+        self, op: str, limit: int, worker_id: str | None, timeout: float
+    ) -> list[AttemptedRollout]:
         deadline = time.monotonic() + max(timeout, 0.0)
         while True:
             chunk = max(0.0, min(deadline - time.monotonic(), self.long_poll_seconds))
             body = {"limit": limit, "worker_id": worker_id, "timeout": chunk}
-            claimed = await self._call(op, "POST", "/queues/rollouts/dequeue", _ATTEMPTED_LIST, body, wait=chunk)
+            claimed = await self._call(
+                op, "POST", "/queues/rollouts/dequeue", _ATTEMPTED_LIST, body, wait=chunk
+            )
             if claimed or time.monotonic() >= deadline - 0.001:
                 return claimed
 
-    async def dequeue_rollout(self, worker_id: str | None = None, *, timeout: float = 0.0) -> AttemptedRollout | None:
+    async def dequeue_rollout(
+        self, worker_id: str | None = None, *, timeout: float = 0.0
+    ) -> AttemptedRollout | None:
         claimed = await self._dequeue("dequeue_rollout", 1, worker_id, timeout)
         return claimed[0] if claimed else None
 
@@ -440,7 +467,11 @@ class LightningStoreClient(LightningStore):
 
     async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
         return await self._call(
-            "start_attempt", "POST", f"/rollouts/{_q(rollout_id)}/attempts", _ATTEMPTED, {"worker_id": worker_id}
+            "start_attempt",
+            "POST",
+            f"/rollouts/{_q(rollout_id)}/attempts",
+            _ATTEMPTED,
+            {"worker_id": worker_id},
         )
 
     async def query_rollouts(
@@ -470,7 +501,9 @@ class LightningStoreClient(LightningStore):
         return await self._call("query_rollouts", "POST", "/rollouts/search", _ROLLOUT_PAGE, body)
 
     async def get_rollout_by_id(self, rollout_id: str) -> Rollout | AttemptedRollout | None:
-        return await self._call("get_rollout_by_id", "GET", f"/rollouts/{_q(rollout_id)}", _ANY_ROLLOUT_OR_NONE)
+        return await self._call(
+            "get_rollout_by_id", "GET", f"/rollouts/{_q(rollout_id)}", _ANY_ROLLOUT_OR_NONE
+        )
 
     async def query_attempts(
         self,
@@ -532,7 +565,9 @@ class LightningStoreClient(LightningStore):
             "update_attempt", "POST", f"/rollouts/{_q(rollout_id)}/attempts/{_q(attempt_id)}", _ATTEMPT, body
         )
 
-    async def wait_for_rollouts(self, *, rollout_ids: Sequence[str], timeout: float | None = None) -> list[Rollout]:
+    async def wait_for_rollouts(
+        self, *, rollout_ids: Sequence[str], timeout: float | None = None
+    ) -> list[Rollout]:
         ids = list(rollout_ids)
         if not ids:
             return []
@@ -541,7 +576,11 @@ class LightningStoreClient(LightningStore):
             remaining = self.long_poll_seconds if deadline is None else max(0.0, deadline - time.monotonic())
             chunk = min(remaining, self.long_poll_seconds)
             payload, headers = await self._request(
-                "wait_for_rollouts", "POST", "/waits/rollouts", {"rollout_ids": ids, "timeout": chunk}, wait=chunk
+                "wait_for_rollouts",
+                "POST",
+                "/waits/rollouts",
+                {"rollout_ids": ids, "timeout": chunk},
+                wait=chunk,
             )
             done = _ROLLOUTS.validate_json(payload)
             complete = headers.get(WAIT_COMPLETE_HEADER, "true") == "true"
@@ -552,10 +591,14 @@ class LightningStoreClient(LightningStore):
         return await self._call("add_resources", "POST", "/resources", _RESOURCES, resources)
 
     async def update_resources(self, resources_id: str, resources: NamedResources) -> ResourcesUpdate:
-        return await self._call("update_resources", "POST", f"/resources/{_q(resources_id)}", _RESOURCES, resources)
+        return await self._call(
+            "update_resources", "POST", f"/resources/{_q(resources_id)}", _RESOURCES, resources
+        )
 
     async def get_resources_by_id(self, resources_id: str) -> ResourcesUpdate | None:
-        return await self._call("get_resources_by_id", "GET", f"/resources/{_q(resources_id)}", _RESOURCES_OR_NONE)
+        return await self._call(
+            "get_resources_by_id", "GET", f"/resources/{_q(resources_id)}", _RESOURCES_OR_NONE
+        )
 
     async def get_latest_resources(self) -> ResourcesUpdate | None:
         return await self._call("get_latest_resources", "GET", "/resources/latest", _RESOURCES_OR_NONE)

@@ -27,7 +27,6 @@ from agl.types import (
     TraceStatus,
     normalize_timestamp,
 )
-
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
@@ -211,7 +210,7 @@ async def ingest_otlp_traces(
     missing = [span for span, has_id in converted if not has_id]
     if missing:
         ids = await store.get_many_span_sequence_ids([(s.rollout_id, s.attempt_id) for s in missing])
-        for span, sequence_id in zip(missing, ids):
+        for span, sequence_id in zip(missing, ids, strict=True):
             span.sequence_id = sequence_id
     if converted:
         try:

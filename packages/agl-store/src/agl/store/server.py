@@ -109,7 +109,9 @@ class LightningStoreServer(LightningStore):
         access_host: str | None = None,
     ) -> None:
         if isinstance(store, LightningStoreServer):
-            raise ValueError("LightningStoreServer cannot serve another LightningStoreServer; pass its inner store")
+            raise ValueError(
+                "LightningStoreServer cannot serve another LightningStoreServer; pass its inner store"
+            )
         if max_body_bytes <= 0:
             raise ValueError(f"max_body_bytes must be positive, got {max_body_bytes}")
         if max_wait_seconds <= 0:
@@ -128,6 +130,7 @@ class LightningStoreServer(LightningStore):
         self._owner_pid = os.getpid()
         self._app: FastAPI | None = None
         self._options: AppOptions | None = None
+        self._asgi: Any = None
         self._uvicorn: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -162,8 +165,10 @@ class LightningStoreServer(LightningStore):
         """The FastAPI application (built on first use)."""
         if self._app is None:
             if self.store is None:
-                raise RuntimeError("this LightningStoreServer was unpickled in another process; it has no app")
-            from ._http_app import AppOptions, create_app
+                raise RuntimeError(
+                    "this LightningStoreServer was unpickled in another process; it has no app"
+                )
+            from ._http_app import AppOptions, create_asgi_app
 
             self._shutdown = None
             options = AppOptions(
@@ -174,7 +179,7 @@ class LightningStoreServer(LightningStore):
                 debug=self.debug,
             )
             self._options = options
-            self._app = create_app(self.store, options)
+            self._app, self._asgi = create_asgi_app(self.store, options)
         return self._app
 
     def _bind(self) -> socket.socket:
@@ -191,11 +196,22 @@ class LightningStoreServer(LightningStore):
         self.port = sock.getsockname()[1]
         return sock
 
-    def _make_uvicorn(self) -> uvicorn.Server:
+    def _make_uvicorn(self, on_started: Callable[[], None] | None = None) -> uvicorn.Server:
         import uvicorn
 
+        class _Server(uvicorn.Server):
+            # Signals are handled by run_forever (so that Ctrl-C/SIGTERM end with a clean return).
+            def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
+                return contextlib.nullcontext()
+
+            async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+                await super().startup(sockets)
+                if self.started and on_started is not None:
+                    on_started()
+
+        _ = self.app
         config = uvicorn.Config(
-            self.app,
+            self._asgi,
             log_level="warning",
             access_log=False,
             http=_fast_http_impl(),
@@ -203,29 +219,17 @@ class LightningStoreServer(LightningStore):
             timeout_graceful_shutdown=2,
             timeout_keep_alive=30,
         )
-        server = uvicorn.Server(config)
-        # We handle signals ourselves (run_forever) so that Ctrl-C/SIGTERM end with a clean return.
-        server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
-        return server
+        return _Server(config)
 
-    async def _serve(self, sock: socket.socket, on_started: Callable[[], None] | None = None) -> None:
+    async def _serve(self, sock: socket.socket) -> None:
         server = self._uvicorn
         assert server is not None and self._options is not None
         self._loop = asyncio.get_running_loop()
         self._shutdown = asyncio.Event()
         self._options.shutdown = self._shutdown
-
-        async def announce() -> None:
-            while not server.started and not server.should_exit:
-                await asyncio.sleep(0.005)
-            if server.started and on_started is not None:
-                on_started()
-
-        announcer = asyncio.ensure_future(announce())
         try:
             await server.serve(sockets=[sock])
         finally:
-            announcer.cancel()
             self._loop = None
 
     def _request_exit(self) -> None:
@@ -299,7 +303,7 @@ class LightningStoreServer(LightningStore):
         self._check_owner("run_forever")
         _ = self.app
         sock = self._bind()
-        self._uvicorn = self._make_uvicorn()
+        self._uvicorn = self._make_uvicorn(on_started)
         in_main = threading.current_thread() is threading.main_thread()
         previous: dict[int, Any] = {}
         if in_main:
@@ -308,7 +312,7 @@ class LightningStoreServer(LightningStore):
         loop = _new_event_loop()
         self._thread = threading.current_thread()
         try:
-            loop.run_until_complete(self._serve(sock, on_started))
+            loop.run_until_complete(self._serve(sock))
         finally:
             loop.close()
             sock.close()
@@ -322,12 +326,18 @@ class LightningStoreServer(LightningStore):
         if self._client is not None:
             await self._client.close()
             self._client = None
-        if os.getpid() == self._owner_pid and self._thread is not None and self._thread is not threading.current_thread():
+        if (
+            os.getpid() == self._owner_pid
+            and self._thread is not None
+            and self._thread is not threading.current_thread()
+        ):
             await asyncio.to_thread(self.stop)
 
     def _check_owner(self, what: str) -> None:
         if os.getpid() != self._owner_pid or self.store is None:
-            raise RuntimeError(f"LightningStoreServer.{what}() can only be called in the process that created it")
+            raise RuntimeError(
+                f"LightningStoreServer.{what}() can only be called in the process that created it"
+            )
 
     # -- pickling: a child process talks HTTP to the parent ----------------------------------------
 
@@ -345,9 +355,11 @@ class LightningStoreServer(LightningStore):
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        for key, value in state.items():
+            setattr(self, key, value)
         self.store = None
         self._app = None
+        self._asgi = None
         self._options = None
         self._uvicorn = None
         self._thread = None
@@ -365,21 +377,21 @@ class LightningStoreServer(LightningStore):
                 self._client = LightningStoreClient(self.endpoint, token=self.token)
             return self._client
 
-    async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+    async def _call(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
         store = self.store
         if store is None or os.getpid() != self._owner_pid:
-            return await getattr(self._remote(), name)(*args, **kwargs)
+            return await getattr(self._remote(), method)(*args, **kwargs)
         loop = self._loop
         if loop is None or store.capabilities.get("thread_safe", False):
-            return await getattr(store, name)(*args, **kwargs)
+            return await getattr(store, method)(*args, **kwargs)
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is loop or loop.is_closed():
-            return await getattr(store, name)(*args, **kwargs)
+            return await getattr(store, method)(*args, **kwargs)
         # Run on the server's loop so that a store made for one loop is only ever used from it.
-        future = asyncio.run_coroutine_threadsafe(getattr(store, name)(*args, **kwargs), loop)
+        future = asyncio.run_coroutine_threadsafe(getattr(store, method)(*args, **kwargs), loop)
         return await asyncio.wrap_future(future)
 
     # -- the LightningStore contract, delegated ---------------------------------------------------
@@ -411,7 +423,9 @@ class LightningStoreServer(LightningStore):
     async def enqueue_many_rollouts(self, requests: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
         return await self._call("enqueue_many_rollouts", requests)
 
-    async def dequeue_rollout(self, worker_id: str | None = None, *, timeout: float = 0.0) -> AttemptedRollout | None:
+    async def dequeue_rollout(
+        self, worker_id: str | None = None, *, timeout: float = 0.0
+    ) -> AttemptedRollout | None:
         return await self._call("dequeue_rollout", worker_id, timeout=timeout)
 
     async def dequeue_many_rollouts(
@@ -505,7 +519,9 @@ class LightningStoreServer(LightningStore):
             metadata=metadata,
         )
 
-    async def wait_for_rollouts(self, *, rollout_ids: Sequence[str], timeout: float | None = None) -> list[Rollout]:
+    async def wait_for_rollouts(
+        self, *, rollout_ids: Sequence[str], timeout: float | None = None
+    ) -> list[Rollout]:
         return await self._call("wait_for_rollouts", rollout_ids=rollout_ids, timeout=timeout)
 
     async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:

@@ -33,6 +33,7 @@ from .emitters import (
     emit_object,
     emit_reward,
     operation,
+    reward,
 )
 from .rewards import (
     find_final_reward,
@@ -103,6 +104,7 @@ __all__ = [
     "make_tag_attributes",
     "operation",
     "query_linked_spans",
+    "reward",
     "sanitize_attributes",
     "set_active_tracer",
     "unflatten_attributes",

@@ -10,6 +10,7 @@ fallback refuses to guess.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,17 @@ _last_trace: ContextVar[tuple[Any, list[Any]] | None] = ContextVar("agl_last_tra
 
 _live_lock = threading.Lock()
 _live_sessions: list[TraceSession] = []
+
+
+def _forget_parent_sessions() -> None:
+    # A forked child does not run its parent's trace contexts (and the lock may have been held at fork).
+    global _live_lock
+    _live_lock = threading.Lock()
+    _live_sessions.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_parent_sessions)
 
 
 def get_active_tracer() -> Tracer | None:
@@ -73,11 +85,12 @@ def session_for(tracer: Any) -> TraceSession | None:
     if _suppressed.get():
         return None
     session = _current_session.get()
-    if session is not None and session.tracer is tracer:
-        return session
-    with _live_lock:
-        mine = [s for s in _live_sessions if s.tracer is tracer]
-    return mine[0] if len(mine) == 1 else None
+    if session is not None:  # this context belongs to a trace context, of this tracer or another one
+        return session if session.tracer is tracer else None
+    with _live_lock:  # a context outside any trace context: only an unambiguous guess is made
+        if len(_live_sessions) == 1 and _live_sessions[0].tracer is tracer:
+            return _live_sessions[0]
+    return None
 
 
 def register_live(session: TraceSession) -> None:

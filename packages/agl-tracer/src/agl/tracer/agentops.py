@@ -167,8 +167,10 @@ class AgentOpsTracer(OtelTracer):
     def _on_session_start(self, session: TraceSession) -> Any:
         import agentops
 
-        trace = agentops.start_trace(trace_name=session.name or session.rollout_id)
-        session.backend_state = trace
+        try:
+            session.backend_state = agentops.start_trace(trace_name=session.name or session.rollout_id)
+        except Exception:  # AgentOps trouble must not stop the rollout: spans are still collected
+            logger.exception("AgentOps could not start a trace for %s", session.rollout_id)
         return self._otel_tracer
 
     def _on_session_end(self, session: TraceSession, exc: BaseException | None) -> None:

@@ -12,7 +12,9 @@ import base64
 import functools
 import inspect
 import json
+import logging
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from typing import Any, TypeVar, overload
@@ -40,9 +42,12 @@ __all__ = [
     "emit_object",
     "emit_reward",
     "operation",
+    "reward",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+logger = logging.getLogger(__name__)
 
 _DETACHED = DummyTracer()  # never inside a trace context: what it records goes nowhere
 
@@ -369,3 +374,38 @@ def operation(
     if fn is not None:
         return context(fn)
     return context
+
+
+def reward(fn: F) -> F:
+    """Deprecated: decorate a reward function so that its numeric result is emitted with :func:`emit_reward`.
+
+    Works for sync and async functions and returns the function's result unchanged; a result that is not a
+    number is returned without emitting (with a warning). Call ``emit_reward`` directly instead.
+    """
+    warnings.warn("@reward is deprecated; call emit_reward(value) instead", DeprecationWarning, stacklevel=2)
+
+    def emit(result: Any) -> None:
+        if isinstance(result, (bool, int, float)):
+            emit_reward(result)
+        else:
+            logger.warning(
+                "@reward function %s returned %r, not a number: no reward emitted", fn.__name__, result
+            )
+
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            result = await fn(*args, **kwargs)
+            emit(result)
+            return result
+
+        return async_wrapper  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        result = fn(*args, **kwargs)
+        emit(result)
+        return result
+
+    return wrapper  # type: ignore[return-value]

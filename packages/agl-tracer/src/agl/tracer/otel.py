@@ -222,6 +222,8 @@ class OtelTracer(Tracer):
 
     def teardown(self, *args: Any, **kwargs: Any) -> None:
         """Shut the provider down unless it is the global one (OpenTelemetry cannot uninstall that)."""
+        if _context.live_session_count(self) > 0:
+            return  # other threads share this tracer and still trace
         provider, self._provider = self._provider, None
         self._otel_tracer = None
         self._processor = None

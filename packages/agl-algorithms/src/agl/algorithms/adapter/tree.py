@@ -246,23 +246,31 @@ class TraceTree:
         positions: dict[str, int] = {}
         pattern = re.compile(llm_call_match)
         agent_pattern = re.compile(agent_match) if agent_match is not None else None
-        stack: list[tuple[TraceTree, str | None, bool, bool]] = [
-            (self, within_matching_subtree, within_reward, within_llm_call)
+        # The last element is the index in ``out`` of the LLM call the node is nested in (-1: none).
+        stack: list[tuple[TraceTree, str | None, bool, int]] = [
+            (self, within_matching_subtree, within_reward, -2 if within_llm_call else -1)
         ]
         while stack:
-            node, label, in_reward, in_call = stack.pop()
-            is_call = False
+            node, label, in_reward, enclosing = stack.pop()
+            child_enclosing = enclosing
             if (
                 label is not None
                 and not (exclude_llm_call_in_reward and in_reward)
                 and pattern.search(node.span.name)
             ):
                 response_id = response_id_of(node.span.attributes)
-                if dedup and response_id is None and in_call:
-                    pass  # a nested echo of the call already found
+                if dedup and enclosing != -1:
+                    # The same call seen by another layer (client instrumentation around the proxy's record):
+                    # one call, and the record with token ids wins.
+                    if enclosing >= 0 and _has_token_ids(node) and not _has_token_ids(out[enclosing][0]):
+                        out[enclosing] = (node, out[enclosing][1])
+                    if response_id is not None:
+                        existing_response_ids.add(response_id)
+                        if enclosing >= 0:
+                            positions[response_id] = enclosing
                 elif dedup and response_id is not None and response_id in existing_response_ids:
-                    # The same call recorded twice (e.g. by the client's instrumentation and by the proxy):
-                    # keep the first place, but the record that has token ids.
+                    # The same call recorded twice elsewhere in the tree: keep the first place, but the
+                    # record that has token ids.
                     index = positions.get(response_id)
                     if index is not None and _has_token_ids(node) and not _has_token_ids(out[index][0]):
                         out[index] = (node, out[index][1])
@@ -270,15 +278,15 @@ class TraceTree:
                     if response_id is not None:
                         existing_response_ids.add(response_id)
                         positions[response_id] = len(out)
+                    child_enclosing = len(out)
                     out.append((node, label))
-                    is_call = True
             agent = node.agent_name()
             child_label = label
             if agent is not None:
                 child_label = agent if agent_pattern is None or agent_pattern.search(agent) else None
             child_in_reward = in_reward or node.is_reward_span()
             for child in reversed(node.children):
-                stack.append((child, child_label, child_in_reward, in_call or is_call))
+                stack.append((child, child_label, child_in_reward, child_enclosing))
         return out
 
     def match_rewards(

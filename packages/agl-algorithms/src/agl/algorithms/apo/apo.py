@@ -382,59 +382,71 @@ class APO(Algorithm, Generic[T_task]):
 
     async def _make_child(
         self, parent: PromptCandidate, name: str, batch: list[Any], round_no: int, rng: random.Random
-    ) -> PromptCandidate | None:
-        """One child of ``parent``: run it on ``batch``, critique template ``name``, edit it. ``None`` if skipped."""
+    ) -> PromptCandidate | str:
+        """One child of ``parent`` (not yet versioned): run the parent on ``batch``, critique template
+        ``name``, edit it. The reason as a string when the child is skipped."""
         _, results = await self.evaluate_prompt_on_batch(parent, batch, "train")
         template = parent.templates[name]
-        reason: str | None = None
         critique: str | None = None
-        new_text = ""
         if not results:
-            reason = "no training rollout finished within rollout_batch_timeout"
-        else:
-            try:
-                critique = await self.compute_textual_gradient(
-                    template, self._results_for(template, results), rng
-                )
-                new_text = await self.apply_edit(template, critique, rng)
-            except LLMCallFailed as exc:
-                reason = exc.reason
-            else:
-                reason = edit_problem(template, new_text)
-        if reason is not None:
-            self._counters.skipped += 1
-            logger.warning("round %d: skipped a child of %s (%s): %s", round_no, parent.version, name, reason)
-            self._record(
-                {
-                    "event": "skipped",
-                    "round": round_no,
-                    "parent": parent.version,
-                    "edited": name,
-                    "reason": reason,
-                    "critique": critique,
-                }
+            return "no training rollout finished within rollout_batch_timeout"
+        try:
+            critique = await self.compute_textual_gradient(
+                template, self._results_for(template, results), rng
             )
-            return None
-        child = PromptCandidate(
-            version=self._next_version(),
+            new_text = await self.apply_edit(template, critique, rng)
+        except LLMCallFailed as exc:
+            return exc.reason if critique is None else f"{exc.reason} (critique: {critique})"
+        reason = edit_problem(template, new_text)
+        if reason is not None:
+            return f"{reason} (critique: {critique})"
+        return PromptCandidate(
+            version="",
             templates={**parent.templates, name: PromptTemplate(template=new_text, engine=template.engine)},
             parent=parent.version,
             edited=name,
             critique=critique,
             round=round_no,
         )
-        self._record(
-            {
-                "event": "candidate",
-                "round": round_no,
-                "version": child.version,
-                "parent": parent.version,
-                "edited": name,
-                "critique": critique,
-                "templates": templates_json(child),
-            }
-        )
-        return child
+
+    def _adopt_children(
+        self,
+        round_no: int,
+        jobs: list[tuple[PromptCandidate, str]],
+        outcomes: Sequence[PromptCandidate | str],
+    ) -> list[PromptCandidate]:
+        """Version the children in the order they were asked for (not the order they finished) and log them."""
+        children: list[PromptCandidate] = []
+        for (parent, name), outcome in zip(jobs, outcomes, strict=True):
+            if isinstance(outcome, str):
+                self._counters.skipped += 1
+                logger.warning(
+                    "round %d: skipped a child of %s (%s): %s", round_no, parent.version, name, outcome
+                )
+                self._record(
+                    {
+                        "event": "skipped",
+                        "round": round_no,
+                        "parent": parent.version,
+                        "edited": name,
+                        "reason": outcome,
+                    }
+                )
+                continue
+            outcome.version = self._next_version()
+            children.append(outcome)
+            self._record(
+                {
+                    "event": "candidate",
+                    "round": round_no,
+                    "version": outcome.version,
+                    "parent": parent.version,
+                    "edited": name,
+                    "critique": outcome.critique,
+                    "templates": templates_json(outcome),
+                }
+            )
+        return children
 
     # -- history -------------------------------------------------------------------------------
 
@@ -566,16 +578,15 @@ class APO(Algorithm, Generic[T_task]):
         for round_no in range(1, self.beam_rounds + 1):
             started = time.monotonic()
             parents = select_parents(beam, self.beam_width, rng)
-            jobs = []
+            jobs: list[tuple[PromptCandidate, str]] = []
+            work = []
             for i, parent in enumerate(parents):
                 for j in range(self.branch_factor):
                     name = self._names[(i * self.branch_factor + j) % len(self._names)]
-                    jobs.append(
-                        self._make_child(
-                            parent, name, next(train_batches), round_no, random.Random(rng.random())
-                        )
-                    )
-            children = [c for c in await asyncio.gather(*jobs) if c is not None]
+                    jobs.append((parent, name))
+                    child_rng = random.Random(rng.random())
+                    work.append(self._make_child(parent, name, next(train_batches), round_no, child_rng))
+            children = self._adopt_children(round_no, jobs, await asyncio.gather(*work))
 
             candidates = [*beam, *children]
             val_batch = next(val_batches)

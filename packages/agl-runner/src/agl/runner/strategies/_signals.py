@@ -55,7 +55,9 @@ class ChildStopEvent:
         return {"_reader": self._reader, "_set": self._set}
 
 
-def stop_pipe(ctx: Any) -> tuple[multiprocessing.connection.Connection, multiprocessing.connection.Connection]:
+def stop_pipe(
+    ctx: Any,
+) -> tuple[multiprocessing.connection.Connection, multiprocessing.connection.Connection]:
     """``(reader, writer)`` of a new one-way pipe from ``ctx``."""
     reader, writer = ctx.Pipe(duplex=False)
     return reader, writer

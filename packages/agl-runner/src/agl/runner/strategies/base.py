@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
@@ -26,13 +26,15 @@ R = TypeVar("R")
 class AlgorithmBundle(Protocol):
     """Runs the algorithm against ``store`` until it is done (the strategy then stops the runners)."""
 
-    def __call__(self, store: LightningStore, event: ExecutionEvent) -> Awaitable[None]: ...
+    def __call__(self, store: LightningStore, event: ExecutionEvent) -> Coroutine[Any, Any, None]: ...
 
 
 class RunnerBundle(Protocol):
     """Runs one runner against ``store`` until ``event`` is set."""
 
-    def __call__(self, store: LightningStore, worker_id: int, event: ExecutionEvent) -> Awaitable[None]: ...
+    def __call__(
+        self, store: LightningStore, worker_id: Any, event: ExecutionEvent
+    ) -> Coroutine[Any, Any, None]: ...
 
 
 class StrategyError(RuntimeError):

@@ -152,8 +152,6 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         ctx = multiprocessing.get_context(self.start_method)
         stop_reader, stop_writer = ctx.Pipe(duplex=False)
         event = ParentStopEvent(stop_writer)
-        if self.managed_store:
-            from agl.store.client import LightningStoreClient  # noqa: F401  # imported once, inherited by forks
         children: list[_Child] = []
         server = None
         interrupted = False
@@ -166,7 +164,9 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
             if self.managed_store:
                 from agl.store.server import LightningStoreServer
 
-                server = LightningStoreServer(store, host=self.server_host, port=self.server_port, token=self.token)
+                server = LightningStoreServer(
+                    store, host=self.server_host, port=self.server_port, token=self.token
+                )
                 server.start()
                 endpoint = server.endpoint
                 self.endpoint = endpoint
@@ -268,7 +268,9 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
                     self.lost_runners.append(lost)
                     logger.error("Runner %s; its rollout will be retried if its policy allows", lost)
                 else:
-                    raise StrategyError(f"{proc.name} crashed ({_describe_exit(code)}):\n{child.error_report()}")
+                    raise StrategyError(
+                        f"{proc.name} crashed ({_describe_exit(code)}):\n{child.error_report()}"
+                    )
                 if alive == 0:
                     raise StrategyError(
                         "every runner process has exited while the algorithm is still running: "
@@ -295,7 +297,9 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
             if not alive:
                 break
             logger.warning(
-                "%s did not stop within the grace period; sending %s", ", ".join(str(p.name) for p in alive), name
+                "%s did not stop within the grace period; sending %s",
+                ", ".join(str(p.name) for p in alive),
+                name,
             )
             for proc in alive:
                 with contextlib.suppress(ProcessLookupError, OSError):
@@ -382,6 +386,13 @@ class _Child:
             self.proc.close()
 
 
+def _preload_for_children() -> None:
+    """Import what a runner process needs before it has work: the HTTP client stack and the heartbeat probe."""
+    import aiohttp  # noqa: F401  # the store client imports it on first use
+    import psutil  # noqa: F401  # heartbeats
+    from agl.store.client import LightningStoreClient  # noqa: F401
+
+
 def _on_exit(loop: asyncio.AbstractEventLoop, child: _Child, exited: asyncio.Queue[_Child]) -> None:
     with contextlib.suppress(ValueError, OSError):
         loop.remove_reader(child.proc.sentinel)
@@ -416,7 +427,9 @@ async def _run_bundle(
             await store.close()
 
 
-def _make_store(endpoint: str, token: str | None, store: LightningStore | None) -> tuple[LightningStore, bool]:
+def _make_store(
+    endpoint: str, token: str | None, store: LightningStore | None
+) -> tuple[LightningStore, bool]:
     if endpoint:
         from agl.store.client import LightningStoreClient
 
@@ -427,7 +440,12 @@ def _make_store(endpoint: str, token: str | None, store: LightningStore | None) 
 
 
 def _run_runner_here(
-    runner: RunnerBundle, worker_id: Any, event: ExecutionEvent, endpoint: str, token: str | None, store: LightningStore
+    runner: RunnerBundle,
+    worker_id: Any,
+    event: ExecutionEvent,
+    endpoint: str,
+    token: str | None,
+    store: LightningStore,
 ) -> None:
     client, owns = _make_store(endpoint, token, store)
     asyncio.run(_run_bundle(runner, client, worker_id, event, owns))
@@ -451,6 +469,8 @@ def _runner_process(
     event = ChildStopEvent(stop_reader)
     name = multiprocessing.current_process().name
     try:
+        # Import while the parent starts the server (in parallel on a multi-core machine).
+        _preload_for_children()
         ready = multiprocessing.connection.wait([ready_reader, stop_reader])
         if ready_reader not in ready or event.is_set():
             return  # stopped (or the parent died) before the server was up

@@ -70,7 +70,7 @@ class SharedMemoryExecutionStrategy(ExecutionStrategy):
         if self.managed_store and not store.capabilities.get("thread_safe", False):
             from ._threaded import LoopBoundStore
 
-            shared = LoopBoundStore(store)
+            shared = LoopBoundStore(store)  # pyright: ignore[reportAbstractUsage]  # methods are generated
         event = threading.Event()
         errors: list[tuple[str, BaseException]] = []
 

@@ -106,10 +106,10 @@ class Database:
         await self._ensure_schema()
         return await self._run(fn, args, write=True)
 
-    async def read(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(conn, *args)`` in a read-only transaction (one consistent snapshot)."""
+    async def read(self, fn: Callable[..., T], *args: Any, snapshot: bool = False) -> T:
+        """Run ``fn(conn, *args)`` for reading; with ``snapshot``, its statements see one consistent state."""
         await self._ensure_schema()
-        return await self._run(fn, args, write=False)
+        return await self._run(fn, args, write=False, snapshot=snapshot)
 
     async def close(self) -> None:
         with self._lock:
@@ -182,49 +182,63 @@ class Database:
             await self._run(schema.create_schema, (), write=True)
             self._schema_ready = True
 
-    async def _run(self, fn: Callable[..., T], args: tuple[Any, ...], *, write: bool) -> T:
+    async def _run(
+        self, fn: Callable[..., T], args: tuple[Any, ...], *, write: bool, snapshot: bool = False
+    ) -> T:
         if self._closed:
             raise RuntimeError("the SQL store is closed")
         if self.dialect == "sqlite":
             assert self._executor is not None
             loop = asyncio.get_running_loop()
             try:
-                return await loop.run_in_executor(self._executor, self._sqlite_transaction, fn, args, write)
+                return await loop.run_in_executor(
+                    self._executor, self._sqlite_transaction, fn, args, write, snapshot
+                )
             except RuntimeError as exc:  # the executor was shut down by close() meanwhile
                 if self._closed:
                     raise RuntimeError("the SQL store is closed") from exc
                 raise
-        return await self._postgres_transaction(fn, args, write)
+        return await self._postgres_transaction(fn, args, write, snapshot)
 
-    def _sqlite_transaction(self, fn: Callable[..., T], args: tuple[Any, ...], write: bool) -> T:
+    def _sqlite_transaction(
+        self, fn: Callable[..., T], args: tuple[Any, ...], write: bool, snapshot: bool
+    ) -> T:
         assert self._sync_engine is not None
         with self._sync_engine.connect() as conn:
+            driver = conn.connection.driver_connection  # BEGIN/COMMIT straight to sqlite3: cheaper
+            assert driver is not None
             if not write:
-                conn.exec_driver_sql("BEGIN")
+                if not snapshot:  # one statement is consistent by itself
+                    return fn(conn, *args)
+                driver.execute("BEGIN")
                 try:
                     return fn(conn, *args)
                 finally:
-                    conn.exec_driver_sql("COMMIT")
+                    driver.execute("COMMIT")
             with self._write_lock:
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                driver.execute("BEGIN IMMEDIATE")
                 try:
                     result = fn(conn, *args)
                 except BaseException:
-                    conn.exec_driver_sql("ROLLBACK")
+                    driver.execute("ROLLBACK")
                     raise
-                conn.exec_driver_sql("COMMIT")
+                driver.execute("COMMIT")
                 return result
 
-    async def _postgres_transaction(self, fn: Callable[..., T], args: tuple[Any, ...], write: bool) -> T:
+    async def _postgres_transaction(
+        self, fn: Callable[..., T], args: tuple[Any, ...], write: bool, snapshot: bool
+    ) -> T:
         engine = self._async_engine()
         attempt = 0
         while True:
             try:
                 async with engine.connect() as conn:
-                    if not write:
-                        conn = await conn.execution_options(isolation_level="REPEATABLE READ")
-                    async with conn.begin():
-                        return await conn.run_sync(fn, *args)
+                    if write:
+                        async with conn.begin():
+                            return await conn.run_sync(fn, *args)
+                    level = "REPEATABLE READ" if snapshot else "AUTOCOMMIT"
+                    conn = await conn.execution_options(isolation_level=level)
+                    return await conn.run_sync(fn, *args)
             except sa_exc.DBAPIError as error:
                 attempt += 1
                 if attempt >= 10 or not _is_retryable(error):

@@ -24,7 +24,7 @@ from agl.types import (
 )
 
 from . import _codec, schema
-from ._writes import Ctx
+from ._steps import Ctx, prepared
 
 R = schema.rollouts
 A = schema.attempts
@@ -94,7 +94,7 @@ def _paginate(
     order: list[sa.ColumnElement[Any]],
     convert: Callable[[Any], T],
 ) -> PaginatedResult[T]:
-    """Rows of one page and the total number of matches (a window count when the page is not empty)."""
+    """One page of rows and the total number of matches (counted only when the page does not tell)."""
 
     def count() -> int:
         stmt = sa.select(sa.func.count()).select_from(count_from)
@@ -104,7 +104,7 @@ def _paginate(
 
     if page.limit == 0:
         return PaginatedResult(items=[], limit=0, offset=page.offset, total=count())
-    stmt = query.add_columns(sa.func.count().over().label("_total")).order_by(*order)
+    stmt = query.order_by(*order)
     if where is not None:
         stmt = stmt.where(where)
     if page.limit > 0:
@@ -112,7 +112,10 @@ def _paginate(
     if page.offset:
         stmt = stmt.offset(page.offset)
     rows = conn.execute(stmt).mappings().all()
-    total = rows[0]["_total"] if rows else (count() if page.offset else 0)
+    if (page.limit < 0 or len(rows) < page.limit) and (rows or not page.offset):
+        total = page.offset + len(rows)  # the last page: nothing beyond it
+    else:
+        total = count()
     return PaginatedResult(
         items=[convert(row) for row in rows], limit=page.limit, offset=page.offset, total=total
     )
@@ -164,7 +167,8 @@ def query_rollouts(
 
 
 def get_rollout(conn: sa.Connection, ctx: Ctx, rollout_id: str) -> Rollout | AttemptedRollout | None:
-    row = conn.execute(_rollouts_select().where(R.c.rollout_id == rollout_id)).mappings().first()
+    stmt = prepared("get_rollout", lambda: _rollouts_select().where(R.c.rollout_id == sa.bindparam("rid")))
+    row = conn.execute(stmt, {"rid": rollout_id}).mappings().first()
     return _codec.rollout_from_row(row) if row is not None else None
 
 

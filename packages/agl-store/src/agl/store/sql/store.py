@@ -40,10 +40,10 @@ from .. import _rules
 from .._notify import Notifier, Waiter
 from .._watchdog import ScanDebouncer
 from ..base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
-from . import _reads, _writes
+from . import _reads, _spans, _writes
 from ._db import Database
 from ._reads import Page
-from ._writes import Ctx, Effects
+from ._steps import Ctx, Effects
 
 __all__ = ["SqlLightningStore"]
 
@@ -157,7 +157,7 @@ class SqlLightningStore(LightningStore):
         )
 
     async def statistics(self) -> LightningStoreStatistics:
-        counts = await self._db.read(_reads.counts, self._ctx)
+        counts = await self._query(_reads.counts)
         return LightningStoreStatistics(
             name=type(self).__name__, uptime=time.monotonic() - self._started, **counts
         )  # type: ignore[typeddict-item]
@@ -179,6 +179,10 @@ class SqlLightningStore(LightningStore):
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._db.read(fn, self._ctx, *args)
+
+    async def _query(self, fn: Callable[..., T], *args: Any) -> T:
+        """A read of several statements (a page and its total): one snapshot."""
+        return await self._db.read(fn, self._ctx, *args, snapshot=True)
 
     async def _watchdog(self) -> None:
         """Mark timed-out and unresponsive attempts (debounced); each verdict is re-checked under a lock."""
@@ -288,7 +292,7 @@ class SqlLightningStore(LightningStore):
         )
         await self._watchdog()
         page = Page(sort_by, sort_order, limit, offset, filter_logic)
-        return await self._read(_reads.query_rollouts, status_in, rollout_id_in, rollout_id_contains, page)
+        return await self._query(_reads.query_rollouts, status_in, rollout_id_in, rollout_id_contains, page)
 
     async def get_rollout_by_id(self, rollout_id: str) -> Rollout | AttemptedRollout | None:
         await self._watchdog()
@@ -305,7 +309,7 @@ class SqlLightningStore(LightningStore):
     ) -> PaginatedResult[Attempt]:
         _rules.validate_page(Attempt, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset)
         await self._watchdog()
-        return await self._read(_reads.query_attempts, rollout_id, Page(sort_by, sort_order, limit, offset))
+        return await self._query(_reads.query_attempts, rollout_id, Page(sort_by, sort_order, limit, offset))
 
     async def get_latest_attempt(self, rollout_id: str) -> Attempt | None:
         await self._watchdog()
@@ -404,30 +408,30 @@ class SqlLightningStore(LightningStore):
             ResourcesUpdate, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset
         )
         page = Page(sort_by, sort_order, limit, offset)
-        return await self._read(_reads.query_resources, resources_id, resources_id_contains, page)
+        return await self._query(_reads.query_resources, resources_id, resources_id_contains, page)
 
     # -- spans --------------------------------------------------------------------------------
 
     async def add_span(self, span: Span) -> Span | None:
-        stored = await self._write(_writes.add_spans, [span])
+        stored = await self._write(_spans.add_spans, [span])
         return span if stored else None
 
     async def add_many_spans(self, spans: Sequence[Span]) -> list[Span]:
         batch = list(spans)
         if not batch:
             return []
-        stored = await self._write(_writes.add_spans, batch)
+        stored = await self._write(_spans.add_spans, batch)
         return [batch[i] for i in stored]
 
     async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
-        (value,) = await self._db.write(_writes.allocate_sequence_ids, self._ctx, [(rollout_id, attempt_id)])
+        (value,) = await self._db.write(_spans.allocate_sequence_ids, self._ctx, [(rollout_id, attempt_id)])
         return value
 
     async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[tuple[str, str]]) -> list[int]:
         pairs = [(rid, aid) for rid, aid in rollout_attempt_ids]
         if not pairs:
             return []
-        return await self._db.write(_writes.allocate_sequence_ids, self._ctx, pairs)
+        return await self._db.write(_spans.allocate_sequence_ids, self._ctx, pairs)
 
     async def query_spans(
         self,
@@ -465,7 +469,7 @@ class SqlLightningStore(LightningStore):
             "name": name_contains,
         }
         page = Page(sort_by, sort_order, limit, offset, filter_logic)
-        return await self._read(_reads.query_spans, rollout_id, attempt_id, exact, substrings, page)
+        return await self._query(_reads.query_spans, rollout_id, attempt_id, exact, substrings, page)
 
     # -- workers ------------------------------------------------------------------------------
 
@@ -490,7 +494,7 @@ class SqlLightningStore(LightningStore):
         )
         await self._watchdog()
         page = Page(sort_by, sort_order, limit, offset, filter_logic)
-        return await self._read(_reads.query_workers, status_in, worker_id_contains, page)
+        return await self._query(_reads.query_workers, status_in, worker_id_contains, page)
 
     async def get_worker_by_id(self, worker_id: str) -> Worker | None:
         return await self._read(_reads.get_worker, worker_id)

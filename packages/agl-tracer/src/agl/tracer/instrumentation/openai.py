@@ -137,10 +137,13 @@ def _patch() -> None:
             "cannot instrument openai (%s: %s); its calls will not be traced", type(exc).__name__, exc
         )
         return
-    _originals[(Completions, "create")] = Completions.create
-    _originals[(AsyncCompletions, "create")] = AsyncCompletions.create
-    Completions.create = _wrap_sync(Completions.create)  # type: ignore[method-assign]
-    AsyncCompletions.create = _wrap_async(AsyncCompletions.create)  # type: ignore[method-assign]
+    for method in ("create", "parse"):  # parse: structured outputs, a ChatCompletion as well
+        for owner, wrap in ((Completions, _wrap_sync), (AsyncCompletions, _wrap_async)):
+            original = getattr(owner, method, None)
+            if original is None:
+                continue
+            _originals[(owner, method)] = original
+            setattr(owner, method, wrap(original))
     logger.debug("openai chat completions instrumented")
 
 

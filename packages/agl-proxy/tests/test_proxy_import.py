@@ -1,0 +1,45 @@
+"""Importing agl.proxy is fast and offline; LiteLLM is loaded (offline too) only when a proxy starts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+GUARD = """
+import socket, json, sys, time
+attempts = []
+_connect = socket.socket.connect
+def guarded(self, address):
+    host = address[0] if isinstance(address, tuple) else address
+    if host not in ("127.0.0.1", "::1", "localhost"):
+        attempts.append(str(address))
+        raise OSError("network access blocked by the test")
+    return _connect(self, address)
+socket.socket.connect = guarded
+start = time.perf_counter()
+import agl.proxy
+import_s = time.perf_counter() - start
+litellm_on_import = "litellm" in sys.modules
+from agl.proxy._router import ModelRouter
+ModelRouter([{"model_name": "m", "litellm_params": {"model": "hosted_vllm/x", "api_base": "http://127.0.0.1:9/v1"}}])
+print(json.dumps({"import_s": import_s, "litellm_on_import": litellm_on_import,
+                  "litellm_later": "litellm" in sys.modules, "attempts": attempts}))
+"""
+
+
+def test_import_is_light_and_nothing_touches_the_network() -> None:
+    env_free = subprocess.run(
+        [sys.executable, "-c", GUARD],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert env_free.returncode == 0, env_free.stderr
+    result = json.loads(env_free.stdout.strip().splitlines()[-1])
+    assert result["import_s"] < 3.0, result
+    assert result["litellm_on_import"] is False
+    assert result["litellm_later"] is True
+    assert result["attempts"] == []

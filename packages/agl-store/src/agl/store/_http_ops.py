@@ -1,0 +1,338 @@
+"""The hot operations of the REST API, and an ASGI fast path that serves them without FastAPI's per-request work.
+
+Runners call a handful of routes for every rollout (enqueue, dequeue, spans, attempt update, read back).
+For those, FastAPI's routing, dependency solving and double JSON parsing cost more than the store call
+itself, so :class:`FastPathMiddleware` serves them directly: one dict or split lookup, one
+``model_validate_json`` on the raw body, one Rust serialisation of the answer. The FastAPI routes call the
+same :class:`HotOps` methods, so both paths behave identically; the FastAPI app still documents them in
+the OpenAPI schema and serves every other route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agl.types import ConflictError, InvalidRequestError, NotFoundError, Span
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from ._http_middleware import ASGIApp, Receive, Scope, Send
+from ._http_models import (
+    API_PREFIX,
+    AddSpansRequest,
+    DequeueRequest,
+    EnqueueRequest,
+    ErrorBody,
+    NextSequenceIdRequest,
+    NextSequenceIdsRequest,
+    StartRolloutRequest,
+    UpdateAttemptRequest,
+)
+from .base import LightningStore
+
+if TYPE_CHECKING:
+    from ._http_app import AppOptions
+
+__all__ = [
+    "FastPathMiddleware",
+    "HotOps",
+    "Reply",
+    "encode",
+    "error_body",
+    "error_reply",
+    "fault_reply",
+    "positions",
+    "send_reply",
+    "validation_reply",
+]
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+_ANY: TypeAdapter[Any] = TypeAdapter(Any)
+_SPAN = TypeAdapter(Span)
+
+Reply = tuple[int, bytes, "dict[str, str] | None"]
+"""Status, JSON body, extra headers."""
+
+
+def encode(value: Any) -> bytes:
+    return _ANY.dump_json(value, serialize_as_any=True)
+
+
+def error_body(status: int, detail: str, error_type: str, **extra: Any) -> Reply:
+    return (
+        status,
+        ErrorBody(detail=detail, error_type=error_type, **extra).model_dump_json(exclude_none=True).encode(),
+        None,
+    )
+
+
+def validation_reply(errors: Sequence[Any]) -> Reply:
+    """422 naming each offending field (same shape for FastAPI's and the fast path's validation)."""
+    parts, listed = [], []
+    for err in errors:
+        loc = [str(p) for p in err.get("loc", ())]
+        msg = str(err.get("msg", "invalid"))
+        parts.append(f"{'.'.join(loc)}: {msg}")
+        listed.append({"loc": loc, "msg": msg, "type": str(err.get("type", ""))})
+    return error_body(422, "invalid request: " + "; ".join(parts), "RequestValidationError", errors=listed)
+
+
+def fault_reply(exc: BaseException, debug: bool) -> Reply:
+    """500 for a server fault: the exception class only, or everything when debugging."""
+    if not debug:
+        return error_body(
+            500, f"internal server error ({type(exc).__name__}); see the server log", type(exc).__name__
+        )
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return error_body(500, f"{type(exc).__name__}: {exc}", type(exc).__name__, traceback=text)
+
+
+def error_reply(exc: Exception) -> Reply | None:
+    """The answer for an exception the API maps to a 4xx, or ``None`` for a server fault."""
+    if isinstance(exc, NotFoundError):
+        return error_body(404, str(exc), type(exc).__name__)
+    if isinstance(exc, ConflictError):
+        return error_body(409, str(exc), type(exc).__name__)
+    if isinstance(exc, ValueError):  # InvalidRequestError and other bad input
+        return error_body(400, str(exc) or type(exc).__name__, type(exc).__name__)
+    return None
+
+
+def positions(sent: Sequence[Span], stored: Sequence[Span]) -> list[int]:
+    """Where each stored span sits in the request (by identity, else by its key, first unused match)."""
+    index = {id(span): i for i, span in enumerate(sent)}
+    by_key: dict[tuple[str, str, str], list[int]] = {}
+    found: list[int] = []
+    for span in stored:
+        i = index.get(id(span))
+        if i is None:
+            if not by_key:
+                for j, s in enumerate(sent):
+                    by_key.setdefault((s.rollout_id, s.attempt_id, s.span_id), []).append(j)
+            candidates = by_key.get((span.rollout_id, span.attempt_id, span.span_id))
+            if not candidates:
+                continue
+            i = candidates.pop(0)
+        found.append(i)
+    return found
+
+
+class HotOps:
+    """The operations behind the hot routes; each returns ``(status, json_bytes, headers)``."""
+
+    def __init__(self, store: LightningStore, options: AppOptions) -> None:
+        self.store = store
+        self.options = options
+
+    def bounded(self, timeout: float | None) -> float:
+        limit = self.options.max_wait_seconds
+        return limit if timeout is None else min(timeout, limit)
+
+    async def until_shutdown(self, coro: Awaitable[T], default: T) -> T:
+        """Await ``coro``, or give up with ``default`` when the server is stopping."""
+        shutdown = self.options.shutdown
+        if shutdown is None:
+            return await coro
+        task = asyncio.ensure_future(coro)
+        stopper = asyncio.ensure_future(shutdown.wait())
+        try:
+            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            if not task.done():  # stopping, or this request itself was cancelled
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        return task.result() if not task.cancelled() else default
+
+    async def enqueue(self, body: EnqueueRequest) -> Reply:
+        if not body.rollouts:
+            return 201, b"[]", None
+        return 201, encode(await self.store.enqueue_many_rollouts(body.rollouts)), None
+
+    async def dequeue(self, body: DequeueRequest | None) -> Reply:
+        body = body or DequeueRequest()
+        if body.limit <= 0:
+            return 200, b"[]", None
+        claim = self.store.dequeue_many_rollouts(
+            limit=body.limit, worker_id=body.worker_id, timeout=self.bounded(body.timeout)
+        )
+        return 200, encode(await self.until_shutdown(claim, [])), None
+
+    async def start_rollout(self, body: StartRolloutRequest) -> Reply:
+        rollout = await self.store.start_rollout(
+            input=body.input,
+            mode=body.mode,
+            resources_id=body.resources_id,
+            config=body.config,
+            metadata=body.metadata,
+            worker_id=body.worker_id,
+        )
+        return 201, encode(rollout), None
+
+    async def get_rollout(self, rollout_id: str) -> Reply:
+        return 200, encode(await self.store.get_rollout_by_id(rollout_id)), None
+
+    async def update_attempt(self, rollout_id: str, attempt_id: str, body: UpdateAttemptRequest) -> Reply:
+        values: dict[str, Any] = {}
+        for name in body.model_fields_set:
+            value = getattr(body, name)
+            if value is None:
+                raise InvalidRequestError(
+                    f"{name} may not be null in an attempt update; leave it out to keep it"
+                )
+            values[name] = value
+        return 200, encode(await self.store.update_attempt(rollout_id, attempt_id, **values)), None
+
+    async def add_span(self, span: Span) -> Reply:
+        return 201, encode(await self.store.add_span(span)), None
+
+    async def add_many_spans(self, body: AddSpansRequest) -> Reply:
+        if not body.spans:
+            return 201, b'{"stored":[]}', None
+        stored = await self.store.add_many_spans(body.spans)
+        return 201, encode({"stored": positions(body.spans, stored)}), None
+
+    async def next_sequence_id(self, body: NextSequenceIdRequest) -> Reply:
+        value = await self.store.get_next_span_sequence_id(body.rollout_id, body.attempt_id)
+        return 200, encode({"sequence_id": value}), None
+
+    async def next_sequence_ids(self, body: NextSequenceIdsRequest) -> Reply:
+        values = await self.store.get_many_span_sequence_ids(body.pairs) if body.pairs else []
+        return 200, encode({"sequence_ids": values}), None
+
+
+_HEALTH = b'{"status":"ok"}'
+
+
+class FastPathMiddleware:
+    """Serve the hot routes straight from ASGI; hand everything else to the FastAPI app."""
+
+    def __init__(self, app: ASGIApp, ops: HotOps) -> None:
+        self.app = app
+        self.ops = ops
+        p = API_PREFIX
+        self._exact: dict[tuple[str, str], tuple[Any, type[BaseModel] | TypeAdapter[Any], bool]] = {
+            ("POST", p + "/queues/rollouts/enqueue"): (ops.enqueue, EnqueueRequest, True),
+            ("POST", p + "/queues/rollouts/dequeue"): (ops.dequeue, DequeueRequest, False),
+            ("POST", p + "/rollouts"): (ops.start_rollout, StartRolloutRequest, True),
+            ("POST", p + "/spans"): (ops.add_span, _SPAN, True),
+            ("POST", p + "/spans/batch"): (ops.add_many_spans, AddSpansRequest, True),
+            ("POST", p + "/spans/next"): (ops.next_sequence_id, NextSequenceIdRequest, True),
+            ("POST", p + "/spans/next/batch"): (ops.next_sequence_ids, NextSequenceIdsRequest, True),
+        }
+        self._rollouts = p + "/rollouts/"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        method, path = scope["method"], scope["path"]
+        if method == "GET" and path == API_PREFIX + "/health":
+            await send_reply(send, (200, _HEALTH, None))
+            return
+        route = self._exact.get((method, path))
+        if route is not None:
+            handler, model, required = route
+            await self._serve_body(scope, receive, send, handler, model, required, ())
+            return
+        if path.startswith(self._rollouts):
+            parts = path[len(self._rollouts) :].split("/")
+            if method == "GET" and len(parts) == 1 and parts[0] and parts[0] != "search":
+                await self._guarded(send, self.ops.get_rollout(parts[0]))
+                return
+            if (
+                method == "POST"
+                and len(parts) == 3
+                and parts[1] == "attempts"
+                and parts[0]
+                and parts[2]
+                and parts[2] != "search"
+            ):
+                args = (parts[0], parts[2])
+                await self._serve_body(
+                    scope, receive, send, self.ops.update_attempt, UpdateAttemptRequest, True, args
+                )
+                return
+        await self.app(scope, receive, send)
+
+    async def _serve_body(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        handler: Any,
+        model: type[BaseModel] | TypeAdapter[Any],
+        required: bool,
+        args: tuple[str, ...],
+    ) -> None:
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client went away (or the size cap cut the body off and answered)
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        raw = b"".join(chunks)
+        if not raw.strip():
+            if required:
+                await send_reply(
+                    send, validation_reply([{"loc": ("body",), "msg": "Field required", "type": "missing"}])
+                )
+                return
+            await self._guarded(send, handler(*args, None))
+            return
+        content_type = _content_type(scope)
+        if content_type and "json" not in content_type:
+            detail = [
+                {
+                    "loc": ("body",),
+                    "msg": f"Content-Type must be application/json, got {content_type!r}",
+                    "type": "content_type",
+                }
+            ]
+            await send_reply(send, validation_reply(detail))
+            return
+        try:
+            if isinstance(model, TypeAdapter):
+                body = model.validate_json(raw)
+            else:
+                body = model.model_validate_json(raw)
+        except ValidationError as exc:
+            errors = [{**e, "loc": ("body", *e.get("loc", ()))} for e in exc.errors(include_url=False)]
+            await send_reply(send, validation_reply(errors))
+            return
+        await self._guarded(send, handler(*args, body))
+
+    async def _guarded(self, send: Send, call: Awaitable[Reply]) -> None:
+        try:
+            reply = await call
+        except Exception as exc:
+            mapped = error_reply(exc)
+            if mapped is None:
+                raise  # a server fault: the fault barrier answers 500
+            reply = mapped
+        await send_reply(send, reply)
+
+
+def _content_type(scope: Scope) -> str:
+    for key, value in scope["headers"]:
+        if key == b"content-type":
+            return value.decode("latin-1").lower()
+    return ""
+
+
+async def send_reply(send: Send, reply: Reply) -> None:
+    status, body, headers = reply
+    raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if headers:
+        raw_headers.extend((k.lower().encode(), v.encode()) for k, v in headers.items())
+    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    await send({"type": "http.response.body", "body": body})

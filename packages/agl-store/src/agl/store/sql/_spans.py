@@ -1,0 +1,142 @@
+"""Span writes of the SQL store: batched inserts, heartbeats, per-rollout sequence counters."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from agl.types import NotFoundError, Span
+
+from .. import _rules
+from . import _codec, schema
+from ._codec import RawJson
+from ._steps import (
+    Ctx,
+    Effects,
+    lock_rollout_with_attempt,
+    prepared,
+    set_rollout_status,
+    sync_worker,
+    update_row,
+    upsert,
+)
+
+R = schema.rollouts
+A = schema.attempts
+S = schema.spans
+C = schema.span_sequence_ids
+
+__all__ = ["add_spans", "allocate_sequence_ids"]
+
+
+def _raise_counters(conn: sa.Connection, ctx: Ctx, highest: dict[str, int]) -> None:
+    """Counters become at least the given values (explicit sequence ids are never reissued)."""
+
+    def build() -> Any:
+        stmt = upsert(ctx, C)
+        keep = sa.case((C.c.value >= stmt.excluded.value, C.c.value), else_=stmt.excluded.value)
+        return stmt.on_conflict_do_update(index_elements=[C.c.rollout_id], set_={"value": keep})
+
+    rows = [{"rollout_id": rid, "value": value} for rid, value in sorted(highest.items())]
+    conn.execute(prepared(("raise_counters", ctx.dialect), build), rows)
+
+
+def _insert_spans(conn: sa.Connection, ctx: Ctx, spans: Sequence[Span]) -> set[tuple[str, str, str]]:
+    """Insert, skipping duplicates; the (rollout, attempt, span) ids actually inserted."""
+
+    def build() -> Any:
+        stmt = upsert(ctx, S).on_conflict_do_nothing(
+            index_elements=[S.c.rollout_id, S.c.attempt_id, S.c.span_id]
+        )
+        return stmt.returning(S.c.rollout_id, S.c.attempt_id, S.c.span_id)
+
+    rows = [
+        {
+            "rollout_id": span.rollout_id,
+            "attempt_id": span.attempt_id,
+            "span_id": span.span_id,
+            "sequence_id": span.sequence_id,
+            "trace_id": span.trace_id,
+            "parent_id": span.parent_id,
+            "name": span.name,
+            "start_time": span.start_time,
+            "end_time": span.end_time,
+            "payload": RawJson(span.model_dump_json()),
+        }
+        for span in spans
+    ]
+    result = conn.execute(prepared(("insert_spans", ctx.dialect), build), rows)
+    return {(row[0], row[1], row[2]) for row in result}
+
+
+def add_spans(conn: sa.Connection, ctx: Ctx, eff: Effects, spans: Sequence[Span]) -> list[int]:
+    """Insert spans, skipping duplicates; the indexes of those stored. All are validated first: an unknown
+    rollout or attempt stores nothing. Each (rollout, attempt) that got a span has a heartbeat."""
+    now = ctx.clock()
+    groups = list(dict.fromkeys((span.rollout_id, span.attempt_id) for span in spans))
+    rollouts: dict[str, dict[str, Any]] = {}
+    attempts: dict[tuple[str, str], dict[str, Any]] = {}
+    for rid, aid in sorted(groups):  # rollouts are locked in id order: no deadlock between batches
+        r, row = lock_rollout_with_attempt(conn, rid, aid)
+        if row is None:
+            raise NotFoundError(f"Attempt {aid} not found for rollout {rid}")
+        rollouts.setdefault(rid, r)
+        attempts[(rid, aid)] = row
+
+    highest: dict[str, int] = {}
+    for span in spans:
+        if span.sequence_id > highest.get(span.rollout_id, 0):
+            highest[span.rollout_id] = span.sequence_id
+    if highest:
+        _raise_counters(conn, ctx, highest)
+
+    inserted = _insert_spans(conn, ctx, spans)
+    stored: list[int] = []
+    touched: dict[tuple[str, str], None] = {}
+    for i, span in enumerate(spans):
+        key = (span.rollout_id, span.attempt_id, span.span_id)
+        if key in inserted:
+            inserted.discard(key)  # a span repeated within the batch is stored once
+            stored.append(i)
+            touched[key[:2]] = None
+    for rid, aid in touched:
+        _heartbeat(conn, ctx, eff, rollouts[rid], attempts[(rid, aid)], now)
+    return stored
+
+
+def _heartbeat(
+    conn: sa.Connection, ctx: Ctx, eff: Effects, r: dict[str, Any], row: dict[str, Any], now: float
+) -> None:
+    before = row["status"]
+    after = _rules.attempt_status_after_span(before)
+    update_row(conn, A, row["seq"], {"last_heartbeat_time": now, "status": after})
+    row.update(last_heartbeat_time=now, status=after)
+    if after != before:
+        sync_worker(conn, ctx, _codec.attempt_from_row(row), now)
+    if _rules.rollout_promoted_by_span(r["status"], before, row["sequence_id"] == r["num_attempts"]):
+        update_row(conn, R, r["seq"], set_rollout_status(conn, r, "running", now, eff))
+
+
+def allocate_sequence_ids(conn: sa.Connection, ctx: Ctx, pairs: Sequence[tuple[str, str]]) -> list[int]:
+    """One atomic increment per rollout; consecutive values handed out in request order."""
+    counts: dict[str, int] = {}
+    for rid, _ in pairs:
+        counts[rid] = counts.get(rid, 0) + 1
+
+    def build() -> Any:
+        stmt = upsert(ctx, C).values(rollout_id=sa.bindparam("rid"), value=sa.bindparam("n"))
+        return stmt.on_conflict_do_update(
+            index_elements=[C.c.rollout_id], set_={"value": C.c.value + stmt.excluded.value}
+        ).returning(C.c.value)
+
+    stmt = prepared(("allocate_sequence_ids", ctx.dialect), build)
+    next_value: dict[str, int] = {}
+    for rid in sorted(counts):
+        last = int(conn.execute(stmt, {"rid": rid, "n": counts[rid]}).scalar_one())
+        next_value[rid] = last - counts[rid] + 1
+    result: list[int] = []
+    for rid, _ in pairs:
+        result.append(next_value[rid])
+        next_value[rid] += 1
+    return result

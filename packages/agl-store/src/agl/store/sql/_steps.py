@@ -1,0 +1,256 @@
+"""Building blocks of the SQL store's write transactions.
+
+Statements are built once and reused (:func:`prepared`): building a SQLAlchemy statement costs about as
+much as running it on SQLite, and a reused statement also reuses its compiled form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from agl.types import FINISHED_STATUSES, QUEUED_STATUSES, Attempt, NotFoundError, RolloutConfig, Worker
+
+from .. import _rules
+from . import _codec, schema
+
+__all__ = ["Ctx", "Effects", "prepared"]
+
+R = schema.rollouts
+A = schema.attempts
+W = schema.workers
+RS = schema.resources
+
+S = TypeVar("S")
+
+_PREPARED: dict[Hashable, Any] = {}
+
+
+def prepared(key: Hashable, build: Callable[[], S]) -> S:
+    """The statement stored under ``key``, built by ``build()`` the first time."""
+    try:
+        return _PREPARED[key]
+    except KeyError:
+        statement = _PREPARED[key] = build()
+        return statement
+
+
+@dataclass
+class Ctx:
+    """What every operation needs besides its arguments."""
+
+    clock: Callable[[], float]
+    dialect: str
+
+
+@dataclass
+class Effects:
+    """What a committed write changed, so the store can wake its waiters."""
+
+    queued: bool = False
+    finished: set[str] = field(default_factory=set)
+
+
+def upsert(ctx: Ctx, table: sa.Table) -> Any:
+    """``INSERT`` with ``ON CONFLICT`` support in the current dialect."""
+    if ctx.dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(table)
+
+
+# -- rollouts ------------------------------------------------------------------------------------
+
+_LOCKED_ROLLOUT_COLUMNS = [*R.c, *(c.label("a_" + c.name) for c in A.c)]
+
+
+def lock_rollout(conn: sa.Connection, rollout_id: str) -> dict[str, Any]:
+    """The rollout's row, locked until the transaction ends. Unknown id → NotFoundError."""
+    stmt = prepared(
+        "lock_rollout", lambda: sa.select(R).where(R.c.rollout_id == sa.bindparam("rid")).with_for_update()
+    )
+    row = conn.execute(stmt, {"rid": rollout_id}).mappings().first()
+    if row is None:
+        raise NotFoundError(f"Rollout {rollout_id} not found")
+    return dict(row)
+
+
+def lock_rollout_with_attempt(
+    conn: sa.Connection, rollout_id: str, attempt_id: str
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The locked rollout row and one of its attempt rows (``"latest"``: the latest), in one statement."""
+    latest = attempt_id == "latest"
+
+    def build() -> sa.Select[Any]:
+        which = A.c.sequence_id == R.c.num_attempts if latest else A.c.attempt_id == sa.bindparam("aid")
+        joined = R.outerjoin(A, sa.and_(A.c.rollout_id == R.c.rollout_id, which))
+        return (
+            sa.select(*_LOCKED_ROLLOUT_COLUMNS)
+            .select_from(joined)
+            .where(R.c.rollout_id == sa.bindparam("rid"))
+            .with_for_update(of=R)
+        )
+
+    params = {"rid": rollout_id} if latest else {"rid": rollout_id, "aid": attempt_id}
+    row = conn.execute(prepared(("lock_rollout_with_attempt", latest), build), params).mappings().first()
+    if row is None:
+        raise NotFoundError(f"Rollout {rollout_id} not found")
+    rollout = {c.name: row[c.name] for c in R.c}
+    attempt = {c.name: row["a_" + c.name] for c in A.c} if row["a_seq"] is not None else None
+    return rollout, attempt
+
+
+def latest_attempt_row(conn: sa.Connection, rollout_id: str, sequence_id: int) -> dict[str, Any]:
+    stmt = prepared(
+        "attempt_by_sequence",
+        lambda: sa.select(A).where(
+            A.c.rollout_id == sa.bindparam("rid"), A.c.sequence_id == sa.bindparam("sid")
+        ),
+    )
+    return dict(conn.execute(stmt, {"rid": rollout_id, "sid": sequence_id}).mappings().one())
+
+
+def next_queue_pos(conn: sa.Connection) -> int:
+    stmt = prepared("next_queue_pos", lambda: sa.select(sa.func.coalesce(sa.func.max(R.c.queue_pos), 0) + 1))
+    return int(conn.execute(stmt).scalar_one())
+
+
+def update_row(conn: sa.Connection, table: sa.Table, seq: int, values: dict[str, Any]) -> None:
+    """``UPDATE table SET values WHERE seq = :seq`` with a statement reused per set of columns."""
+    if not values:
+        return
+    names = tuple(sorted(values))
+
+    def build() -> sa.Update:
+        return (
+            sa.update(table)
+            .where(table.c.seq == sa.bindparam("b_seq"))
+            .values({name: sa.bindparam("b_" + name, type_=table.c[name].type) for name in names})
+        )
+
+    params = {"b_" + name: value for name, value in values.items()}
+    params["b_seq"] = seq
+    conn.execute(prepared(("update", table.name, names), build), params)
+
+
+def update_rows(conn: sa.Connection, table: sa.Table, rows: Iterable[tuple[int, dict[str, Any]]]) -> None:
+    """Several ``update_row`` with the same columns, in one executemany."""
+    batch = list(rows)
+    if not batch:
+        return
+    names = tuple(sorted(batch[0][1]))
+
+    def build() -> sa.Update:
+        return (
+            sa.update(table)
+            .where(table.c.seq == sa.bindparam("b_seq"))
+            .values({name: sa.bindparam("b_" + name, type_=table.c[name].type) for name in names})
+        )
+
+    params = [{"b_seq": seq, **{"b_" + name: values[name] for name in names}} for seq, values in batch]
+    conn.execute(prepared(("update", table.name, names), build), params)
+
+
+def set_rollout_status(
+    conn: sa.Connection, r: dict[str, Any], status: str, now: float, eff: Effects
+) -> dict[str, Any]:
+    """Columns to write when a rollout's status is set: end time and queue entry. Updates ``r``.
+
+    Entering a queued status appends the rollout to the tail of the queue unless it still has an entry
+    there; leaving one keeps the entry, which the next dequeue that reaches it discards (a stale entry).
+    """
+    values: dict[str, Any] = {
+        "status": status,
+        "end_time": _rules.rollout_end_time(status, r["status"], r["end_time"], now),  # type: ignore[arg-type]
+    }
+    if status in FINISHED_STATUSES:
+        eff.finished.add(r["rollout_id"])
+    if status in QUEUED_STATUSES and r["queue_pos"] is None:
+        values["queue_pos"] = next_queue_pos(conn)
+        eff.queued = True
+    r.update(values)
+    return values
+
+
+def apply_attempt_status(
+    conn: sa.Connection, ctx: Ctx, eff: Effects, r: dict[str, Any], attempt: Attempt, now: float
+) -> None:
+    """After ``attempt``'s status was written: propagate it to the rollout (latest attempt only) and the worker."""
+    if attempt.sequence_id == r["num_attempts"]:
+        config = RolloutConfig.model_validate(r["config"])
+        status = _rules.rollout_status_from_attempt(attempt.status, attempt.sequence_id, config)
+        if status != r["status"]:
+            update_row(conn, R, r["seq"], set_rollout_status(conn, r, status, now, eff))
+    sync_worker(conn, ctx, attempt, now)
+
+
+# -- workers -------------------------------------------------------------------------------------
+
+_WORKER_STATE_FIELDS = (
+    "status",
+    "last_dequeue_time",
+    "last_busy_time",
+    "last_idle_time",
+    "current_rollout_id",
+    "current_attempt_id",
+)
+
+
+def sync_worker(
+    conn: sa.Connection, ctx: Ctx, attempt: Attempt, now: float, *, dequeued: bool = False
+) -> None:
+    """Apply :func:`_rules.worker_after_attempt` to the attempt's worker (created if new)."""
+    if not attempt.worker_id:
+        return
+    # The rule only sets fields (it never reads the worker's current state), so the fields it set on a
+    # blank worker are exactly the columns to write: one upsert, no read.
+    updated = _rules.worker_after_attempt(
+        Worker(worker_id=attempt.worker_id), attempt, now, dequeued=dequeued
+    )
+    changed = updated.model_fields_set - {"worker_id"}
+    upsert_worker(conn, ctx, attempt.worker_id, {name: getattr(updated, name) for name in changed})
+
+
+def mark_worker_idle(conn: sa.Connection, ctx: Ctx, worker_id: str, now: float) -> None:
+    """Apply :func:`_rules.worker_after_empty_dequeue` (which depends on the current status)."""
+    row = (
+        conn.execute(
+            prepared(
+                "lock_worker",
+                lambda: sa.select(W).where(W.c.worker_id == sa.bindparam("wid")).with_for_update(),
+            ),
+            {"wid": worker_id},
+        )
+        .mappings()
+        .first()
+    )
+    worker = _codec.worker_from_row(row) if row is not None else Worker(worker_id=worker_id)
+    updated = _rules.worker_after_empty_dequeue(worker, now)
+    upsert_worker(conn, ctx, worker_id, {name: getattr(updated, name) for name in _WORKER_STATE_FIELDS})
+
+
+def upsert_worker(conn: sa.Connection, ctx: Ctx, worker_id: str, values: dict[str, Any]) -> None:
+    names = tuple(sorted(values))
+
+    def build() -> Any:
+        stmt = upsert(ctx, W).values(
+            worker_id=sa.bindparam("b_worker_id"), **{name: sa.bindparam("b_" + name) for name in names}
+        )
+        return stmt.on_conflict_do_update(
+            index_elements=[W.c.worker_id], set_={name: stmt.excluded[name] for name in names}
+        )
+
+    params = {"b_" + name: value for name, value in values.items()}
+    params["b_worker_id"] = worker_id
+    conn.execute(prepared(("upsert_worker", ctx.dialect, names), build), params)
+
+
+def attempted(r: dict[str, Any], attempt: Attempt) -> Any:
+    """An ``AttemptedRollout`` from a rollout row and its attempt."""
+    from agl.types import AttemptedRollout
+
+    rollout = _codec.rollout_from_row(r)
+    return AttemptedRollout.model_validate({**dict(rollout), "attempt": attempt})

@@ -1,0 +1,228 @@
+"""The ``agl`` command, ``agl store`` as a real process, and durability across ``kill -9``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _store_helpers import make_span
+from agl.store import LightningStoreClient, StoreAuthenticationError, StoreConnectionError
+from agl.types import PromptTemplate, RolloutConfig
+
+AGL = Path(sys.executable).parent / "agl"
+
+
+def _launch(
+    *args: str, env: dict[str, str] | None = None, command: list[str] | None = None
+) -> tuple[subprocess.Popen[str], str, str]:
+    """Start ``agl store`` and wait (with a deadline) for its banner; returns the process, address and banner."""
+    argv = [*(command or [sys.executable, "-m", "agl.store.cli"]), "store", *args]
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    assert proc.stdout is not None
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if selector.select(timeout=0.5):
+            line = proc.stdout.readline()
+            match = re.search(r"at (http://127\.0\.0\.1:\d+) ", line)
+            if match:
+                return proc, match.group(1), line
+            if not line and proc.poll() is not None:
+                break
+        elif proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError(f"agl store did not start: {proc.stderr.read() if proc.stderr else ''}")
+
+
+def _stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> tuple[int, str, str]:
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    return proc.returncode, out, err
+
+
+def test_agl_lists_its_commands() -> None:
+    result = subprocess.run([str(AGL), "--help"], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0 and "store" in result.stdout
+    result = subprocess.run([str(AGL), "nonsense"], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2 and "unknown command 'nonsense'" in result.stderr
+
+
+def test_bad_backend_is_a_clear_error() -> None:
+    result = subprocess.run(
+        [str(AGL), "store", "--port", "0", "--backend", "mongodb://x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (
+        result.returncode == 2
+        and "unknown store backend 'mongodb://x'" in result.stderr
+        and "sqlite:///" in result.stderr
+    )
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_store_command_serves_and_stops_cleanly(sig: int) -> None:
+    proc, address, banner = _launch("--port", "0", "--token", "tok", command=[str(AGL)])
+    assert "bearer token required" in banner
+    try:
+
+        async def use() -> None:
+            client = LightningStoreClient(address, token="tok")
+            anonymous = LightningStoreClient(address, token="", retry_delays=())
+            try:
+                rollout = await client.enqueue_rollout({"q": 1})
+                assert (await client.get_rollout_by_id(rollout.rollout_id)) is not None
+                with pytest.raises(StoreAuthenticationError):
+                    await anonymous.query_rollouts()
+            finally:
+                await client.close()
+                await anonymous.close()
+
+        asyncio.run(use())
+    finally:
+        code, out, err = _stop(proc, sig)
+    assert code == 0, err
+    assert out.rstrip().endswith("agl store: stopped")
+    assert "Traceback" not in err
+
+
+def test_backend_passwords_are_not_printed() -> None:
+    from agl.store.cli import _redact
+
+    assert _redact("postgresql://agl:hunter2@db:5432/agl") == "postgresql://agl:***@db:5432/agl"
+    assert _redact("sqlite:///tmp/x.db") == "sqlite:///tmp/x.db"
+
+
+def test_token_from_the_environment(tmp_path: Path) -> None:
+    proc, address, banner = _launch(
+        "--port", "0", "--backend", f"sqlite:///{tmp_path / 's.db'}", env={"AGL_STORE_TOKEN": "env-tok"}
+    )
+    assert "sqlite:///" in banner and "bearer token required" in banner
+    try:
+
+        async def use() -> None:
+            client = LightningStoreClient(address, token="env-tok")
+            try:
+                await client.enqueue_rollout(1)
+            finally:
+                await client.close()
+
+        asyncio.run(use())
+    finally:
+        code, _, err = _stop(proc)
+    assert code == 0, err
+
+
+async def _workload(client: LightningStoreClient, acked: dict[str, Any], index: int) -> None:
+    """One rollout after another, recording each write only once the server acknowledged it."""
+    config = RolloutConfig(timeout_seconds=1.0, max_attempts=2, retry_condition=["timeout"])
+    for i in range(10_000):
+        rollout = await client.enqueue_rollout({"worker": index, "i": i}, config=config)
+        acked["rollouts"][rollout.rollout_id] = "queuing"
+        claimed = await client.dequeue_rollout(worker_id=f"w-{index}")
+        if claimed is None:
+            continue
+        rid, aid = claimed.rollout_id, claimed.attempt.attempt_id
+        acked["rollouts"][rid] = "preparing"
+        acked["attempts"][rid] = aid
+        spans = [make_span(rid, aid, seq) for seq in (1, 2, 3)]
+        stored = await client.add_many_spans(spans)
+        acked["spans"].update((rid, s.span_id) for s in stored)
+        acked["rollouts"][rid] = "running"
+        if i % 3 == 0:
+            resources = await client.add_resources({"prompt": PromptTemplate(template=f"v{index}.{i}")})
+            acked["resources"].add(resources.resources_id)
+        if i % 2 == 0:
+            await client.update_attempt(rid, aid, status="succeeded")
+            acked["rollouts"][rid] = "succeeded"
+
+
+@pytest.mark.slow
+def test_kill_9_mid_workload_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    db = tmp_path / "durable.db"
+    backend = f"sqlite:///{db}"
+    proc, address, _ = _launch("--port", "0", "--backend", backend, "--watchdog-interval", "0")
+    port = address.rsplit(":", 1)[1]
+    acked: dict[str, Any] = {"rollouts": {}, "attempts": {}, "spans": set(), "resources": set()}
+
+    async def drive() -> None:
+        client = LightningStoreClient(address, retry_delays=())
+        workers = [asyncio.ensure_future(_workload(client, acked, n)) for n in range(4)]
+        deadline = time.monotonic() + 60
+        while len(acked["rollouts"]) < 40 and time.monotonic() < deadline:  # noqa: ASYNC110  # polled with a deadline
+            await asyncio.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)  # mid-workload: requests are in flight right now
+        results = await asyncio.gather(*workers, return_exceptions=True)
+        await client.close()
+        assert all(isinstance(r, StoreConnectionError) for r in results), results
+
+    try:
+        asyncio.run(drive())
+    finally:
+        proc.kill()
+        proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL
+    assert len(acked["rollouts"]) >= 40
+
+    proc, address, _ = _launch("--port", port, "--backend", backend, "--watchdog-interval", "0")
+    try:
+
+        async def verify() -> None:
+            client = LightningStoreClient(address)
+            try:
+                found = {
+                    r.rollout_id: r
+                    for r in await client.query_rollouts(rollout_id_in=list(acked["rollouts"]))
+                }
+                assert set(found) == set(acked["rollouts"]), "acknowledged rollouts lost"
+                for rid, status in acked["rollouts"].items():
+                    if status == "succeeded":
+                        assert found[rid].status == "succeeded"
+                for rid, aid in acked["attempts"].items():
+                    attempts = await client.query_attempts(rid)
+                    assert aid in {a.attempt_id for a in attempts}
+                for rid, span_id in acked["spans"]:
+                    assert (await client.query_spans(rid, span_id=span_id)).total == 1
+                for resources_id in acked["resources"]:
+                    assert await client.get_resources_by_id(resources_id) is not None
+
+                # Attempts that were running when the server died time out by the normal rules and are retried.
+                running = [rid for rid, status in acked["rollouts"].items() if status == "running"]
+                assert running
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:  # polls the server with a deadline
+                    rollouts = await client.query_rollouts(rollout_id_in=running)
+                    if all(r.status == "requeuing" for r in rollouts):
+                        break
+                    await asyncio.sleep(0.2)
+                for rid in running:
+                    latest = await client.get_latest_attempt(rid)
+                    assert latest is not None and latest.status == "timeout", (rid, latest)
+                    rollout = await client.get_rollout_by_id(rid)
+                    assert rollout is not None and rollout.status == "requeuing"
+            finally:
+                await client.close()
+
+        asyncio.run(verify())
+    finally:
+        code, _, err = _stop(proc)
+    assert code == 0, err
