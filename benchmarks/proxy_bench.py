@@ -62,6 +62,15 @@ async def _load(url: str, concurrency: int, total: int, stream: bool) -> dict[st
     }
 
 
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far (Linux), or NaN."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _best(runs: list[dict[str, float]]) -> dict[str, float]:
     """The least disturbed run (highest throughput): the machine is shared, noise only ever slows down."""
     return max(runs, key=lambda r: r["rps"])
@@ -149,9 +158,10 @@ def main() -> None:
                 runs["direct"].append(
                     asyncio.run(_load(f"{backend}/chat/completions", concurrency, total, args.stream))
                 )
-                runs["proxy"].append(
-                    asyncio.run(_load(f"{proxied}/chat/completions", concurrency, total, args.stream))
-                )
+                before = _cpu_seconds(proxy.pid)
+                run = asyncio.run(_load(f"{proxied}/chat/completions", concurrency, total, args.stream))
+                run["proxy_cpu_ms_per_request"] = (_cpu_seconds(proxy.pid) - before) / run["requests"] * 1000
+                runs["proxy"].append(run)
             served += sum(int(r["requests"]) for r in runs["proxy"])
             results[str(concurrency)] = {name: _best(rs) for name, rs in runs.items()}
         assert proxy.stdin is not None
@@ -172,8 +182,10 @@ def main() -> None:
             r = pair[name]
             print(f"{concurrency:>11} {name:>8} {r['rps']:>9.1f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f}")
         added = pair["proxy"]["p50_ms"] - pair["direct"]["p50_ms"]
+        added_p99 = pair["proxy"]["p99_ms"] - pair["direct"]["p99_ms"]
+        cpu = pair["proxy"]["proxy_cpu_ms_per_request"]
         print(
-            f"{'':>11} {'added':>8} {'':>9} {added:>8.2f} {pair['proxy']['p99_ms'] - pair['direct']['p99_ms']:>8.2f}"
+            f"{'':>11} {'added':>8} {'':>9} {added:>8.2f} {added_p99:>8.2f}   proxy CPU {cpu:.2f} ms/request"
         )
     print(
         f"\nrecorded: {recorded['spans']} spans for {served} proxied calls "

@@ -132,11 +132,13 @@ async def lifecycle(store: LightningStore, n: int, latencies: dict[str, list[flo
         got = await store.get_rollout_by_id(rid)
         t5 = clock()
         assert got is not None and got.status == "succeeded"
-        for op, a, b in zip(OPS, (t0, t1, t2, t3, t4), (t1, t2, t3, t4, t5)):
+        for op, a, b in zip(OPS, (t0, t1, t2, t3, t4), (t1, t2, t3, t4, t5), strict=True):
             latencies[op].append(b - a)
 
 
-async def run_lifecycle(store: LightningStore, rollouts: int, concurrency: int) -> tuple[float, dict[str, list[float]]]:
+async def run_lifecycle(
+    store: LightningStore, rollouts: int, concurrency: int
+) -> tuple[float, dict[str, list[float]]]:
     latencies: dict[str, list[float]] = defaultdict(list)
     await lifecycle(store, 5, defaultdict(list))  # warm up (schema, connections, caches)
     share = [rollouts // concurrency + (1 if i < rollouts % concurrency else 0) for i in range(concurrency)]
@@ -156,7 +158,9 @@ def report(title: str, elapsed: float, rollouts: int, latencies: dict[str, list[
     for op in OPS:
         values = latencies.get(op, [])
         if values:
-            print(f"  {op:<16}{len(values) / sum(values):>10,.0f}{_ms(values, 0.5):>10.2f}{_ms(values, 0.99):>10.2f}")
+            print(
+                f"  {op:<16}{len(values) / sum(values):>10,.0f}{_ms(values, 0.5):>10.2f}{_ms(values, 0.99):>10.2f}"
+            )
 
 
 async def _timed(repeats: int, call: Any) -> float:
@@ -186,7 +190,7 @@ async def query_scaling(store: LightningStore, sizes: list[int]) -> None:
         queued = [await store.enqueue_rollout({"task": "q"}) for _ in range(10)]
         target = queued[0].rollout_id
         by_status = await _timed(20, lambda: store.query_rollouts(status_in=["queuing"]))
-        by_id = await _timed(20, lambda: store.query_rollouts(rollout_id_in=[target]))
+        by_id = await _timed(20, lambda target=target: store.query_rollouts(rollout_id_in=[target]))
         page = await _timed(5, lambda: store.query_rollouts(status_in=["succeeded"], limit=10))
         print(f"  {size:>9,}{by_status * 1000:>20.2f}{by_id * 1000:>19.2f}{page * 1000:>22.2f}")
         await store.dequeue_many_rollouts(limit=10)  # keep exactly 10 queued for the next size
@@ -196,8 +200,12 @@ async def bench_backend(name: str, rollouts: int, concurrency: list[int], sizes:
     print(f"\n=== backend {name} ===")
     for level in concurrency:
         async with open_backend(name) as store:
+            cpu_start = time.process_time()
             elapsed, latencies = await run_lifecycle(store, rollouts, level)
+            cpu = time.process_time() - cpu_start
             report(f"lifecycle, {level} coroutine(s)", elapsed, rollouts, latencies)
+            # on a shared machine wall time depends on the neighbours; CPU time of this process does not
+            print(f"  process CPU time {cpu:.2f} s = {rollouts / cpu:,.0f} rollouts per CPU-second")
     if sizes:
         async with open_backend(name) as store:
             await query_scaling(store, sizes)
@@ -212,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
         http_main([a for a in argv if a != "--http"])
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rollouts", type=int, default=2000)
+    parser.add_argument("--rollouts", "--n", type=int, default=2000, help="rollouts through the lifecycle")
     parser.add_argument("--backend", action="append", help="memory, sqlite, postgres or a URL; repeatable")
     parser.add_argument("--concurrency", default="1", help="comma-separated coroutine counts, e.g. 1,16")
     parser.add_argument(

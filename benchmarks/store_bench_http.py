@@ -53,6 +53,22 @@ def _spans(rollout_id: str, attempt_id: str, first: int, count: int) -> list[Spa
     ]
 
 
+def _cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU time of a process (this one by default), from /proc when available."""
+    if pid is None:
+        usage = os.times()
+        return usage.user + usage.system
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+SERVER_PID: list[int] = []
+
+
 @contextlib.contextmanager
 def store_process(backend: str) -> Iterator[str]:
     """``agl store`` in a child process; yields its address."""
@@ -73,6 +89,7 @@ def store_process(backend: str) -> Iterator[str]:
         stdout=subprocess.DEVNULL,
     )
     address = f"http://127.0.0.1:{port}"
+    SERVER_PID[:] = [proc.pid]
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -160,12 +177,15 @@ async def run_spans(address: str, total: int, batch: int, concurrency: int) -> t
         claimed.append(got)
     latencies: list[float] = []
 
+    # Spans are built before the clock starts: this measures the wire and the store, not span creation.
+    per_writer = total // concurrency
+    batches = [
+        [_spans(c.rollout_id, c.attempt.attempt_id, 1 + b * batch, batch) for b in range(per_writer // batch)]
+        for c in claimed
+    ]
+
     async def writer(index: int, n: int) -> None:
-        rid, aid = claimed[index].rollout_id, claimed[index].attempt.attempt_id
-        seq = 1
-        for _ in range(n // batch):
-            spans = _spans(rid, aid, seq, batch)
-            seq += batch
+        for spans in batches[index]:
             t0 = time.perf_counter()
             await client.add_many_spans(spans)
             latencies.append(time.perf_counter() - t0)
@@ -182,8 +202,20 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
-def report(title: str, elapsed: float, rollouts: int, latencies: dict[str, list[float]]) -> None:
+def report(
+    title: str,
+    elapsed: float,
+    rollouts: int,
+    latencies: dict[str, list[float]],
+    cpu: tuple[float, float] | None = None,
+) -> None:
     print(f"\n{title}: {rollouts} rollouts in {elapsed:.2f} s = {rollouts / elapsed:,.0f} rollouts/s")
+    if cpu is not None:
+        server_cpu, client_cpu = cpu
+        print(
+            f"  CPU per rollout: server {server_cpu / rollouts * 1000:.2f} ms, client {client_cpu / rollouts * 1000:.2f} ms"
+            f" (capacity if each had a free core: {rollouts / max(server_cpu, client_cpu):,.0f} rollouts/s)"
+        )
     print(f"  {'operation':<16}{'ops/s':>10}{'p50 ms':>10}{'p99 ms':>10}")
     for op in OPS:
         values = latencies.get(op, [])
@@ -224,17 +256,24 @@ def main(argv: list[str] | None = None) -> None:
                 backend = f"sqlite:///{tmp}/bench.db"
             address = stack.enter_context(store_process(backend))
             print(f"\n=== backend {backend} ===")
-            if "1" in modes:
-                elapsed, lat = asyncio.run(run_lifecycle(address, args.rollouts, 1))
-                report("1 client", elapsed, args.rollouts, lat)
-            if "16" in modes:
-                elapsed, lat = asyncio.run(run_lifecycle(address, args.rollouts, 16))
-                report("16 coroutines, one client", elapsed, args.rollouts, lat)
+            for concurrency, title in ((1, "1 client"), (16, "16 coroutines, one client")):
+                if str(concurrency) not in modes:
+                    continue
+                server0, client0 = _cpu_seconds(SERVER_PID[0]), _cpu_seconds()
+                elapsed, lat = asyncio.run(run_lifecycle(address, args.rollouts, concurrency))
+                cpu = (_cpu_seconds(SERVER_PID[0]) - server0, _cpu_seconds() - client0)
+                report(title, elapsed, args.rollouts, lat, cpu)
             if "procs" in modes:
                 elapsed, lat = run_processes(address, args.rollouts, 4, 4)
                 report("4 client processes x 4 coroutines", elapsed, args.rollouts, lat)
             if "spans" in modes:
+                server0 = _cpu_seconds(SERVER_PID[0])
                 elapsed, lat = asyncio.run(run_spans(address, args.spans, args.span_batch, 4))
+                server_cpu = _cpu_seconds(SERVER_PID[0]) - server0
+                print(
+                    f"\nserver CPU per span: {server_cpu / args.spans * 1e6:.0f} us "
+                    f"(capacity with a free core: {args.spans / server_cpu:,.0f} spans/s)"
+                )
                 print(
                     f"\nspans through the batch endpoint ({args.span_batch}/request, 4 writers): "
                     f"{args.spans / elapsed:,.0f} spans/s; per request p50 {_pct(lat, 0.5):.1f} ms, "

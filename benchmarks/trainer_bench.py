@@ -49,7 +49,9 @@ def run_one(strategy: str, n_runners: int, n_tasks: int) -> dict[str, Any]:
     async def bench(store: Any, train_dataset: Any, initial_resources: Any) -> None:
         resources = await store.add_resources(initial_resources)
         marks["enqueue"] = time.perf_counter()
-        rollouts = await store.enqueue_many_rollouts([EnqueueRolloutRequest(input=t, resources_id=resources.resources_id) for t in train_dataset])
+        rollouts = await store.enqueue_many_rollouts(
+            [EnqueueRolloutRequest(input=t, resources_id=resources.resources_id) for t in train_dataset]
+        )
         ids = [r.rollout_id for r in rollouts]
         await store.wait_for_rollouts(rollout_ids=ids[:1], timeout=None)
         marks["first"] = time.perf_counter()

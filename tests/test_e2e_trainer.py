@@ -150,3 +150,17 @@ def test_runner_killed_mid_rollout_its_attempt_turns_unresponsive_and_another_ru
         assert attempts[0].worker_id != attempts[1].worker_id
 
     asyncio.run(check())
+
+
+@pytest.mark.timeout(180)
+def test_spawned_runner_processes_work_too() -> None:
+    """With ``start_method="spawn"`` the runner, tracer and agent travel to fresh interpreters by pickling."""
+    from agl.runner import ClientServerExecutionStrategy
+
+    store = InMemoryLightningStore()
+    strategy = ClientServerExecutionStrategy(n_runners=2, server_port=0, start_method="spawn")
+    Trainer(
+        algorithm=Baseline(), strategy=strategy, store=store, initial_resources=INITIAL, progress=False
+    ).fit(reward_agent, [{"x": i} for i in range(10)])
+    rollouts = _rollouts(store)
+    assert len(rollouts) == 10 and {r.status for r in rollouts} == {"succeeded"}

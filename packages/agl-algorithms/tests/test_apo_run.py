@@ -112,12 +112,15 @@ def test_rollouts_per_round_follow_the_cost_formula(run: Run) -> None:
     rounds = run.apo.rounds
     assert [r.round for r in rounds] == [0, 1, 2]
     assert (rounds[0].train_rollouts, rounds[0].val_rollouts) == (0, n_val)
+    assert rounds[1].children_skipped == 0  # the seed fails most tasks: every critique asks for something
     beam_before = 1
     for summary in rounds[1:]:
-        assert summary.children_skipped == 0
+        # a child may be dropped when its edit changes nothing: it was never scored on validation
+        made = bw * bf - summary.children_skipped
+        assert len(summary.candidates) == beam_before + made
         assert summary.train_rollouts == bw * bf * gbs
-        assert summary.val_rollouts == (beam_before + bw * bf) * vbs + n_val
-        assert summary.llm_requests == summary.llm_calls_ok == 2 * bw * bf
+        assert summary.val_rollouts == (beam_before + made) * vbs + n_val
+        assert summary.llm_requests == summary.llm_calls_ok == 2 * bw * bf  # the stand-in never fails
         beam_before = len(summary.beam)
     # the store saw exactly those rollouts, all finished
     rollouts = asyncio.run(run.store.query_rollouts()).items
@@ -138,7 +141,8 @@ def test_short_beam_replicates_its_parent(run: Run) -> None:
 def test_history_holds_every_candidate_with_parent_critique_and_scores(run: Run) -> None:
     candidates = {e["version"]: e for e in run.apo.history if e["event"] == "candidate"}
     scores = [e for e in run.apo.history if e["event"] == "score"]
-    assert set(candidates) == {f"v{i}" for i in range(9)}
+    made = sum(2 * 2 - r.children_skipped for r in run.apo.rounds[1:])
+    assert list(candidates) == [f"v{i}" for i in range(1 + made)]  # versioned in order, without gaps
     assert {s["version"] for s in scores} <= set(candidates)
     for summary in run.apo.rounds[1:]:
         assert {c["version"] for c in summary.candidates} >= set(summary.beam)

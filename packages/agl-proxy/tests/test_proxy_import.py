@@ -17,13 +17,13 @@ def guarded(self, address):
         raise OSError("network access blocked by the test")
     return _connect(self, address)
 socket.socket.connect = guarded
-start = time.perf_counter()
+start, cpu_start = time.perf_counter(), time.process_time()
 import agl.proxy
-import_s = time.perf_counter() - start
+import_s, import_cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
 litellm_on_import = "litellm" in sys.modules
 from agl.proxy._router import ModelRouter
 ModelRouter([{"model_name": "m", "litellm_params": {"model": "hosted_vllm/x", "api_base": "http://127.0.0.1:9/v1"}}])
-print(json.dumps({"import_s": import_s, "litellm_on_import": litellm_on_import,
+print(json.dumps({"import_s": import_s, "import_cpu_s": import_cpu_s, "litellm_on_import": litellm_on_import,
                   "litellm_later": "litellm" in sys.modules, "attempts": attempts}))
 """
 
@@ -39,7 +39,8 @@ def test_import_is_light_and_nothing_touches_the_network() -> None:
     )
     assert env_free.returncode == 0, env_free.stderr
     result = json.loads(env_free.stdout.strip().splitlines()[-1])
-    assert result["import_s"] < 3.0, result
+    # CPU time: wall time on a machine shared by many jobs measures the neighbours (typically ~0.5 s here).
+    assert result["import_cpu_s"] < 3.0, result
     assert result["litellm_on_import"] is False
     assert result["litellm_later"] is True
     assert result["attempts"] == []

@@ -50,12 +50,21 @@ async def explode(store: Any) -> None:
     raise ValueError("algorithm exploded on purpose")
 
 
+def _is_runner(child: psutil.Process) -> bool:
+    """A live child that is not multiprocessing's own helper (resource tracker, fork server)."""
+    try:
+        if not child.is_running() or child.status() == psutil.STATUS_ZOMBIE:
+            return False
+        cmdline = " ".join(child.cmdline())
+    except psutil.Error:
+        return False
+    return "resource_tracker" not in cmdline and "forkserver" not in cmdline
+
+
 def _no_children_left(deadline: float = 10.0) -> bool:
     end = time.monotonic() + deadline
     while time.monotonic() < end:
-        if not [
-            c for c in psutil.Process().children() if c.is_running() and c.status() != psutil.STATUS_ZOMBIE
-        ]:
+        if not [c for c in psutil.Process().children() if _is_runner(c)]:
             return True
         time.sleep(0.05)
     return False
@@ -170,3 +179,19 @@ async def test_progress_monitor_counts_and_renders() -> None:
         await task
     assert "3/5" in stream.getvalue() and "reward 0.500" in stream.getvalue()
     assert "mean reward 0.5000" in snapshot.describe()
+
+
+async def test_progress_lines_without_a_terminal() -> None:
+    store = InMemoryLightningStore()
+    await store.enqueue_rollout(input=1)
+    stream = io.StringIO()
+    monitor = ProgressMonitor(store, tty=False, stream=stream, log_interval=0.01)
+    task = asyncio.create_task(monitor.run())
+    deadline = time.monotonic() + 10
+    while "0/1 rollouts done" not in stream.getvalue() and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.02)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert "0/1 rollouts done" in stream.getvalue() and "1 queued" in stream.getvalue()
+    assert "rollouts finished:" in stream.getvalue()

@@ -177,3 +177,15 @@ async def test_stop_ends_pending_long_polls_promptly() -> None:
             await asyncio.wait_for(waiting, 5)
     finally:
         await client.close()
+
+
+def test_readme_http_example_runs() -> None:
+    """The README's example of serving a store is code that works."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Serving a store over HTTP") :]
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert code is not None
+    exec(compile(code.group(1), "README.md", "exec"), {"__name__": "readme_example"})

@@ -283,7 +283,10 @@ class ProxyApp:
                     {
                         "type": "http.response.start",
                         "status": response.status,
-                        "headers": [(b"content-type", (content_type or "application/json").encode())],
+                        "headers": [
+                            (b"content-type", (content_type or "application/json").encode()),
+                            (b"content-length", str(len(data)).encode()),
+                        ],
                     }
                 )
                 await send({"type": "http.response.body", "body": data})
@@ -455,7 +458,8 @@ async def _wait_disconnect(receive: Receive) -> None:
 
 
 async def _send_raw(send: Send, status: int, data: bytes) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": _JSON})
+    headers = [*_JSON, (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data})
 
 

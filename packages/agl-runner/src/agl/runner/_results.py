@@ -25,39 +25,42 @@ def _is_readable_span(item: Any) -> bool:
     return isinstance(item, ReadableSpan)
 
 
+def _is_reward(result: Any) -> bool:
+    return isinstance(result, (bool, int, float))
+
+
+def record_returned_reward(result: Any, rollout_id: str) -> None:
+    """Inside the trace context: turn a returned number into a reward span of the trace."""
+    if not _is_reward(result):
+        return
+    if not isinstance(result, float):
+        logger.warning(
+            "Rollout %s returned %s %r as its reward; converting it to float",
+            rollout_id,
+            type(result).__name__,
+            result,
+        )
+    from agl.tracer import emit_reward
+
+    emit_reward(float(result))
+
+
 async def rollout_result_to_spans(
     result: Any, *, store: LightningStore, tracer: Tracer, rollout_id: str, attempt_id: str
 ) -> list[Span]:
     """The spans of the attempt after its rollout returned ``result``.
 
     - ``None``: the spans the tracer recorded.
-    - a number (``bool``/``int`` are accepted with a warning): the final reward; a reward span is stored
-      after the tracer's spans.
+    - a number (``bool``/``int`` are accepted with a warning): the final reward, already added to the trace
+      by :func:`record_returned_reward`; the tracer's spans.
     - a list of ``Span``, ``SpanCoreFields`` or OpenTelemetry ``ReadableSpan``: these are the spans; they are
       stored in one batch (spans the tracer already stored are not duplicated).
 
     An empty list is accepted with a warning; a list mixing kinds is a ``ValueError``; anything else a
     ``TypeError``.
     """
-    if result is None:
+    if result is None or _is_reward(result):
         return list(tracer.get_last_trace())
-    if isinstance(result, (bool, int, float)):
-        if not isinstance(result, float):
-            logger.warning(
-                "Rollout %s returned %s %r as its reward; converting it to float",
-                rollout_id,
-                type(result).__name__,
-                result,
-            )
-        from agl.tracer import emit_reward
-
-        core = emit_reward(float(result), propagate=False)
-        sequence_id = await store.get_next_span_sequence_id(rollout_id, attempt_id)
-        reward_span = Span.from_core_fields(
-            core, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id
-        )
-        await store.add_span(reward_span)
-        return [*tracer.get_last_trace(), reward_span]
     if isinstance(result, (str, bytes)) or not isinstance(result, Sequence):
         raise TypeError(
             f"Rollout {rollout_id} returned {type(result).__name__}; a rollout returns None, a float reward "

@@ -142,17 +142,24 @@ class ProgressMonitor:
         except Exception as exc:
             logger.debug("progress scan failed: %s", exc)
 
+    def _line(self, text: str) -> None:
+        """Log the line; when logging is not set up for it, write it to the stream so it is seen anyway."""
+        if logger.isEnabledFor(logging.INFO) and logger.hasHandlers():
+            logger.info(text)
+        else:
+            print(f"[agl] {text}", file=self.stream, flush=True)
+
     async def _run_logs(self) -> None:
         started = time.monotonic()
         try:
             while True:
                 await asyncio.sleep(self.log_interval)
                 await self._safe_scan()
-                logger.info("[%.0fs] %s", time.monotonic() - started, self.snapshot.describe())
+                self._line(f"[{time.monotonic() - started:.0f}s] {self.snapshot.describe()}")
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.scan())
-            logger.info("Final: %s", self.snapshot.describe())
+            self._line(f"{self.description} finished: {self.snapshot.describe()}")
 
     async def _run_bar(self) -> None:
         from rich.console import Console

@@ -24,7 +24,7 @@ from agl.types import (
     TaskInput,
 )
 
-from ._results import rollout_result_to_spans
+from ._results import record_returned_reward, rollout_result_to_spans
 from ._snapshot import system_snapshot
 from .hooks import Hook
 from .litagent import LitAgent, RolloutRawResult
@@ -344,6 +344,8 @@ class LitAgentRunner(Runner[T]):
                 await self._run_hooks("on_trace_start", tracer=self.tracer, rollout=rollout)
                 try:
                     result = await self._call_agent(rollout, resources)
+                    # A returned reward joins the trace, so it ships in the same batch as the agent's spans.
+                    record_returned_reward(result, rollout_id)
                 finally:
                     await self._run_hooks("on_trace_end", tracer=self.tracer, rollout=rollout)
             spans = await rollout_result_to_spans(

@@ -141,12 +141,13 @@ class BodySizeLimitMiddleware:
 
 
 class _Entry:
-    __slots__ = ("created", "done", "response")
+    __slots__ = ("created", "done", "response", "size")
 
     def __init__(self) -> None:
         self.created = time.monotonic()
         self.done = asyncio.Event()
         self.response: tuple[Message, list[Message]] | None = None
+        self.size = 0
 
 
 class IdempotencyMiddleware:
@@ -155,23 +156,34 @@ class IdempotencyMiddleware:
     The client sends a fresh key with every write and the same key on its retries, so a write whose
     answer was lost (connection dropped, timeout) is applied exactly once. A retry that arrives while
     the first request is still running waits for it. Server faults (5xx) are not remembered, so they can
-    be retried for real. The cache is bounded by ``max_entries`` and ``ttl_seconds``.
+    be retried for real. The cache is bounded by ``max_entries``, ``max_bytes`` of answers and ``ttl_seconds``
+    (oldest first), so a retry must come within those bounds: the client's back-off is seconds.
     """
 
-    def __init__(self, app: ASGIApp, max_entries: int = 20_000, ttl_seconds: float = 600.0) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_entries: int = 20_000,
+        max_bytes: int = 64 * 1024 * 1024,
+        ttl_seconds: float = 600.0,
+    ) -> None:
         self.app = app
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
         self.ttl_seconds = ttl_seconds
         self._entries: OrderedDict[bytes, _Entry] = OrderedDict()
+        self._bytes = 0
 
     def _evict(self) -> None:
         now = time.monotonic()
         while self._entries:
             key, entry = next(iter(self._entries.items()))
-            if len(self._entries) > self.max_entries or now - entry.created > self.ttl_seconds:
+            over = len(self._entries) > self.max_entries or self._bytes > self.max_bytes
+            if over or now - entry.created > self.ttl_seconds:
                 if not entry.done.is_set():
                     break  # never drop an entry whose request is still running
                 del self._entries[key]
+                self._bytes -= entry.size
             else:
                 break
 
@@ -212,6 +224,9 @@ class IdempotencyMiddleware:
             complete = bodies and not bodies[-1].get("more_body", False)
             if start_message is not None and start_message["status"] < 500 and complete:
                 entry.response = (start_message, bodies)
-            else:
-                self._entries.pop(key, None)
+                entry.size = sum(len(b.get("body", b"")) for b in bodies)
+                self._bytes += entry.size
+            elif self._entries.get(key) is entry:
+                del self._entries[key]
             entry.done.set()
+            self._evict()

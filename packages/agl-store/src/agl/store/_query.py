@@ -37,16 +37,17 @@ def filter_rows(rows: Iterable[T], predicates: Sequence[Predicate], logic: str) 
     return [row for row in rows if all(p(row) for p in predicates)]
 
 
-def sort_rows(rows: list[T], sort_by: str | None, sort_order: str) -> list[T]:
-    """Sort by a model field (validated beforehand by ``_rules.validate_page``)."""
+def sort_rows(
+    rows: list[T], sort_by: str | None, sort_order: str, get: Callable[[Any], Any] | None = None
+) -> list[T]:
+    """Sort by a model field (validated beforehand by ``_rules.validate_page``); ``get`` reads the field
+    from a row that is not a model."""
     if sort_by is None:
         return rows if sort_order == "asc" else rows[::-1]
+    field = sort_by
+    read = get if get is not None else (lambda row: getattr(row, field, None))
     try:
-        return sorted(
-            rows,
-            key=lambda row: sort_key_none_last(getattr(row, sort_by, None)),
-            reverse=sort_order == "desc",
-        )
+        return sorted(rows, key=lambda row: sort_key_none_last(read(row)), reverse=sort_order == "desc")
     except TypeError as exc:
         raise InvalidRequestError(
             f"cannot sort by {sort_by!r}: its values are not comparable with each other ({exc})"

@@ -12,6 +12,7 @@ given (they are never modified).
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import threading
 import time
@@ -52,82 +53,26 @@ from agl.types import (
 
 from . import _rules
 from ._notify import Notifier, Waiter
-from ._query import Predicate, contains, filter_rows, paginate, sort_rows
+from ._query import Predicate, filter_rows, paginate, sort_rows
+from ._records import (
+    RolloutRecord,
+    check_metadata,
+    check_mode,
+    check_status,
+    copy_attempt,
+    copy_rollout,
+    new_config,
+    new_metadata,
+    resources_update,
+)
+from ._spans import encode_span, query_stored_spans, span_predicates
 from ._watchdog import ScanDebouncer
 from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
 
 __all__ = ["InMemoryLightningStore"]
 
-_MODES = ("train", "val", "test")
 _WAIT_SLICE_SECONDS = 1.0
 """Long waits wake at least this often to let the watchdog run (nothing else may be calling the store)."""
-
-
-class _RolloutRecord:
-    """A rollout with everything hanging off it."""
-
-    __slots__ = ("attempts", "order", "rollout", "span_keys", "spans")
-
-    def __init__(self, rollout: Rollout, order: int) -> None:
-        self.rollout = rollout
-        self.order = order
-        self.attempts: list[Attempt] = []
-        self.spans: list[Span] = []
-        self.span_keys: set[tuple[str, str]] = set()
-
-    def find_attempt(self, attempt_id: str) -> Attempt | None:
-        for attempt in reversed(self.attempts):
-            if attempt.attempt_id == attempt_id:
-                return attempt
-        return None
-
-
-def _copy_attempt(attempt: Attempt) -> Attempt:
-    if attempt.metadata is None:
-        return attempt.model_copy()
-    return attempt.model_copy(update={"metadata": dict(attempt.metadata)})
-
-
-def _copy_rollout(record: _RolloutRecord, *, with_attempt: bool = True) -> Rollout | AttemptedRollout:
-    rollout = record.rollout
-    fields = dict(rollout.__dict__)
-    fields["config"] = rollout.config.model_copy()
-    if rollout.metadata is not None:
-        fields["metadata"] = dict(rollout.metadata)
-    if with_attempt and record.attempts:
-        return AttemptedRollout.model_construct(attempt=_copy_attempt(record.attempts[-1]), **fields)
-    return Rollout.model_construct(**fields)
-
-
-def _check_status(status: Any, allowed: Sequence[str], what: str) -> None:
-    if status not in allowed:
-        raise InvalidRequestError(f"{what} {status!r} is invalid; use one of {list(allowed)}")
-
-
-def _check_mode(mode: Any) -> None:
-    if mode is not None and mode not in _MODES:
-        raise InvalidRequestError(f"mode {mode!r} is invalid; use one of {list(_MODES)} or None")
-
-
-def _config(config: Any) -> RolloutConfig:
-    if config is None:
-        return RolloutConfig()
-    if isinstance(config, RolloutConfig):
-        return config.model_copy(deep=True)
-    if isinstance(config, dict):
-        try:
-            return RolloutConfig.model_validate(config)
-        except ValueError as exc:
-            raise InvalidRequestError(f"invalid rollout config: {exc}") from exc
-    raise InvalidRequestError(f"config must be a RolloutConfig, a dict or None, not {type(config).__name__}")
-
-
-def _metadata(metadata: Any) -> dict[str, Any]:
-    if metadata is None:
-        return {}
-    if not isinstance(metadata, dict):
-        raise InvalidRequestError(f"metadata must be a dict or None, not {type(metadata).__name__}")
-    return dict(metadata)
 
 
 class InMemoryLightningStore(LightningStore):
@@ -149,7 +94,7 @@ class InMemoryLightningStore(LightningStore):
         self._started = time.monotonic()
         self._closed = False
         self._order = itertools.count()
-        self._rollouts: dict[str, _RolloutRecord] = {}
+        self._rollouts: dict[str, RolloutRecord] = {}
         self._by_status: dict[str, set[str]] = {status: set() for status in ROLLOUT_STATUSES}
         self._queue: deque[str] = deque()
         self._in_queue: set[str] = set()
@@ -206,7 +151,7 @@ class InMemoryLightningStore(LightningStore):
             if verdict is not None:
                 self._set_attempt_status(record, attempt, verdict, now)
 
-    def _record(self, rollout_id: str) -> _RolloutRecord:
+    def _record(self, rollout_id: str) -> RolloutRecord:
         record = self._rollouts.get(rollout_id)
         if record is None:
             raise NotFoundError(f"Rollout {rollout_id} not found")
@@ -222,8 +167,8 @@ class InMemoryLightningStore(LightningStore):
         status: RolloutStatus,
         now: float,
         latest_resources_id: str | None,
-    ) -> _RolloutRecord:
-        _check_mode(mode)
+    ) -> RolloutRecord:
+        check_mode(mode)
         rollout_id = new_rollout_id()
         while rollout_id in self._rollouts:
             rollout_id = new_rollout_id()
@@ -235,10 +180,10 @@ class InMemoryLightningStore(LightningStore):
             mode=mode,
             resources_id=resources_id if resources_id is not None else latest_resources_id,
             status=status,
-            config=_config(config),
-            metadata=_metadata(metadata),
+            config=new_config(config),
+            metadata=new_metadata(metadata),
         )
-        record = _RolloutRecord(rollout, next(self._order))
+        record = RolloutRecord(rollout, next(self._order))
         self._rollouts[rollout_id] = record
         self._by_status[status].add(rollout_id)
         if status in QUEUED_STATUSES:
@@ -251,7 +196,7 @@ class InMemoryLightningStore(LightningStore):
             self._in_queue.add(rollout_id)
             self._queue_changed.notify_all()
 
-    def _new_attempt(self, record: _RolloutRecord, worker_id: str | None, now: float) -> Attempt:
+    def _new_attempt(self, record: RolloutRecord, worker_id: str | None, now: float) -> Attempt:
         attempt = Attempt(
             rollout_id=record.rollout.rollout_id,
             attempt_id=new_attempt_id(),
@@ -265,7 +210,7 @@ class InMemoryLightningStore(LightningStore):
         self._set_rollout_status(record, "preparing", now)
         return attempt
 
-    def _set_rollout_status(self, record: _RolloutRecord, status: RolloutStatus, now: float) -> None:
+    def _set_rollout_status(self, record: RolloutRecord, status: RolloutStatus, now: float) -> None:
         rollout = record.rollout
         old = rollout.status
         rollout.end_time = _rules.rollout_end_time(status, old, rollout.end_time, now)
@@ -279,7 +224,7 @@ class InMemoryLightningStore(LightningStore):
             self._rollout_finished.notify_all()
 
     def _set_attempt_status(
-        self, record: _RolloutRecord, attempt: Attempt, status: AttemptStatus, now: float
+        self, record: RolloutRecord, attempt: Attempt, status: AttemptStatus, now: float
     ) -> None:
         attempt.status = status
         attempt.end_time = _rules.attempt_end_time(status, attempt.end_time, now)
@@ -302,7 +247,7 @@ class InMemoryLightningStore(LightningStore):
     def _claim(
         self, limit: int, worker_id: str | None, now: float, *, mark_idle: bool = True
     ) -> list[AttemptedRollout]:
-        claimed: list[tuple[_RolloutRecord, Attempt]] = []
+        claimed: list[tuple[RolloutRecord, Attempt]] = []
         while len(claimed) < limit and self._queue:
             rollout_id = self._queue.popleft()
             self._in_queue.discard(rollout_id)
@@ -316,9 +261,9 @@ class InMemoryLightningStore(LightningStore):
             elif mark_idle:
                 worker = self._workers.get(worker_id) or Worker(worker_id=worker_id)
                 self._workers[worker_id] = _rules.worker_after_empty_dequeue(worker, now)
-        return [_copy_rollout(record) for record, _ in claimed]  # type: ignore[misc]
+        return [copy_rollout(record) for record, _ in claimed]  # type: ignore[misc]
 
-    def _heartbeat(self, record: _RolloutRecord, attempt: Attempt, now: float) -> None:
+    def _heartbeat(self, record: RolloutRecord, attempt: Attempt, now: float) -> None:
         before = attempt.status
         attempt.last_heartbeat_time = now
         after = _rules.attempt_status_after_span(before)
@@ -349,7 +294,7 @@ class InMemoryLightningStore(LightningStore):
             attempt = self._new_attempt(record, worker_id, now)
             if worker_id:
                 self._sync_worker(attempt, now)
-            return _copy_rollout(record)  # type: ignore[return-value]
+            return copy_rollout(record)  # type: ignore[return-value]
 
     async def enqueue_rollout(
         self,
@@ -365,7 +310,7 @@ class InMemoryLightningStore(LightningStore):
             record = self._new_rollout(
                 input, mode, resources_id, config, metadata, "queuing", now, self._latest_resources_id
             )
-            return _copy_rollout(record)
+            return copy_rollout(record)
 
     async def enqueue_many_rollouts(self, requests: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
         parsed = [
@@ -373,7 +318,7 @@ class InMemoryLightningStore(LightningStore):
             for r in requests
         ]
         for request in parsed:
-            _check_mode(request.mode)
+            check_mode(request.mode)
         with self._lock:
             now = self._clock()
             self._watch(now)
@@ -384,7 +329,7 @@ class InMemoryLightningStore(LightningStore):
                 )
                 for r in parsed
             ]
-            return [_copy_rollout(record) for record in records]
+            return [copy_rollout(record) for record in records]
 
     async def dequeue_rollout(
         self, worker_id: str | None = None, *, timeout: float | None = 0.0
@@ -431,7 +376,7 @@ class InMemoryLightningStore(LightningStore):
             attempt = self._new_attempt(record, worker_id, now)
             if worker_id:
                 self._sync_worker(attempt, now)
-            return _copy_rollout(record)  # type: ignore[return-value]
+            return copy_rollout(record)  # type: ignore[return-value]
 
     async def query_rollouts(
         self,
@@ -458,16 +403,24 @@ class InMemoryLightningStore(LightningStore):
         with self._lock:
             now = self._clock()
             self._watch(now)
-            records = self._select_rollouts(statuses, ids, rollout_id_contains, filter_logic)
-            rows = sort_rows([r.rollout for r in records], sort_by, sort_order)
-            page = paginate(rows, limit, offset)
-            page.items = [_copy_rollout(self._rollouts[r.rollout_id]) for r in page.items]
-            return page  # type: ignore[return-value]
+            matched = self._select_rollouts(statuses, ids, rollout_id_contains, filter_logic)
+            total = len(matched)
+            if sort_by is None:
+                picked = _by_creation(matched, sort_order == "desc", None if limit < 0 else offset + limit)
+            else:  # creation order first, so that ties keep it
+                ordered = _by_creation(matched, False, None)
+                picked = [
+                    self._rollouts[r.rollout_id]
+                    for r in sort_rows([r.rollout for r in ordered], sort_by, sort_order)
+                ]
+            picked = picked[offset:] if limit < 0 else picked[offset : offset + limit]
+            items = [copy_rollout(r) for r in picked]
+        return PaginatedResult.model_construct(items=items, limit=limit, offset=offset, total=total)
 
     def _select_rollouts(
         self, statuses: set[Any] | None, ids: list[str] | None, id_contains: str | None, logic: str
-    ) -> list[_RolloutRecord]:
-        """Matching rollouts in creation order, read through the indexes where one applies."""
+    ) -> list[RolloutRecord]:
+        """Matching rollouts in no particular order, read through the indexes where one applies."""
         predicates: list[Predicate] = []
         if statuses is not None:
             predicates.append(lambda r: r.rollout.status in statuses)
@@ -476,35 +429,33 @@ class InMemoryLightningStore(LightningStore):
             predicates.append(lambda r: r.rollout.rollout_id in id_set)
         if id_contains is not None:
             predicates.append(lambda r: id_contains in r.rollout.rollout_id)
-        candidates: Iterable[_RolloutRecord]
+        candidates: Iterable[RolloutRecord]
         if logic == "and" or len(predicates) <= 1:
             if ids is not None:
-                candidates = sorted(
-                    (self._rollouts[i] for i in ids if i in self._rollouts), key=lambda r: r.order
-                )
+                candidates = [self._rollouts[i] for i in ids if i in self._rollouts]
             elif statuses is not None:
-                candidates = self._records_with_status(statuses)
+                candidates = [self._rollouts[i] for i in self._ids_with_status(statuses)]
             else:
                 candidates = self._rollouts.values()
-            return filter_rows(candidates, predicates, "and")
+            return filter_rows(
+                candidates, predicates[1:] if ids is None and statuses is not None else predicates, "and"
+            )
         if id_contains is not None:  # an "or" with a substring test has to look at every rollout
             return filter_rows(self._rollouts.values(), predicates, "or")
-        found: set[str] = set(i for i in ids or () if i in self._rollouts)
-        for status in statuses or ():
-            found |= self._by_status.get(status, set())
-        return sorted((self._rollouts[i] for i in found), key=lambda r: r.order)
+        found = {i for i in ids or () if i in self._rollouts} | self._ids_with_status(statuses or ())
+        return [self._rollouts[i] for i in found]
 
-    def _records_with_status(self, statuses: Iterable[str]) -> list[_RolloutRecord]:
+    def _ids_with_status(self, statuses: Iterable[str]) -> set[str]:
         ids: set[str] = set()
         for status in statuses:
             ids |= self._by_status.get(status, set())
-        return sorted((self._rollouts[i] for i in ids), key=lambda r: r.order)
+        return ids
 
     async def get_rollout_by_id(self, rollout_id: str) -> Rollout | AttemptedRollout | None:
         with self._lock:
             self._watch(self._clock())
             record = self._rollouts.get(rollout_id)
-            return None if record is None else _copy_rollout(record)
+            return None if record is None else copy_rollout(record)
 
     async def query_attempts(
         self,
@@ -521,7 +472,7 @@ class InMemoryLightningStore(LightningStore):
             record = self._rollouts.get(rollout_id)
             rows = [] if record is None else sort_rows(list(record.attempts), sort_by, sort_order)
             page = paginate(rows, limit, offset)
-            page.items = [_copy_attempt(a) for a in page.items]
+            page.items = [copy_attempt(a) for a in page.items]
             return page
 
     async def get_latest_attempt(self, rollout_id: str) -> Attempt | None:
@@ -530,7 +481,7 @@ class InMemoryLightningStore(LightningStore):
             record = self._rollouts.get(rollout_id)
             if record is None or not record.attempts:
                 return None
-            return _copy_attempt(record.attempts[-1])
+            return copy_attempt(record.attempts[-1])
 
     async def update_rollout(
         self,
@@ -543,12 +494,12 @@ class InMemoryLightningStore(LightningStore):
         metadata: dict[str, Any] | Unset | None = UNSET,
     ) -> Rollout:
         if mode is not UNSET:
-            _check_mode(mode)
+            check_mode(mode)
         if status is not UNSET:
-            _check_status(status, ROLLOUT_STATUSES, "rollout status")
-        new_config = None if config is UNSET else _config(config)
-        if metadata is not UNSET and metadata is not None and not isinstance(metadata, dict):
-            raise InvalidRequestError(f"metadata must be a dict or None, not {type(metadata).__name__}")
+            check_status(status, ROLLOUT_STATUSES, "rollout status")
+        replacement_config = None if config is UNSET else new_config(config)
+        if metadata is not UNSET:
+            check_metadata(metadata)
         with self._lock:
             now = self._clock()
             self._watch(now)
@@ -560,13 +511,13 @@ class InMemoryLightningStore(LightningStore):
                 rollout.mode = mode  # type: ignore[assignment]
             if resources_id is not UNSET:
                 rollout.resources_id = resources_id  # type: ignore[assignment]
-            if new_config is not None:
-                rollout.config = new_config
+            if replacement_config is not None:
+                rollout.config = replacement_config
             if metadata is not UNSET:
                 rollout.metadata = None if metadata is None else dict(metadata)  # type: ignore[arg-type]
             if status is not UNSET:
                 self._set_rollout_status(record, status, now)  # type: ignore[arg-type]
-            return _copy_rollout(record)
+            return copy_rollout(record)
 
     async def update_attempt(
         self,
@@ -578,9 +529,9 @@ class InMemoryLightningStore(LightningStore):
         metadata: dict[str, Any] | Unset = UNSET,
     ) -> Attempt:
         if status is not UNSET:
-            _check_status(status, ATTEMPT_STATUSES, "attempt status")
-        if metadata is not UNSET and metadata is not None and not isinstance(metadata, dict):
-            raise InvalidRequestError(f"metadata must be a dict or None, not {type(metadata).__name__}")
+            check_status(status, ATTEMPT_STATUSES, "attempt status")
+        if metadata is not UNSET:
+            check_metadata(metadata)
         with self._lock:
             now = self._clock()
             self._watch(now)
@@ -600,7 +551,7 @@ class InMemoryLightningStore(LightningStore):
                 self._set_attempt_status(record, attempt, status, now)  # type: ignore[arg-type]
             elif worker_id:
                 self._sync_worker(attempt, now)
-            return _copy_attempt(attempt)
+            return copy_attempt(attempt)
 
     async def wait_for_rollouts(
         self, *, rollout_ids: Sequence[str], timeout: float | None = None
@@ -614,7 +565,7 @@ class InMemoryLightningStore(LightningStore):
                 done = [r for r in known if r.rollout.status in FINISHED_STATUSES]
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if len(done) == len(known) or self._closed or (remaining is not None and remaining <= 0):
-                    return [_copy_rollout(r, with_attempt=False) for r in done]
+                    return [copy_rollout(r, with_attempt=False) for r in done]
                 waiter = self._rollout_finished.register()
             await self._wait(waiter, self._rollout_finished, remaining)
 
@@ -626,7 +577,7 @@ class InMemoryLightningStore(LightningStore):
             resources_id = new_resources_id()
             while resources_id in self._resources:
                 resources_id = new_resources_id()
-            update = _resources_update(resources_id, resources, now, now, 1)
+            update = resources_update(resources_id, resources, now, now, 1)
             self._resources[resources_id] = update
             self._latest_resources_id = resources_id
             return update.model_copy()
@@ -637,9 +588,9 @@ class InMemoryLightningStore(LightningStore):
             self._watch(now)
             old = self._resources.get(resources_id)
             if old is None:
-                update = _resources_update(resources_id, resources, now, now, 1)
+                update = resources_update(resources_id, resources, now, now, 1)
             else:
-                update = _resources_update(resources_id, resources, old.create_time, now, old.version + 1)
+                update = resources_update(resources_id, resources, old.create_time, now, old.version + 1)
             self._resources[resources_id] = update
             self._latest_resources_id = resources_id
             return update.model_copy()
@@ -689,9 +640,10 @@ class InMemoryLightningStore(LightningStore):
 
     async def add_many_spans(self, spans: Sequence[Span]) -> list[Span]:
         spans = [s if isinstance(s, Span) else Span.model_validate(s) for s in spans]
+        encoded = [encode_span(s) for s in spans]  # outside the lock: the expensive part
         with self._lock:
             now = self._clock()
-            targets: dict[tuple[str, str], tuple[_RolloutRecord, Attempt]] = {}
+            targets: dict[tuple[str, str], tuple[RolloutRecord, Attempt]] = {}
             for span in spans:  # validate everything before storing anything
                 key = (span.rollout_id, span.attempt_id)
                 if key not in targets:
@@ -705,7 +657,7 @@ class InMemoryLightningStore(LightningStore):
             stored: list[Span] = []
             touched: dict[tuple[str, str], None] = {}
             counters = self._span_counters
-            for span in spans:
+            for span, row in zip(spans, encoded, strict=True):
                 record, _ = targets[(span.rollout_id, span.attempt_id)]
                 if counters.get(span.rollout_id, 0) < span.sequence_id:
                     counters[span.rollout_id] = span.sequence_id
@@ -713,7 +665,7 @@ class InMemoryLightningStore(LightningStore):
                 if span_key in record.span_keys:
                     continue  # duplicate: skipped, not an error
                 record.span_keys.add(span_key)
-                record.spans.append(span)
+                record.spans.append(row)
                 stored.append(span)
                 touched[(span.rollout_id, span.attempt_id)] = None
             self._total_spans += len(stored)
@@ -765,7 +717,7 @@ class InMemoryLightningStore(LightningStore):
             offset=offset,
             filter_logic=filter_logic,
         )
-        predicates = _span_predicates(
+        predicates = span_predicates(
             trace_id,
             trace_id_contains,
             span_id,
@@ -778,12 +730,13 @@ class InMemoryLightningStore(LightningStore):
         with self._lock:
             self._watch(self._clock())
             record = self._rollouts.get(rollout_id)
-            rows: list[Span] = []
-            if record is not None and not (attempt_id == "latest" and not record.attempts):
+            if record is None or (attempt_id == "latest" and not record.attempts):
+                rows = []
+                wanted = None
+            else:
+                rows = list(record.spans)
                 wanted = record.attempts[-1].attempt_id if attempt_id == "latest" else attempt_id
-                rows = record.spans if wanted is None else [s for s in record.spans if s.attempt_id == wanted]
-                rows = filter_rows(rows, predicates, filter_logic)
-        return paginate(sort_rows(rows, sort_by, sort_order), limit, offset)
+        return query_stored_spans(rows, wanted, predicates, filter_logic, sort_by, sort_order, limit, offset)
 
     # -- workers --------------------------------------------------------------------------------
 
@@ -839,40 +792,13 @@ class InMemoryLightningStore(LightningStore):
             return worker.model_copy()
 
 
-def _resources_update(
-    resources_id: str, resources: NamedResources, create_time: float, update_time: float, version: int
-) -> ResourcesUpdate:
-    try:
-        return ResourcesUpdate(
-            resources_id=resources_id,
-            create_time=create_time,
-            update_time=update_time,
-            version=version,
-            resources=resources,
-        )
-    except ValueError as exc:
-        raise InvalidRequestError(f"invalid resources: {exc}") from exc
+def _by_creation(records: list[RolloutRecord], descending: bool, first: int | None) -> list[RolloutRecord]:
+    """Records in creation order; only the ``first`` ones when given (a partial sort for small pages)."""
+    if first is not None and first < len(records):
+        select = heapq.nlargest if descending else heapq.nsmallest
+        return select(first, records, key=_creation)
+    return sorted(records, key=_creation, reverse=descending)
 
 
-def _span_predicates(
-    trace_id: str | None,
-    trace_id_contains: str | None,
-    span_id: str | None,
-    span_id_contains: str | None,
-    parent_id: str | None,
-    parent_id_contains: str | None,
-    name: str | None,
-    name_contains: str | None,
-) -> list[Predicate]:
-    predicates: list[Predicate] = []
-    for field, exact, needle in (
-        ("trace_id", trace_id, trace_id_contains),
-        ("span_id", span_id, span_id_contains),
-        ("parent_id", parent_id, parent_id_contains),
-        ("name", name, name_contains),
-    ):
-        if exact is not None:
-            predicates.append(lambda s, f=field, v=exact: getattr(s, f) == v)
-        if needle is not None:
-            predicates.append(lambda s, f=field, n=needle: contains(getattr(s, f), n))
-    return predicates
+def _creation(record: RolloutRecord) -> int:
+    return record.order

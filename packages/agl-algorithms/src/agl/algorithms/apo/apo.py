@@ -382,24 +382,24 @@ class APO(Algorithm, Generic[T_task]):
 
     async def _make_child(
         self, parent: PromptCandidate, name: str, batch: list[Any], round_no: int, rng: random.Random
-    ) -> PromptCandidate | str:
+    ) -> PromptCandidate | tuple[str, str | None]:
         """One child of ``parent`` (not yet versioned): run the parent on ``batch``, critique template
-        ``name``, edit it. The reason as a string when the child is skipped."""
+        ``name``, edit it. When the child is skipped: why, and the critique if there was one."""
         _, results = await self.evaluate_prompt_on_batch(parent, batch, "train")
         template = parent.templates[name]
         critique: str | None = None
         if not results:
-            return "no training rollout finished within rollout_batch_timeout"
+            return "no training rollout finished within rollout_batch_timeout", None
         try:
             critique = await self.compute_textual_gradient(
                 template, self._results_for(template, results), rng
             )
             new_text = await self.apply_edit(template, critique, rng)
         except LLMCallFailed as exc:
-            return exc.reason if critique is None else f"{exc.reason} (critique: {critique})"
+            return exc.reason, critique
         reason = edit_problem(template, new_text)
         if reason is not None:
-            return f"{reason} (critique: {critique})"
+            return reason, critique
         return PromptCandidate(
             version="",
             templates={**parent.templates, name: PromptTemplate(template=new_text, engine=template.engine)},
@@ -413,15 +413,16 @@ class APO(Algorithm, Generic[T_task]):
         self,
         round_no: int,
         jobs: list[tuple[PromptCandidate, str]],
-        outcomes: Sequence[PromptCandidate | str],
+        outcomes: Sequence[PromptCandidate | tuple[str, str | None]],
     ) -> list[PromptCandidate]:
         """Version the children in the order they were asked for (not the order they finished) and log them."""
         children: list[PromptCandidate] = []
         for (parent, name), outcome in zip(jobs, outcomes, strict=True):
-            if isinstance(outcome, str):
+            if not isinstance(outcome, PromptCandidate):
+                reason, critique = outcome
                 self._counters.skipped += 1
                 logger.warning(
-                    "round %d: skipped a child of %s (%s): %s", round_no, parent.version, name, outcome
+                    "round %d: skipped a child of %s (%s): %s", round_no, parent.version, name, reason
                 )
                 self._record(
                     {
@@ -429,7 +430,8 @@ class APO(Algorithm, Generic[T_task]):
                         "round": round_no,
                         "parent": parent.version,
                         "edited": name,
-                        "reason": outcome,
+                        "reason": reason,
+                        "critique": critique,
                     }
                 )
                 continue

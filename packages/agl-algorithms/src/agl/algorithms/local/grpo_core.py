@@ -148,7 +148,7 @@ def grpo_update(
             optimizer.step()
             with torch.no_grad():
                 clipped_tokens = (((ratio - 1).abs() > clip_eps).float() * mask).sum()
-            stats["loss"] += float(loss)
+            stats["loss"] += float(loss.detach())
             stats["clip_fraction"] += float(clipped_tokens / tokens)
             stats["grad_norm"] += float(norm)
             steps += 1

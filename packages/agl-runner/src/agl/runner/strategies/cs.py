@@ -155,6 +155,8 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         children: list[_Child] = []
         server = None
         interrupted = False
+        if with_runners and self._preload_in_parent():
+            _preload_for_children()  # once here rather than once per runner: forks inherit it
         try:
             if with_runners:
                 for i in range(self.n_runners):
@@ -186,6 +188,14 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
             self.endpoint = None
         if interrupted:
             return
+
+    def _preload_in_parent(self) -> bool:
+        """Whether forked runners should inherit their imports rather than each import them.
+
+        With a core to spare per runner, runners import while this process starts the server (in parallel);
+        on a smaller machine that only multiplies the work, so this process imports once for all.
+        """
+        return self.start_method == "fork" and (os.cpu_count() or 1) < self.n_runners + 2
 
     def _start_child(
         self,
@@ -323,6 +333,8 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
             if self.n_runners == 1:
                 _run_runner_here(runner, f"{prefix}:0", event, endpoint, self.token, store)
                 return
+            if self._preload_in_parent():
+                _preload_for_children()
             for i in range(self.n_runners):
                 child = self._start_child(ctx, runner, f"{prefix}:{i}", stop_reader, stop_writer, store)
                 child.send_endpoint(endpoint)
@@ -469,8 +481,7 @@ def _runner_process(
     event = ChildStopEvent(stop_reader)
     name = multiprocessing.current_process().name
     try:
-        # Import while the parent starts the server (in parallel on a multi-core machine).
-        _preload_for_children()
+        _preload_for_children()  # a no-op when forked from a parent that preloaded
         ready = multiprocessing.connection.wait([ready_reader, stop_reader])
         if ready_reader not in ready or event.is_set():
             return  # stopped (or the parent died) before the server was up

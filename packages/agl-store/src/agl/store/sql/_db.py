@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 import weakref
 from collections.abc import Callable
@@ -43,6 +44,9 @@ _POSTGRES_DRIVERS = {"postgresql", "postgres", "postgresql+asyncpg"}
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _RETRIED_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock detected
 _SQLITE_THREADS = 4
+_CHECKPOINT_EVERY = 128
+"""Write transactions between WAL checkpoints. SQLite's own checkpoints would run (and fsync) inside a
+committing transaction; ours run on a pool thread, off the writers' path, without blocking them."""
 
 
 def parse_url(url: str) -> tuple[Dialect, URL, str]:
@@ -94,6 +98,10 @@ class Database:
         self._sync_engine: sa.Engine | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._write_lock = threading.Lock()
+        self._commits_since_checkpoint = 0
+        self._local = threading.local()
+        self._thread_connections: list[sa.Connection] = []
+        self._checkpoint: concurrent.futures.Future[None] | None = None
         # PostgreSQL: one async engine per event loop
         self._engines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
         if self.dialect == "sqlite":
@@ -119,7 +127,8 @@ class Database:
             engines = list(self._engines.items())
             self._engines.clear()
         if self._executor is not None and self._sync_engine is not None:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._sync_engine.dispose)
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._checkpoint_wal)
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._dispose_sqlite)
             self._executor.shutdown(wait=True)
         current = asyncio.get_running_loop()
         for loop, engine in engines:
@@ -144,6 +153,7 @@ class Database:
         engine = sa.create_engine(
             self._url,
             isolation_level="AUTOCOMMIT",  # transactions are begun explicitly (BEGIN IMMEDIATE for writers)
+            pool_reset_on_return=None,  # and always ended before a connection goes back to the pool
             connect_args=connect_args,
             **self._engine_kwargs,
         )
@@ -155,6 +165,7 @@ class Database:
             cursor.execute("PRAGMA busy_timeout = 60000")
             cursor.execute("PRAGMA journal_mode = WAL")
             cursor.execute(f"PRAGMA synchronous = {synchronous}")
+            cursor.execute("PRAGMA wal_autocheckpoint = 0")  # see _CHECKPOINT_EVERY
             cursor.close()
 
         self._sync_engine = engine
@@ -200,30 +211,64 @@ class Database:
                 raise
         return await self._postgres_transaction(fn, args, write, snapshot)
 
+    def _thread_connection(self) -> sa.Connection:
+        """This pool thread's own connection: kept across operations (a pool checkout per operation costs
+        as much as a statement)."""
+        conn: sa.Connection | None = getattr(self._local, "conn", None)
+        if conn is None or conn.closed or conn.invalidated:
+            assert self._sync_engine is not None
+            conn = self._local.conn = self._sync_engine.connect()
+            with self._lock:
+                self._thread_connections.append(conn)
+        return conn
+
+    def _dispose_sqlite(self) -> None:
+        assert self._sync_engine is not None
+        with self._lock:
+            connections, self._thread_connections = self._thread_connections, []
+        for conn in connections:
+            conn.close()
+        self._sync_engine.dispose()
+
     def _sqlite_transaction(
         self, fn: Callable[..., T], args: tuple[Any, ...], write: bool, snapshot: bool
     ) -> T:
-        assert self._sync_engine is not None
-        with self._sync_engine.connect() as conn:
-            driver = conn.connection.driver_connection  # BEGIN/COMMIT straight to sqlite3: cheaper
-            assert driver is not None
-            if not write:
-                if not snapshot:  # one statement is consistent by itself
-                    return fn(conn, *args)
-                driver.execute("BEGIN")
-                try:
-                    return fn(conn, *args)
-                finally:
-                    driver.execute("COMMIT")
-            with self._write_lock:
-                driver.execute("BEGIN IMMEDIATE")
-                try:
-                    result = fn(conn, *args)
-                except BaseException:
-                    driver.execute("ROLLBACK")
-                    raise
+        conn = self._thread_connection()
+        driver = conn.connection.driver_connection  # BEGIN/COMMIT straight to sqlite3: cheaper
+        assert driver is not None
+        if not write:
+            if not snapshot:  # one statement is consistent by itself
+                return fn(conn, *args)
+            driver.execute("BEGIN")
+            try:
+                return fn(conn, *args)
+            finally:
                 driver.execute("COMMIT")
-                return result
+        with self._write_lock:
+            driver.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(conn, *args)
+            except BaseException:
+                driver.execute("ROLLBACK")
+                raise
+            driver.execute("COMMIT")
+            self._commits_since_checkpoint += 1
+            if self._commits_since_checkpoint >= _CHECKPOINT_EVERY and self._checkpoint is None:
+                self._commits_since_checkpoint = 0
+                assert self._executor is not None
+                with contextlib.suppress(RuntimeError):  # shut down by close(), which checkpoints itself
+                    self._checkpoint = self._executor.submit(self._checkpoint_wal)
+            return result
+
+    def _checkpoint_wal(self) -> None:
+        """Copy committed pages from the WAL into the database file (PASSIVE: never waits for anyone)."""
+        assert self._sync_engine is not None
+        try:
+            self._thread_connection().exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").close()
+        except sa_exc.OperationalError:  # busy: the next checkpoint will catch up
+            pass
+        finally:
+            self._checkpoint = None
 
     async def _postgres_transaction(
         self, fn: Callable[..., T], args: tuple[Any, ...], write: bool, snapshot: bool

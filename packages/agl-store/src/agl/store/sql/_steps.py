@@ -252,5 +252,5 @@ def attempted(r: dict[str, Any], attempt: Attempt) -> Any:
     """An ``AttemptedRollout`` from a rollout row and its attempt."""
     from agl.types import AttemptedRollout
 
-    rollout = _codec.rollout_from_row(r)
-    return AttemptedRollout.model_validate({**dict(rollout), "attempt": attempt})
+    rollout = _codec.rollout_from_row(r)  # validated; so is the attempt
+    return AttemptedRollout.model_construct(**dict(rollout), attempt=attempt)

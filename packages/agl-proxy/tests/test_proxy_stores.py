@@ -1,0 +1,62 @@
+"""The proxy records into every kind of store: SQLite file, and a store server reached over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import openai
+from _proxy_helpers import model_list
+from agl.proxy import LLMProxy
+from agl.store import LightningStore, LightningStoreClient, LightningStoreServer, SqlLightningStore
+from agl.types.semconv import AGL_LLM_CALL
+from agl.types.semconv import LLMCallAttributes as L
+
+from tests.support.openai_standin import StandinServer, token_ids
+
+
+async def _record_and_read(store: LightningStore, standin: StandinServer, calls: int = 6) -> list[int]:
+    rollout = await store.start_rollout(input=None)
+    proxy = LLMProxy(model_list(standin), store=store)
+    await proxy.start()
+    try:
+        client = openai.AsyncOpenAI(
+            base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint, api_key="x"
+        )
+
+        async def one(i: int) -> None:
+            await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": f"q{i}"}], stream=i % 2 == 0
+            )
+
+        await asyncio.gather(*(one(i) for i in range(calls)))
+    finally:
+        await proxy.stop()  # flushes
+    spans = [s for s in (await store.query_spans(rollout.rollout_id)).items if s.name == AGL_LLM_CALL]
+    assert len(spans) == calls
+    for span in spans:
+        assert span.attributes[L.RESPONSE_TOKEN_IDS.value][:6] == token_ids("echo: ")
+    return [s.sequence_id for s in spans]
+
+
+async def test_sqlite_store(tmp_path: Path, standin: StandinServer) -> None:
+    store = SqlLightningStore(f"sqlite:///{tmp_path / 'store.db'}")
+    try:
+        seqs = await _record_and_read(store, standin)
+        assert len(set(seqs)) == len(seqs)
+    finally:
+        await store.close()
+
+
+async def test_store_server_over_http(standin: StandinServer) -> None:
+    from agl.store import InMemoryLightningStore
+
+    server = LightningStoreServer(InMemoryLightningStore(), port=0)
+    await asyncio.to_thread(server.start)
+    client = LightningStoreClient(server.endpoint)
+    try:
+        seqs = await _record_and_read(client, standin)
+        assert len(set(seqs)) == len(seqs)
+    finally:
+        await client.close()
+        await asyncio.to_thread(server.stop)

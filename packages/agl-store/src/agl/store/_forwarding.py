@@ -1,0 +1,280 @@
+"""``ForwardingStore``: a :class:`LightningStore` whose every method forwards to one ``_call`` hook."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from agl.types import (
+    UNSET,
+    Attempt,
+    AttemptedRollout,
+    AttemptStatus,
+    EnqueueRolloutRequest,
+    FilterLogic,
+    NamedResources,
+    PaginatedResult,
+    ResourcesUpdate,
+    Rollout,
+    RolloutConfig,
+    RolloutMode,
+    RolloutStatus,
+    SortOrder,
+    Span,
+    TaskInput,
+    Unset,
+    Worker,
+    WorkerStatus,
+)
+
+from .base import LightningStore, LightningStoreStatistics
+
+__all__ = ["ForwardingStore"]
+
+
+class ForwardingStore(LightningStore):
+    """Implements the whole contract by calling ``self._call(method_name, *args, **kwargs)``.
+
+    Subclasses decide where a call goes (the wrapped store, another event loop, or HTTP).
+    """
+
+    async def _call(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    async def statistics(self) -> LightningStoreStatistics:
+        return await self._call("statistics")
+
+    async def start_rollout(
+        self,
+        input: TaskInput,
+        mode: RolloutMode | None = None,
+        resources_id: str | None = None,
+        config: RolloutConfig | None = None,
+        metadata: dict[str, Any] | None = None,
+        worker_id: str | None = None,
+    ) -> AttemptedRollout:
+        return await self._call("start_rollout", input, mode, resources_id, config, metadata, worker_id)
+
+    async def enqueue_rollout(
+        self,
+        input: TaskInput,
+        mode: RolloutMode | None = None,
+        resources_id: str | None = None,
+        config: RolloutConfig | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Rollout:
+        return await self._call("enqueue_rollout", input, mode, resources_id, config, metadata)
+
+    async def enqueue_many_rollouts(self, requests: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
+        return await self._call("enqueue_many_rollouts", requests)
+
+    async def dequeue_rollout(
+        self, worker_id: str | None = None, *, timeout: float = 0.0
+    ) -> AttemptedRollout | None:
+        return await self._call("dequeue_rollout", worker_id, timeout=timeout)
+
+    async def dequeue_many_rollouts(
+        self, *, limit: int = 1, worker_id: str | None = None, timeout: float = 0.0
+    ) -> list[AttemptedRollout]:
+        return await self._call("dequeue_many_rollouts", limit=limit, worker_id=worker_id, timeout=timeout)
+
+    async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
+        return await self._call("start_attempt", rollout_id, worker_id)
+
+    async def query_rollouts(
+        self,
+        *,
+        status_in: Sequence[RolloutStatus] | None = None,
+        rollout_id_in: Sequence[str] | None = None,
+        rollout_id_contains: str | None = None,
+        filter_logic: FilterLogic = "and",
+        sort_by: str | None = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Rollout | AttemptedRollout]:
+        return await self._call(
+            "query_rollouts",
+            status_in=status_in,
+            rollout_id_in=rollout_id_in,
+            rollout_id_contains=rollout_id_contains,
+            filter_logic=filter_logic,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+        )
+
+    async def get_rollout_by_id(self, rollout_id: str) -> Rollout | AttemptedRollout | None:
+        return await self._call("get_rollout_by_id", rollout_id)
+
+    async def query_attempts(
+        self,
+        rollout_id: str,
+        *,
+        sort_by: str | None = "sequence_id",
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Attempt]:
+        return await self._call(
+            "query_attempts", rollout_id, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset
+        )
+
+    async def get_latest_attempt(self, rollout_id: str) -> Attempt | None:
+        return await self._call("get_latest_attempt", rollout_id)
+
+    async def update_rollout(
+        self,
+        rollout_id: str,
+        input: TaskInput | Unset = UNSET,
+        mode: RolloutMode | Unset | None = UNSET,
+        resources_id: str | Unset | None = UNSET,
+        status: RolloutStatus | Unset = UNSET,
+        config: RolloutConfig | Unset = UNSET,
+        metadata: dict[str, Any] | Unset | None = UNSET,
+    ) -> Rollout:
+        return await self._call(
+            "update_rollout",
+            rollout_id,
+            input=input,
+            mode=mode,
+            resources_id=resources_id,
+            status=status,
+            config=config,
+            metadata=metadata,
+        )
+
+    async def update_attempt(
+        self,
+        rollout_id: str,
+        attempt_id: str | Literal["latest"],
+        status: AttemptStatus | Unset = UNSET,
+        worker_id: str | Unset = UNSET,
+        last_heartbeat_time: float | Unset = UNSET,
+        metadata: dict[str, Any] | Unset = UNSET,
+    ) -> Attempt:
+        return await self._call(
+            "update_attempt",
+            rollout_id,
+            attempt_id,
+            status=status,
+            worker_id=worker_id,
+            last_heartbeat_time=last_heartbeat_time,
+            metadata=metadata,
+        )
+
+    async def wait_for_rollouts(
+        self, *, rollout_ids: Sequence[str], timeout: float | None = None
+    ) -> list[Rollout]:
+        return await self._call("wait_for_rollouts", rollout_ids=rollout_ids, timeout=timeout)
+
+    async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:
+        return await self._call("add_resources", resources)
+
+    async def update_resources(self, resources_id: str, resources: NamedResources) -> ResourcesUpdate:
+        return await self._call("update_resources", resources_id, resources)
+
+    async def get_resources_by_id(self, resources_id: str) -> ResourcesUpdate | None:
+        return await self._call("get_resources_by_id", resources_id)
+
+    async def get_latest_resources(self) -> ResourcesUpdate | None:
+        return await self._call("get_latest_resources")
+
+    async def query_resources(
+        self,
+        *,
+        resources_id: str | None = None,
+        resources_id_contains: str | None = None,
+        sort_by: str | None = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[ResourcesUpdate]:
+        return await self._call(
+            "query_resources",
+            resources_id=resources_id,
+            resources_id_contains=resources_id_contains,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+        )
+
+    async def add_span(self, span: Span) -> Span | None:
+        return await self._call("add_span", span)
+
+    async def add_many_spans(self, spans: Sequence[Span]) -> list[Span]:
+        return await self._call("add_many_spans", spans)
+
+    async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
+        return await self._call("get_next_span_sequence_id", rollout_id, attempt_id)
+
+    async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[tuple[str, str]]) -> list[int]:
+        return await self._call("get_many_span_sequence_ids", rollout_attempt_ids)
+
+    async def query_spans(
+        self,
+        rollout_id: str,
+        attempt_id: str | Literal["latest"] | None = None,
+        *,
+        trace_id: str | None = None,
+        trace_id_contains: str | None = None,
+        span_id: str | None = None,
+        span_id_contains: str | None = None,
+        parent_id: str | None = None,
+        parent_id_contains: str | None = None,
+        name: str | None = None,
+        name_contains: str | None = None,
+        filter_logic: FilterLogic = "and",
+        limit: int = -1,
+        offset: int = 0,
+        sort_by: str | None = "sequence_id",
+        sort_order: SortOrder = "asc",
+    ) -> PaginatedResult[Span]:
+        return await self._call(
+            "query_spans",
+            rollout_id,
+            attempt_id,
+            trace_id=trace_id,
+            trace_id_contains=trace_id_contains,
+            span_id=span_id,
+            span_id_contains=span_id_contains,
+            parent_id=parent_id,
+            parent_id_contains=parent_id_contains,
+            name=name,
+            name_contains=name_contains,
+            filter_logic=filter_logic,
+            limit=limit,
+            offset=offset,
+            sort_by=sort_by,
+            sort_order=sort_order,
+        )
+
+    async def query_workers(
+        self,
+        *,
+        status_in: Sequence[WorkerStatus] | None = None,
+        worker_id_contains: str | None = None,
+        filter_logic: FilterLogic = "and",
+        sort_by: str | None = None,
+        sort_order: SortOrder = "asc",
+        limit: int = -1,
+        offset: int = 0,
+    ) -> PaginatedResult[Worker]:
+        return await self._call(
+            "query_workers",
+            status_in=status_in,
+            worker_id_contains=worker_id_contains,
+            filter_logic=filter_logic,
+            sort_by=sort_by,
+            sort_order=sort_order,
+            limit=limit,
+            offset=offset,
+        )
+
+    async def get_worker_by_id(self, worker_id: str) -> Worker | None:
+        return await self._call("get_worker_by_id", worker_id)
+
+    async def update_worker(self, worker_id: str, heartbeat_stats: dict[str, Any] | Unset = UNSET) -> Worker:
+        return await self._call("update_worker", worker_id, heartbeat_stats=heartbeat_stats)

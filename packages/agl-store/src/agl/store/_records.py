@@ -1,0 +1,120 @@
+"""Records and small helpers of the in-memory store: what it keeps per rollout, the copies it hands out and
+the checks on its inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from agl.types import (
+    Attempt,
+    AttemptedRollout,
+    InvalidRequestError,
+    NamedResources,
+    ResourcesUpdate,
+    Rollout,
+    RolloutConfig,
+)
+
+from ._spans import StoredSpan
+
+__all__ = [
+    "RolloutRecord",
+    "check_metadata",
+    "check_mode",
+    "check_status",
+    "copy_attempt",
+    "copy_rollout",
+    "new_config",
+    "new_metadata",
+    "resources_update",
+]
+
+_MODES = ("train", "val", "test")
+
+
+class RolloutRecord:
+    """A rollout with everything hanging off it."""
+
+    __slots__ = ("attempts", "order", "rollout", "span_keys", "spans")
+
+    def __init__(self, rollout: Rollout, order: int) -> None:
+        self.rollout = rollout
+        self.order = order
+        self.attempts: list[Attempt] = []
+        self.spans: list[StoredSpan] = []
+        self.span_keys: set[tuple[str, str]] = set()
+
+    def find_attempt(self, attempt_id: str) -> Attempt | None:
+        for attempt in reversed(self.attempts):
+            if attempt.attempt_id == attempt_id:
+                return attempt
+        return None
+
+
+def copy_attempt(attempt: Attempt) -> Attempt:
+    if attempt.metadata is None:
+        return attempt.model_copy()
+    return attempt.model_copy(update={"metadata": dict(attempt.metadata)})
+
+
+def copy_rollout(record: RolloutRecord, *, with_attempt: bool = True) -> Rollout | AttemptedRollout:
+    rollout = record.rollout
+    fields = dict(rollout.__dict__)
+    fields["config"] = rollout.config.model_copy()
+    if rollout.metadata is not None:
+        fields["metadata"] = dict(rollout.metadata)
+    if with_attempt and record.attempts:
+        return AttemptedRollout.model_construct(attempt=copy_attempt(record.attempts[-1]), **fields)
+    return Rollout.model_construct(**fields)
+
+
+def check_status(status: Any, allowed: Sequence[str], what: str) -> None:
+    if status not in allowed:
+        raise InvalidRequestError(f"{what} {status!r} is invalid; use one of {list(allowed)}")
+
+
+def check_mode(mode: Any) -> None:
+    if mode is not None and mode not in _MODES:
+        raise InvalidRequestError(f"mode {mode!r} is invalid; use one of {list(_MODES)} or None")
+
+
+def new_config(config: Any) -> RolloutConfig:
+    if config is None:
+        return RolloutConfig()
+    if isinstance(config, RolloutConfig):
+        return config.model_copy(deep=True)
+    if isinstance(config, dict):
+        try:
+            return RolloutConfig.model_validate(config)
+        except ValueError as exc:
+            raise InvalidRequestError(f"invalid rollout config: {exc}") from exc
+    raise InvalidRequestError(f"config must be a RolloutConfig, a dict or None, not {type(config).__name__}")
+
+
+def new_metadata(metadata: Any) -> dict[str, Any]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise InvalidRequestError(f"metadata must be a dict or None, not {type(metadata).__name__}")
+    return dict(metadata)
+
+
+def resources_update(
+    resources_id: str, resources: NamedResources, create_time: float, update_time: float, version: int
+) -> ResourcesUpdate:
+    try:
+        return ResourcesUpdate(
+            resources_id=resources_id,
+            create_time=create_time,
+            update_time=update_time,
+            version=version,
+            resources=resources,
+        )
+    except ValueError as exc:
+        raise InvalidRequestError(f"invalid resources: {exc}") from exc
+
+
+def check_metadata(metadata: Any) -> None:
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidRequestError(f"metadata must be a dict or None, not {type(metadata).__name__}")

@@ -1,0 +1,28 @@
+"""Fresh SQL databases for SQL-store tests that open several stores (threads, processes) on one database."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+SQL_BACKENDS = ["sqlite", "postgres"]
+
+
+@contextlib.contextmanager
+def fresh_database(backend: str, tmp_path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(url, engine_kwargs)`` of a new, empty database: a SQLite file, or a PostgreSQL schema (dropped after)."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}", {}
+        return
+    from _store_postgres import create_schema, drop_schema, schema_connect_args
+    from conftest import POSTGRES_URL, require_postgres
+
+    require_postgres()
+    schema = asyncio.run(create_schema(POSTGRES_URL))
+    try:
+        yield POSTGRES_URL, schema_connect_args(schema)
+    finally:
+        asyncio.run(drop_schema(POSTGRES_URL, schema))

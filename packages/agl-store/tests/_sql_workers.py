@@ -1,0 +1,100 @@
+"""Code that SQL store tests run in other processes and threads (importable by spawned children)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+from typing import Any
+
+from agl.store import SqlLightningStore
+
+
+def _store(url: str, engine_kwargs: dict[str, Any]) -> SqlLightningStore:
+    return SqlLightningStore(url, **engine_kwargs)
+
+
+async def _drain(store: SqlLightningStore, worker_id: str, batch: int) -> list[str]:
+    """Dequeue until the queue stays empty; the ids claimed."""
+    claimed: list[str] = []
+    while True:
+        got = await store.dequeue_many_rollouts(limit=batch, worker_id=worker_id, timeout=0.3)
+        if not got:
+            return claimed
+        claimed.extend(r.rollout_id for r in got)
+        await asyncio.sleep(0)  # let the other dequeuers in
+
+
+def drain_in_threads(
+    url: str, engine_kwargs: dict[str, Any], threads: int, name: str, ready: Any = None
+) -> list[str]:
+    """``threads`` threads, each with its own event loop, draining the queue through ONE store object.
+
+    ``ready`` (a barrier) is waited on once the store is open, so that several processes start together.
+    """
+    store = _store(url, engine_kwargs)
+    asyncio.run(store.get_latest_resources())  # connected, schema checked
+    if ready is not None:
+        ready.wait()
+    results: list[list[str]] = [[] for _ in range(threads)]
+    start = threading.Barrier(threads)
+
+    def run(index: int) -> None:
+        async def main() -> None:
+            start.wait()
+            results[index] = await _drain(store, f"{name}-t{index}", batch=1 + index % 3)
+
+        asyncio.run(main())
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+    async def close() -> None:
+        await store.close()
+
+    asyncio.run(close())
+    return [rid for result in results for rid in result]
+
+
+def drain_process(
+    url: str, engine_kwargs: dict[str, Any], threads: int, name: str, queue: Any, ready: Any
+) -> None:
+    """Entry point of a spawned process: drain together with the others, report the claimed ids on ``queue``."""
+    queue.put(drain_in_threads(url, engine_kwargs, threads, name, ready))
+
+
+def enqueue_and_report(url: str, count: int) -> None:
+    """Enqueue ``count`` rollouts one by one, printing each id once the store has acknowledged it."""
+
+    async def main() -> None:
+        store = SqlLightningStore(url)
+        for i in range(count):
+            rollout = await store.enqueue_rollout({"i": i})
+            print(rollout.rollout_id, flush=True)
+        await store.close()
+
+    asyncio.run(main())
+
+
+def open_and_enqueue(url: str, engine_kwargs: dict[str, Any], queue: Any, go: Any) -> None:
+    """Entry point of a spawned process: open a store on a database that may not have its schema yet."""
+    go.wait()
+
+    async def main() -> str:
+        store = _store(url, engine_kwargs)
+        try:
+            return (await store.enqueue_rollout("hello")).rollout_id
+        finally:
+            await store.close()
+
+    try:
+        queue.put(asyncio.run(main()))
+    except Exception as exc:  # reported to the test rather than lost in a child's stderr
+        queue.put(f"error: {exc!r}")
+
+
+if __name__ == "__main__":  # python _sql_workers.py URL COUNT
+    enqueue_and_report(sys.argv[1], int(sys.argv[2]))

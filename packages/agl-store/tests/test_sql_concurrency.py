@@ -1,0 +1,92 @@
+"""SQL store: several processes and threads dequeuing from one database never claim the same rollout."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from _sql_targets import SQL_BACKENDS, fresh_database
+from _sql_workers import drain_in_threads, drain_process
+from agl.store import SqlLightningStore
+from agl.types import EnqueueRolloutRequest
+
+ROLLOUTS = 300
+
+
+async def _enqueue(url: str, engine_kwargs: dict, count: int) -> list[str]:
+    store = SqlLightningStore(url, **engine_kwargs)
+    try:
+        requests = [EnqueueRolloutRequest(input={"i": i}) for i in range(count)]
+        return [r.rollout_id for r in await store.enqueue_many_rollouts(requests)]
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_threads_of_one_store_never_share_a_rollout(backend: str, tmp_path: Path) -> None:
+    with fresh_database(backend, tmp_path) as (url, kwargs):
+        ids = asyncio.run(_enqueue(url, kwargs, ROLLOUTS))
+        claimed = drain_in_threads(url, kwargs, threads=4, name="solo")
+    assert sorted(claimed) == sorted(ids), "every rollout claimed exactly once"
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_two_processes_with_threads_never_share_a_rollout(backend: str, tmp_path: Path) -> None:
+    with fresh_database(backend, tmp_path) as (url, kwargs):
+        ids = asyncio.run(_enqueue(url, kwargs, ROLLOUTS))
+        ctx = multiprocessing.get_context("spawn")
+        queue, ready = ctx.Queue(), ctx.Barrier(3, timeout=120)
+        procs = [
+            ctx.Process(target=drain_process, args=(url, kwargs, 3, f"p{i}", queue, ready)) for i in range(2)
+        ]
+        for proc in procs:
+            proc.start()
+        # this process joins in too, with threads of its own; all start once every store is open
+        mine = drain_in_threads(url, kwargs, threads=2, name="parent", ready=ready)
+        theirs = [queue.get(timeout=120) for _ in procs]
+        for proc in procs:
+            proc.join(timeout=60)
+            assert proc.exitcode == 0
+    counts = Counter(mine + [rid for claimed in theirs for rid in claimed])
+    assert [rid for rid, n in counts.items() if n > 1] == [], "a rollout was claimed twice"
+    assert sorted(counts) == sorted(ids), "every rollout claimed"
+    assert mine and all(theirs), "each process claimed some: they really ran concurrently"
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_waiting_dequeue_wakes_for_another_thread_and_another_store(backend: str, tmp_path: Path) -> None:
+    """In-process writes wake a waiting dequeue at once; another store's writes are found by polling."""
+    with fresh_database(backend, tmp_path) as (url, kwargs):
+        asyncio.run(_wait_for_late_rollouts(url, kwargs))
+
+
+async def _wait_for_late_rollouts(url: str, kwargs: dict) -> None:
+    waiter_store = SqlLightningStore(url, **kwargs)
+    other_store = SqlLightningStore(url, **kwargs)  # stands for another process: no shared signal
+    try:
+        await waiter_store.get_latest_resources()  # connected, schema ready
+
+        def enqueue_later(store: SqlLightningStore) -> None:
+            async def main() -> None:
+                await asyncio.sleep(0.2)
+                await store.enqueue_rollout("late")
+
+            asyncio.run(main())
+
+        for writer in (waiter_store, other_store):
+            thread = threading.Thread(target=enqueue_later, args=(writer,))
+            started = time.monotonic()
+            thread.start()
+            got = await waiter_store.dequeue_rollout(worker_id="w", timeout=10)
+            waited = time.monotonic() - started
+            thread.join()
+            assert got is not None and got.input == "late"
+            assert waited < 2.0, f"woke after {waited:.2f} s"
+    finally:
+        await waiter_store.close()
+        await other_store.close()
