@@ -62,6 +62,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--val-batch-size", type=int, default=10, help="val tasks per beam selection (default: %(default)s)"
     )
     parser.add_argument(
+        "--strategy",
+        choices=("shm", "cs"),
+        default="shm",
+        help="runners as threads of this process (shm) or as processes talking to a store server (cs); default: %(default)s",
+    )
+    parser.add_argument(
         "--judge", action="store_true", help="score answers with an LLM judge instead of exact match"
     )
     parser.add_argument(
@@ -174,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     trainer = Trainer(
         algorithm=algorithm,
         n_runners=args.n_runners,
-        strategy="shm",
+        strategy=args.strategy,
         initial_resources={"prompt_template": PromptTemplate(template=SEED_PROMPT, engine="f-string")},
         adapter=TraceToMessages(),
         progress=False,

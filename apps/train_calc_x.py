@@ -40,7 +40,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n-runners", type=int, default=2, help="runner threads")
     p.add_argument("--concurrency", type=int, default=64, help="rollouts each runner executes at once")
     p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--store", default=None, help="sqlite:///path.sqlite | memory | http://host:port (default: the run's sqlite file)")
+    p.add_argument(
+        "--store",
+        default=None,
+        help="sqlite:///path.sqlite | memory | http://host:port (default: the run's sqlite file)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--prompts-per-step", type=int, default=16)
     p.add_argument("--n", type=int, default=8, help="samples per task (the GRPO group size)")
@@ -48,7 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--val-size", type=int, default=256)
     p.add_argument("--val-every", type=int, default=10)
     p.add_argument(
-        "--val-temperature", type=float, default=1.0,
+        "--val-temperature",
+        type=float,
+        default=1.0,
         help="sampling temperature of validation (1.0: the policy as trained; 0: greedy)",
     )
     p.add_argument("--threads", type=int, default=1, help="torch threads of the training process")
@@ -108,14 +114,15 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = args.output_dir or HERE.parent / "runs" / time.strftime("%Y%m%d-%H%M%S")
     out_dir.mkdir(parents=True, exist_ok=True)
     train, val = load_tasks(args)
-    print(f"calc_x: {len(train)} training and {len(val)} validation tasks; model {args.model}; outputs in {out_dir}")
-
-    from tqdm import tqdm
+    print(
+        f"calc_x: {len(train)} training and {len(val)} validation tasks; model {args.model}; outputs in {out_dir}"
+    )
 
     from agl.algorithms.local import LocalGRPO
     from agl.runner import Trainer
     from calc_x.agent import calc_agent
     from calc_x.report import plot_curve, summary
+    from tqdm import tqdm
 
     metrics_file = (out_dir / "metrics.jsonl").open("w")
     bar = tqdm(total=args.steps, desc="GRPO", unit="step", dynamic_ncols=True)
@@ -123,14 +130,19 @@ def main(argv: list[str] | None = None) -> int:
     def on_step(m: dict[str, Any]) -> None:
         metrics_file.write(json.dumps({"kind": "train", **m}) + "\n")
         metrics_file.flush()
-        bar.set_postfix(reward=f"{m['reward']:.2f}", tool=f"{m['tool_use']:.2f}",
-                        s=f"{m['rollout_s']:.1f}+{m['update_s']:.1f}")
+        bar.set_postfix(
+            reward=f"{m['reward']:.2f}",
+            tool=f"{m['tool_use']:.2f}",
+            s=f"{m['rollout_s']:.1f}+{m['update_s']:.1f}",
+        )
         bar.update(1)
 
     def on_validation(m: dict[str, Any]) -> None:
         metrics_file.write(json.dumps({"kind": "validation", **m}) + "\n")
         metrics_file.flush()
-        bar.write(f"validation at step {m['step']}: accuracy {m['accuracy']:.1%}, tool use {m['tool_use']:.1%}")
+        bar.write(
+            f"validation at step {m['step']}: accuracy {m['accuracy']:.1%}, tool use {m['tool_use']:.1%}"
+        )
 
     algorithm = LocalGRPO(
         args.model,
@@ -161,8 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     if not algorithm.validations:
         print("no validation ran; nothing to summarise", file=sys.stderr)
         return 1
-    curve = plot_curve(algorithm.history, algorithm.validations, out_dir / "reward_curve.png",
-                       f"calc_x GRPO, seed {args.seed}")
+    curve = plot_curve(
+        algorithm.history,
+        algorithm.validations,
+        out_dir / "reward_curve.png",
+        f"calc_x GRPO, seed {args.seed}",
+    )
     print(f"reward curve: {curve}")
     print(summary(algorithm.history, algorithm.validations, (time.time() - started) / 60, out_dir))
     return 0

@@ -5,7 +5,7 @@
 It isolates the learning problem and the model server's speed from the rest of the system (store,
 runners, proxy, adapter), so `apps/train_calc_x.py`'s figures can be compared with a floor. Prints, per
 step: reward, tool use, step time split into rollout / update, generated tokens/s; validation accuracy
-(greedy) before, every few steps, and after.
+(sampled at temperature 1 unless told otherwise) before, every few steps, and after.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ from calc_x.agent import solve  # noqa: E402
 from calc_x.tasks import reward, split_tasks  # noqa: E402
 
 
-async def run_episodes(client: Any, model: str, tasks: list[dict[str, Any]], temperature: float) -> list[dict[str, Any]]:
+async def run_episodes(
+    client: Any, model: str, tasks: list[dict[str, Any]], temperature: float
+) -> list[dict[str, Any]]:
     from agl.algorithms.local.grpo_core import Turn
 
     async def one(task: dict[str, Any]) -> dict[str, Any]:
@@ -41,7 +43,9 @@ async def run_episodes(client: Any, model: str, tasks: list[dict[str, Any]], tem
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default=str(ROOT / "apps" / "calc_tiny" / "model"))
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--prompts", type=int, default=16)
@@ -51,13 +55,13 @@ async def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--val-size", type=int, default=256)
     parser.add_argument("--val-every", type=int, default=10)
+    parser.add_argument("--val-temperature", type=float, default=1.0, help="0 for greedy validation")
     args = parser.parse_args()
 
     import torch
-    from openai import AsyncOpenAI
-
     from agl.algorithms.local.grpo_core import episode_samples, group_advantages, grpo_update
     from agl.algorithms.local.server import ModelServer, load_model
+    from openai import AsyncOpenAI
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -70,8 +74,10 @@ async def main() -> None:
     rng = random.Random(args.seed)
 
     async def validate() -> tuple[float, float]:
-        episodes = await run_episodes(client, "calc-tiny", val, temperature=0.0)
-        return sum(e["reward"] for e in episodes) / len(episodes), sum(e["tool"] for e in episodes) / len(episodes)
+        episodes = await run_episodes(client, "calc-tiny", val, temperature=args.val_temperature)
+        return sum(e["reward"] for e in episodes) / len(episodes), sum(e["tool"] for e in episodes) / len(
+            episodes
+        )
 
     t_start = time.time()
     before, before_tool = await validate()
@@ -86,7 +92,12 @@ async def main() -> None:
         t1 = time.perf_counter()
         groups = [i // args.n for i in range(len(batch))]
         advantages = group_advantages([e["reward"] for e in episodes], groups)
-        samples = [s for e, a in zip(episodes, advantages) if a is not None for s in episode_samples(e["turns"], a)]
+        samples = [
+            s
+            for e, a in zip(episodes, advantages, strict=False)
+            if a is not None
+            for s in episode_samples(e["turns"], a)
+        ]
         stats = grpo_update(policy, optimizer, samples, pad_id=tokenizer.pad_token_id)
         server.update_weights(policy.state_dict())
         t2 = time.perf_counter()
@@ -107,7 +118,9 @@ async def main() -> None:
     after, after_tool = await validate()
     server.stop()
     minutes = (time.time() - t_start) / 60
-    print(f"s/step: rollout {rollout_s / args.steps:.2f} + update {update_s / args.steps:.2f}; {minutes:.1f} min")
+    print(
+        f"s/step: rollout {rollout_s / args.steps:.2f} + update {update_s / args.steps:.2f}; {minutes:.1f} min"
+    )
     print(f"tool use: {before_tool:.1%} -> {after_tool:.1%}")
     print(f"validation accuracy: {before:.1%} -> {after:.1%}")
 

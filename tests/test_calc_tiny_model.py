@@ -47,7 +47,9 @@ def test_config_is_a_standard_llama_that_servers_can_load(tokenizer: Any) -> Non
 
 _text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=30)
 _number = st.integers(-9999, 99999).map(str)
-_content = st.lists(st.one_of(_text, _number, st.sampled_from(["What is ", " + ", " * ", "\n", "The answer is "])), max_size=6).map("".join)
+_content = st.lists(
+    st.one_of(_text, _number, st.sampled_from(["What is ", " + ", " * ", "\n", "The answer is "])), max_size=6
+).map("".join)
 
 
 @st.composite
@@ -56,8 +58,19 @@ def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
     for _ in range(draw(st.integers(1, 3))):
         if draw(st.booleans()):
             arguments = json.dumps({"expression": draw(_content)})
-            messages.append({"role": "assistant", "content": "", "tool_calls": [
-                {"id": "c", "type": "function", "function": {"name": "calculator", "arguments": arguments}}]})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "id": "c",
+                            "type": "function",
+                            "function": {"name": "calculator", "arguments": arguments},
+                        }
+                    ],
+                }
+            )
             messages.append({"role": "tool", "tool_call_id": "c", "content": draw(_content)})
         else:
             messages.append({"role": "assistant", "content": draw(_content)})
@@ -67,7 +80,9 @@ def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 @settings(max_examples=150, deadline=None)
 @given(conversations(), st.booleans())
-def test_turn_by_turn_tokenisation_equals_whole_conversation(tokenizer: Any, messages: list[dict[str, Any]], tools: bool) -> None:
+def test_turn_by_turn_tokenisation_equals_whole_conversation(
+    tokenizer: Any, messages: list[dict[str, Any]], tools: bool
+) -> None:
     """Encoding the prompt of each assistant turn, then the turn itself, gives the same ids as encoding the
     conversation at once: what the server returned per call is a prefix of what the next call sees."""
     tool_list = [CALCULATOR_TOOL] if tools else None
@@ -77,13 +92,15 @@ def test_turn_by_turn_tokenisation_equals_whole_conversation(tokenizer: Any, mes
     for i, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        prompt = tokenizer.apply_chat_template(messages[:i], tools=tool_list, tokenize=False, add_generation_prompt=True)
+        prompt = tokenizer.apply_chat_template(
+            messages[:i], tools=tool_list, tokenize=False, add_generation_prompt=True
+        )
         turn = tokenizer.apply_chat_template(messages[: i + 1], tools=tool_list, tokenize=False)
         assert prompt.startswith(done) and turn.startswith(prompt)
-        pieces += tokenizer.encode(prompt[len(done):], add_special_tokens=False)
-        pieces += tokenizer.encode(turn[len(prompt):], add_special_tokens=False)
+        pieces += tokenizer.encode(prompt[len(done) :], add_special_tokens=False)
+        pieces += tokenizer.encode(turn[len(prompt) :], add_special_tokens=False)
         done = turn
-    pieces += tokenizer.encode(whole[len(done):], add_special_tokens=False)
+    pieces += tokenizer.encode(whole[len(done) :], add_special_tokens=False)
     assert pieces == tokenizer.encode(whole, add_special_tokens=False)
 
 
@@ -99,11 +116,20 @@ def test_numbers_and_newlines_are_their_own_tokens(tokenizer: Any) -> None:
 def test_tool_call_rendering_round_trips_through_the_server_parser(tokenizer: Any) -> None:
     from agl.algorithms.local._chat import parse_tool_calls
 
-    call = {"id": "c", "type": "function", "function": {"name": "calculator", "arguments": json.dumps({"expression": "19 + 17"})}}
-    messages = [{"role": "user", "content": "What is 19 + 17?"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
-    prompt = tokenizer.apply_chat_template(messages[:1], tools=[CALCULATOR_TOOL], tokenize=False, add_generation_prompt=True)
+    call = {
+        "id": "c",
+        "type": "function",
+        "function": {"name": "calculator", "arguments": json.dumps({"expression": "19 + 17"})},
+    }
+    messages = [
+        {"role": "user", "content": "What is 19 + 17?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+    ]
+    prompt = tokenizer.apply_chat_template(
+        messages[:1], tools=[CALCULATOR_TOOL], tokenize=False, add_generation_prompt=True
+    )
     full = tokenizer.apply_chat_template(messages, tools=[CALCULATOR_TOOL], tokenize=False)
-    generated = full[len(prompt):].removesuffix("<|im_end|>\n")
+    generated = full[len(prompt) :].removesuffix("<|im_end|>\n")
     content, calls = parse_tool_calls(generated)
     assert content is None
     assert calls[0]["function"]["name"] == "calculator"

@@ -96,3 +96,71 @@ def test_store_algorithm_and_runners_as_three_commands(tmp_path: Path) -> None:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+
+
+@pytest.mark.timeout(180)
+def test_agl_runner_command_serves_an_agent_against_agl_store(tmp_path: Path) -> None:
+    from agl.types import LLM, EnqueueRolloutRequest
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("AGL_STORE_TOKEN", None)
+    store = subprocess.Popen(
+        [*_agl_command(), "store", "--port", "0", "--log-level", "WARNING"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    procs: list[subprocess.Popen[str]] = [store]
+    try:
+        endpoint = _read_endpoint(store, time.monotonic() + 60)
+        bad = subprocess.run(
+            [*_agl_command(), "runner", "tests.support.e2e_agents:no_such_agent", "--store", endpoint],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=60,
+            check=False,
+        )
+        assert bad.returncode == 2 and "no_such_agent" in bad.stderr
+        runner = subprocess.Popen(
+            [
+                *_agl_command(),
+                "runner",
+                "tests.support.e2e_agents:reward_agent",
+                "--store",
+                endpoint,
+                "--n-runners",
+                "2",
+            ],
+            env=env,
+            cwd=ROOT,
+            text=True,
+        )
+        procs.append(runner)
+
+        async def run_tasks() -> None:
+            client = LightningStoreClient(endpoint)
+            try:
+                resources = await client.add_resources(
+                    {"llm": LLM(endpoint="http://127.0.0.1:9/v1", model="stand-in")}
+                )
+                queued = await client.enqueue_many_rollouts(
+                    [
+                        EnqueueRolloutRequest(input={"x": i}, resources_id=resources.resources_id)
+                        for i in range(12)
+                    ]
+                )
+                done = await client.wait_for_rollouts(rollout_ids=[r.rollout_id for r in queued], timeout=120)
+                assert len(done) == 12 and {r.status for r in done} == {"succeeded"}
+            finally:
+                await client.close()
+
+        asyncio.run(run_tasks())
+        assert _stop(runner) == 0
+        assert _stop(store) == 0
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)

@@ -164,3 +164,32 @@ def test_spawned_runner_processes_work_too() -> None:
     ).fit(reward_agent, [{"x": i} for i in range(10)])
     rollouts = _rollouts(store)
     assert len(rollouts) == 10 and {r.status for r in rollouts} == {"succeeded"}
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("strategy", ["cs", "shm"])
+def test_sqlite_store_end_to_end(strategy: str, tmp_path: Path) -> None:
+    from agl.store import SqlLightningStore
+
+    store = SqlLightningStore(f"sqlite:///{tmp_path / 'run.db'}")
+    trainer = Trainer(
+        algorithm=Baseline(),
+        n_runners=2,
+        strategy=strategy,
+        store=store,
+        port=0,
+        initial_resources=INITIAL,
+        progress=False,
+    )
+    trainer.fit(reward_agent, [{"x": i} for i in range(40)])
+
+    async def check() -> None:
+        rollouts = list(await store.query_rollouts())
+        assert len(rollouts) == 40 and {r.status for r in rollouts} == {"succeeded"}
+        for r in rollouts:
+            assert find_final_reward(list(await store.query_spans(r.rollout_id))) == pytest.approx(
+                r.input["x"] / 10
+            )
+        await store.close()
+
+    asyncio.run(check())

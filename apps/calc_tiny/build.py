@@ -60,7 +60,9 @@ def make_conversation(rng: random.Random) -> list[dict[str, Any]]:
             {"role": "assistant", "content": ANSWER.format(result)},
         ]
     else:
-        messages.append({"role": "assistant", "content": ANSWER.format(wrong_number(int(task["result"]), rng))})
+        messages.append(
+            {"role": "assistant", "content": ANSWER.format(wrong_number(int(task["result"]), rng))}
+        )
     return messages
 
 
@@ -117,7 +119,9 @@ def encode_conversation(tokenizer: Any, messages: list[dict[str, Any]]) -> tuple
     for i, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        prompt = tokenizer.apply_chat_template(messages[:i], tools=[CALCULATOR_TOOL], tokenize=False, add_generation_prompt=True)
+        prompt = tokenizer.apply_chat_template(
+            messages[:i], tools=[CALCULATOR_TOOL], tokenize=False, add_generation_prompt=True
+        )
         turn = tokenizer.apply_chat_template(messages[: i + 1], tools=[CALCULATOR_TOOL], tokenize=False)
         context = tokenizer.encode(prompt[len(done) :], add_special_tokens=False)
         generated = tokenizer.encode(turn[len(prompt) : -1], add_special_tokens=False)  # drop the "\n"
@@ -160,15 +164,15 @@ def batch_tensors(examples: list[tuple[list[int], list[int]]], pad_id: int) -> t
     for row, (ids, mask) in enumerate(examples):
         input_ids[row, : len(ids)] = torch.tensor(ids)
         attention[row, : len(ids)] = 1
-        labels[row, : len(ids)] = torch.tensor([t if m else -100 for t, m in zip(ids, mask)])
+        labels[row, : len(ids)] = torch.tensor([t if m else -100 for t, m in zip(ids, mask, strict=False)])
     return input_ids, attention, labels
 
 
 def evaluate(model: Any, tokenizer: Any, n: int, seed: int, temperature: float) -> dict[str, float]:
     """Accuracy and tool-use rate on fresh questions, running the real two-turn tool protocol."""
     import torch
-
-    from calc_x.tasks import evaluate as calc, reward
+    from calc_x.tasks import evaluate as calc
+    from calc_x.tasks import reward
 
     rng = random.Random(seed)
     tasks = [make_task(rng) for _ in range(n)]
@@ -183,11 +187,13 @@ def evaluate(model: Any, tokenizer: Any, n: int, seed: int, temperature: float) 
         if not todo:
             break
         prompts = [
-            tokenizer.apply_chat_template(convos[i], tools=[CALCULATOR_TOOL], tokenize=False, add_generation_prompt=True)
+            tokenizer.apply_chat_template(
+                convos[i], tools=[CALCULATOR_TOOL], tokenize=False, add_generation_prompt=True
+            )
             for i in todo
         ]
         texts = _generate(model, tokenizer, prompts, temperature, gen)
-        for i, text in zip(todo, texts):
+        for i, text in zip(todo, texts, strict=False):
             if "<tool_call>" in text:
                 used_tool[i] = True
                 expression = ""
@@ -198,13 +204,20 @@ def evaluate(model: Any, tokenizer: Any, n: int, seed: int, temperature: float) 
                 except (ValueError, KeyError, TypeError, IndexError):
                     result = "error"
                 arguments = json.dumps({"expression": expression})
-                call = {"id": "c", "type": "function", "function": {"name": "calculator", "arguments": arguments}}
-                convos[i] += [{"role": "assistant", "content": "", "tool_calls": [call]}, {"role": "tool", "content": result}]
+                call = {
+                    "id": "c",
+                    "type": "function",
+                    "function": {"name": "calculator", "arguments": arguments},
+                }
+                convos[i] += [
+                    {"role": "assistant", "content": "", "tool_calls": [call]},
+                    {"role": "tool", "content": result},
+                ]
             else:
                 answers[i] = text
                 finished[i] = True
     model.train()
-    correct = sum(reward(a, t["result"]) for a, t in zip(answers, tasks))
+    correct = sum(reward(a, t["result"]) for a, t in zip(answers, tasks, strict=False))
     return {"accuracy": correct / n, "tool_use": sum(used_tool) / n}
 
 
@@ -221,7 +234,13 @@ def _generate(model: Any, tokenizer: Any, prompts: list[str], temperature: float
     step_ids, step_pos = ids, positions
     with torch.no_grad():
         for _ in range(40):
-            res = model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, past_key_values=past, use_cache=True)
+            res = model(
+                input_ids=step_ids,
+                attention_mask=attn,
+                position_ids=step_pos,
+                past_key_values=past,
+                use_cache=True,
+            )
             past = res.past_key_values
             logits = res.logits[:, -1, :].float()
             if temperature <= 0:
@@ -241,18 +260,25 @@ def _generate(model: Any, tokenizer: Any, prompts: list[str], temperature: float
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, default=HERE / "model")
     parser.add_argument("--steps", type=int, default=1200, help="training steps")
     parser.add_argument(
-        "--schedule-steps", type=int, default=2000, help="length of the cosine learning-rate schedule (truncated at --steps)"
+        "--schedule-steps",
+        type=int,
+        default=2000,
+        help="length of the cosine learning-rate schedule (truncated at --steps)",
     )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
-    parser.add_argument("--ckpt", type=Path, default=HERE.parent.parent / "runs" / "calc_tiny_build" / "ckpt.pt")
+    parser.add_argument(
+        "--ckpt", type=Path, default=HERE.parent.parent / "runs" / "calc_tiny_build" / "ckpt.pt"
+    )
     args = parser.parse_args()
 
     import torch
@@ -303,7 +329,10 @@ def main() -> None:
         running = 0.98 * running + 0.02 * value if step > start else value
         if (step + 1) % 50 == 0:
             rate = (step + 1 - start) / (time.time() - t_train)
-            print(f"step {step + 1}/{args.steps} loss {running:.4f} lr {lr_at(step):.2e} ({rate:.2f} steps/s)", flush=True)
+            print(
+                f"step {step + 1}/{args.steps} loss {running:.4f} lr {lr_at(step):.2e} ({rate:.2f} steps/s)",
+                flush=True,
+            )
         if (step + 1) % 500 == 0 or step + 1 == args.steps:
             args.ckpt.parent.mkdir(parents=True, exist_ok=True)
             state = {
@@ -315,7 +344,10 @@ def main() -> None:
             }
             torch.save(state, args.ckpt)
             metrics = evaluate(model, tokenizer, 200, seed=12345, temperature=1.0)
-            print(f"  eval@T=1: accuracy {metrics['accuracy']:.1%} tool use {metrics['tool_use']:.1%}", flush=True)
+            print(
+                f"  eval@T=1: accuracy {metrics['accuracy']:.1%} tool use {metrics['tool_use']:.1%}",
+                flush=True,
+            )
 
     greedy = evaluate(model, tokenizer, 500, seed=777, temperature=0.0)
     sampled = evaluate(model, tokenizer, 500, seed=777, temperature=1.0)

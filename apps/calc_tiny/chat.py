@@ -40,7 +40,7 @@ CHAT_TEMPLATE = (
     "{%- set fn = call['function'] if call['function'] is defined else call -%}"
     "{%- if (message['content'] or '') or not loop.first -%}{{- '\\n' -}}{%- endif -%}"
     "{%- set args = fn['arguments'] if fn['arguments'] is string else (fn['arguments'] | tojson) -%}"
-    '{{- \'<tool_call>\\n{"name": "\' + fn[\'name\'] + \'", "arguments": \' + args + \'}\\n</tool_call>\' -}}'
+    "{{- '<tool_call>\\n{\"name\": \"' + fn['name'] + '\", \"arguments\": ' + args + '}\\n</tool_call>' -}}"
     "{%- endfor -%}"
     "{%- endif -%}"
     "{{- '<|im_end|>\\n' -}}"

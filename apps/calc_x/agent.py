@@ -8,7 +8,6 @@ import weakref
 from typing import Any
 
 import httpx
-
 from agl.runner import rollout
 from agl.tracer import emit_reward
 from agl.types import LLM
@@ -57,13 +56,21 @@ async def solve(
                 "role": "assistant",
                 "content": message.content or "",
                 "tool_calls": [
-                    {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.function.name, "arguments": c.function.arguments},
+                    }
                     for c in message.tool_calls
                 ],
             }
         )
         for call in message.tool_calls:
-            result = run_calculator(call.function.arguments) if call.function.name == "calculator" else "error: unknown tool"
+            result = (
+                run_calculator(call.function.arguments)
+                if call.function.name == "calculator"
+                else "error: unknown tool"
+            )
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
     return "", completions
 

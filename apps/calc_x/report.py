@@ -6,7 +6,9 @@ from pathlib import Path
 from typing import Any
 
 
-def plot_curve(history: list[dict[str, Any]], validations: list[dict[str, Any]], path: Path, title: str) -> Path:
+def plot_curve(
+    history: list[dict[str, Any]], validations: list[dict[str, Any]], path: Path, title: str
+) -> Path:
     """Training reward / tool use per step and validation accuracy, as a PNG."""
     import matplotlib
 
@@ -18,8 +20,13 @@ def plot_curve(history: list[dict[str, Any]], validations: list[dict[str, Any]],
     ax.plot(steps, [h["reward"] for h in history], label="train reward (T=1)", color="tab:blue")
     ax.plot(steps, [h["tool_use"] for h in history], label="train tool use", color="tab:orange", alpha=0.6)
     if validations:
-        ax.plot([v["step"] for v in validations], [v["accuracy"] for v in validations], "o-",
-                label="validation accuracy (greedy)", color="tab:green")
+        ax.plot(
+            [v["step"] for v in validations],
+            [v["accuracy"] for v in validations],
+            "o-",
+            label="validation accuracy (greedy)",
+            color="tab:green",
+        )
     ax.set_xlabel("step")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
@@ -31,7 +38,9 @@ def plot_curve(history: list[dict[str, Any]], validations: list[dict[str, Any]],
     return path
 
 
-def summary(history: list[dict[str, Any]], validations: list[dict[str, Any]], minutes: float, out_dir: Path) -> str:
+def summary(
+    history: list[dict[str, Any]], validations: list[dict[str, Any]], minutes: float, out_dir: Path
+) -> str:
     """The closing table; its last line is ``validation accuracy: A% -> B%``."""
     before, after = validations[0], validations[-1]
     n = max(len(history), 1)
@@ -43,8 +52,11 @@ def summary(history: list[dict[str, Any]], validations: list[dict[str, Any]], mi
         ("", "before", "after"),
         ("validation accuracy", f"{before['accuracy']:.1%}", f"{after['accuracy']:.1%}"),
         ("validation tool use", f"{before['tool_use']:.1%}", f"{after['tool_use']:.1%}"),
-        ("train reward (first/last step)", f"{history[0]['reward']:.3f}" if history else "-",
-         f"{history[-1]['reward']:.3f}" if history else "-"),
+        (
+            "train reward (first/last step)",
+            f"{history[0]['reward']:.3f}" if history else "-",
+            f"{history[-1]['reward']:.3f}" if history else "-",
+        ),
     ]
     width = max(len(r[0]) for r in rows)
     lines = [f"{a:<{width}}  {b:>8}  {c:>8}" for a, b, c in rows]

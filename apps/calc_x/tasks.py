@@ -41,7 +41,9 @@ def make_tasks(n: int, seed: int) -> list[dict[str, Any]]:
     return [make_task(rng) for _ in range(n)]
 
 
-def split_tasks(seed: int, n_train: int = 2000, n_val: int = 256) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split_tasks(
+    seed: int, n_train: int = 2000, n_val: int = 256
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """A fixed train/validation split with no question in both."""
     rng = random.Random(seed)
     seen: set[str] = set()
@@ -67,7 +69,11 @@ def evaluate(expression: str) -> float | int:
     def walk(node: ast.AST) -> float | int:
         if isinstance(node, ast.Expression):
             return walk(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, (int, float))
+            and not isinstance(node.value, bool)
+        ):
             return node.value
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             value = walk(node.operand)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -118,3 +120,16 @@ def test_defaults_follow_the_reference() -> None:
         3,
     )
     assert (apo.rollout_batch_timeout, apo.run_initial_validation) == (3600.0, True)
+
+
+def test_importing_apo_loads_neither_poml_nor_openai() -> None:
+    code = (
+        "import sys\n"
+        "import agl.algorithms, agl.algorithms.apo\n"
+        "from agl.algorithms import APO\n"
+        "print(sorted(m for m in ('poml', 'openai', 'litellm', 'torch') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"

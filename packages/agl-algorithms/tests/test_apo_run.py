@@ -222,3 +222,33 @@ def test_several_prompt_templates_are_optimised_in_turn(standin: StandinServer) 
     assert set(best) == {"prompt_template", "style"}
     latest = asyncio.run(store.get_latest_resources())
     assert latest is not None and set(latest.resources) == {"main_llm", "prompt_template", "style"}
+
+
+def test_rollouts_that_outlive_the_batch_timeout_are_cancelled_and_left_out() -> None:
+    backend = ApoStandinBackend(slow_s=4.0)
+    with serve_apo_standin(backend) as standin:
+        backend.queue_faults("agent", "slow", "slow", "slow", "slow")  # every runner's first call hangs
+        apo = make_apo(standin, beam_rounds=0, rollout_batch_timeout=1.5)
+        store = fit(standin, apo)
+    summary = apo.rounds[0]
+    assert summary.val_rollouts == len(VAL) and summary.leader_val_score == 0.0  # nothing finished in time
+    rollouts = asyncio.run(store.query_rollouts()).items
+    cancelled = [r for r in rollouts if r.status == "cancelled"]
+    never_started = [r for r in cancelled if not asyncio.run(store.query_attempts(r.rollout_id)).items]
+    # the 4 hanging ones were running; every queued one was withdrawn before a runner took it
+    assert len(never_started) == len(VAL) - 4
+
+
+def test_a_wrong_api_key_stops_the_run_at_once(standin: StandinServer) -> None:
+    backend = standin.backend
+    assert isinstance(backend, ApoStandinBackend)
+    before = backend.calls["critic"]
+    backend.fail_always("critic", "unauthorized")
+    try:
+        apo = make_apo(standin, beam_rounds=1, run_initial_validation=False)
+        with pytest.raises(openai.AuthenticationError):
+            fit(standin, apo)
+    finally:
+        backend.fail_always("critic", None)
+    assert 1 <= backend.calls["critic"] - before <= 4  # no retries: each child asked at most once
+    assert apo.rounds == []

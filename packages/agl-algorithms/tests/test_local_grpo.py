@@ -12,9 +12,6 @@ pytest.importorskip("transformers")
 
 import torch
 from _local_tiny import build_tiny_model
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from agl.algorithms.local import GRPOConfig, LocalGRPO
 from agl.algorithms.local.grpo_core import (
     Sample,
@@ -24,6 +21,8 @@ from agl.algorithms.local.grpo_core import (
     grpo_update,
     sequence_logprobs,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 @given(st.lists(st.tuples(st.integers(0, 4), st.sampled_from([0.0, 0.5, 1.0])), min_size=1, max_size=40))
@@ -69,7 +68,16 @@ def test_episode_samples_split_turns_that_do_not_extend() -> None:
     assert [s.mask for s in samples] == [[0, 0, 1], [0, 0, 0, 1, 1]]
 
 
-@given(st.lists(st.tuples(st.lists(st.integers(1, 50), min_size=1, max_size=5), st.lists(st.integers(1, 50), min_size=1, max_size=5)), min_size=1, max_size=4))
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.integers(1, 50), min_size=1, max_size=5),
+            st.lists(st.integers(1, 50), min_size=1, max_size=5),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
 @settings(max_examples=50)
 def test_episode_samples_keep_every_generated_token_once(raw: list[tuple[list[int], list[int]]]) -> None:
     # turns that extend the history as a real conversation does
@@ -79,7 +87,7 @@ def test_episode_samples_keep_every_generated_token_once(raw: list[tuple[list[in
         turns.append(Turn(prompt, response))
         history = prompt + response
     (sample,) = episode_samples(turns, 1.0)
-    generated = [t for t, m in zip(sample.ids, sample.mask) if m]
+    generated = [t for t, m in zip(sample.ids, sample.mask, strict=False) if m]
     assert generated == [t for turn in turns for t in turn.response_ids]
     assert sample.ids == history
 
@@ -110,7 +118,7 @@ def test_one_update_raises_the_positive_sample_and_lowers_the_negative(tiny: Pat
     assert stats["tokens"] == 6
     assert response_logprob(good) > good_before
     assert response_logprob(bad) < bad_before
-    assert any(not torch.equal(a, b) for a, b in zip(prompt_before, model.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(prompt_before, model.parameters(), strict=False))
 
 
 def test_zero_advantage_and_empty_batches_do_not_move_weights(tiny: Path) -> None:
@@ -121,7 +129,7 @@ def test_zero_advantage_and_empty_batches_do_not_move_weights(tiny: Path) -> Non
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     assert grpo_update(model, optimizer, [], pad_id=0)["tokens"] == 0
     grpo_update(model, optimizer, [Sample([1, 2, 3], [0, 1, 1], 0.0)], pad_id=0)
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=False))
 
 
 def test_clipping_stops_the_ratio_running_away(tiny: Path) -> None:

@@ -16,15 +16,18 @@ pytest.importorskip("transformers")
 import httpx
 import torch
 from _local_tiny import build_tiny_model
-from openai import APIStatusError, AsyncOpenAI, OpenAI
-
 from agl.algorithms.local import ModelServer, SamplingParams
 from agl.algorithms.local._chat import normalize_messages, parse_tool_calls, visible_prefix
+from openai import APIStatusError, AsyncOpenAI, OpenAI
 
 MODEL = "tiny"
 TOOL = {
     "type": "function",
-    "function": {"name": "calculator", "description": "math", "parameters": {"type": "object", "properties": {}}},
+    "function": {
+        "name": "calculator",
+        "description": "math",
+        "parameters": {"type": "object", "properties": {}},
+    },
 }
 
 
@@ -53,7 +56,9 @@ def ask(client: OpenAI, **kwargs: Any) -> Any:
 
 
 def test_chat_returns_token_ids_and_logprobs(client: OpenAI, server: ModelServer) -> None:
-    r = ask(client, max_tokens=12, seed=3, logprobs=True, top_logprobs=2, extra_body={"return_token_ids": True})
+    r = ask(
+        client, max_tokens=12, seed=3, logprobs=True, top_logprobs=2, extra_body={"return_token_ids": True}
+    )
     choice = r.choices[0]
     token_ids = choice.model_extra["token_ids"]
     prompt_ids = r.model_extra["prompt_token_ids"]
@@ -67,7 +72,7 @@ def test_chat_returns_token_ids_and_logprobs(client: OpenAI, server: ModelServer
     )
     assert prompt_ids == server.tokenizer.encode(text, add_special_tokens=False)
     assert choice.logprobs is not None and len(choice.logprobs.content) == len(token_ids)
-    for entry, token in zip(choice.logprobs.content, token_ids):
+    for entry, token in zip(choice.logprobs.content, token_ids, strict=False):
         assert entry.logprob <= 0.0
         assert entry.token == server.tokenizer.decode([token])
         assert len(entry.top_logprobs) == 2
@@ -80,7 +85,9 @@ def test_logprobs_match_the_model(client: OpenAI, server: ModelServer) -> None:
     n_prompt = len(r.model_extra["prompt_token_ids"])
     with torch.no_grad():
         logits = server.engine.model(input_ids=torch.tensor([ids])).logits[0]
-    expected = torch.log_softmax(logits.float(), -1)[n_prompt - 1 : -1].gather(1, torch.tensor(ids[n_prompt:]).unsqueeze(1))
+    expected = torch.log_softmax(logits.float(), -1)[n_prompt - 1 : -1].gather(
+        1, torch.tensor(ids[n_prompt:]).unsqueeze(1)
+    )
     got = torch.tensor([e.logprob for e in r.choices[0].logprobs.content])
     assert torch.allclose(got, expected.squeeze(1), atol=1e-4)
 
@@ -104,8 +111,14 @@ def test_max_tokens_gives_length_and_n_gives_choices(client: OpenAI) -> None:
 
 def test_streaming_matches_the_whole_response(client: OpenAI) -> None:
     whole = ask(client, max_tokens=16, seed=7, extra_body={"return_token_ids": True})
-    stream = ask(client, max_tokens=16, seed=7, stream=True, stream_options={"include_usage": True},
-                 extra_body={"return_token_ids": True})
+    stream = ask(
+        client,
+        max_tokens=16,
+        seed=7,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"return_token_ids": True},
+    )
     content, ids, finish, usage = "", [], None, None
     for chunk in stream:
         if chunk.usage is not None:
@@ -123,13 +136,24 @@ def test_streaming_matches_the_whole_response(client: OpenAI) -> None:
 def test_tool_history_is_rendered_and_tools_accepted(client: OpenAI, server: ModelServer) -> None:
     messages = [
         {"role": "user", "content": "What is 12 + 30?"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "12 + 30"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "calculator", "arguments": '{"expression": "12 + 30"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "42"},
     ]
     r = ask(client, messages=messages, tools=[TOOL], max_tokens=4, extra_body={"return_token_ids": True})
     prompt = server.tokenizer.decode(r.model_extra["prompt_token_ids"])
-    assert '<tool_call>\n{"name": "calculator", "arguments": {"expression": "12 + 30"}}\n</tool_call>' in prompt
+    assert (
+        '<tool_call>\n{"name": "calculator", "arguments": {"expression": "12 + 30"}}\n</tool_call>' in prompt
+    )
     assert "<tool_response>\n42\n</tool_response>" in prompt
     assert '"name": "calculator"' in prompt.split("</tools>")[0]
 
@@ -137,10 +161,14 @@ def test_tool_history_is_rendered_and_tools_accepted(client: OpenAI, server: Mod
 def test_concurrent_requests_are_batched(server: ModelServer) -> None:
     async def run() -> list[Any]:
         async with AsyncOpenAI(base_url=server.url, api_key="unused", max_retries=0) as c:
-            return await asyncio.gather(*[
-                c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": f"Hi {i}"}], max_tokens=8, seed=i)
-                for i in range(24)
-            ])
+            return await asyncio.gather(
+                *[
+                    c.chat.completions.create(
+                        model=MODEL, messages=[{"role": "user", "content": f"Hi {i}"}], max_tokens=8, seed=i
+                    )
+                    for i in range(24)
+                ]
+            )
 
     before = dict(server.engine.stats)
     results = asyncio.run(run())
@@ -170,25 +198,34 @@ def test_bad_requests_are_4xx_and_the_server_survives(client: OpenAI, server: Mo
 
 
 def test_update_weights_changes_outputs_without_restart(model_dir: Path) -> None:
-    with ModelServer(model_dir, served_model_name=MODEL) as s, OpenAI(base_url=s.url, api_key="x", max_retries=0) as c:
+    with (
+        ModelServer(model_dir, served_model_name=MODEL) as s,
+        OpenAI(base_url=s.url, api_key="x", max_retries=0) as c,
+    ):
         first = ask(c, max_tokens=5, logprobs=True, temperature=0)
         state = {k: v + 0.05 * torch.randn_like(v) for k, v in s.engine.model.state_dict().items()}
         assert s.update_weights(state) == 1
         second = ask(c, max_tokens=5, logprobs=True, temperature=0)
         assert second.system_fingerprint == "agl-local-v1"
-        assert [e.logprob for e in first.choices[0].logprobs.content] != [e.logprob for e in second.choices[0].logprobs.content]
+        assert [e.logprob for e in first.choices[0].logprobs.content] != [
+            e.logprob for e in second.choices[0].logprobs.content
+        ]
 
 
 def test_engine_generate_respects_stop_strings(server: ModelServer) -> None:
     prompt = server.tokenizer.encode("What is", add_special_tokens=False)
-    results = server.engine.generate([prompt] * 4, SamplingParams(max_tokens=30, temperature=1.0, seed=2, stop=["e"]))
+    results = server.engine.generate(
+        [prompt] * 4, SamplingParams(max_tokens=30, temperature=1.0, seed=2, stop=["e"])
+    )
     for r in results:
         assert "e" not in r.text
         assert r.finish_reason in ("stop", "length")
 
 
 def test_parse_tool_calls_hermes() -> None:
-    content, calls = parse_tool_calls('<tool_call>\n{"name": "calculator", "arguments": {"expression": "1 + 2"}}\n</tool_call>')
+    content, calls = parse_tool_calls(
+        '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1 + 2"}}\n</tool_call>'
+    )
     assert content is None
     assert calls[0]["function"]["name"] == "calculator"
     assert json.loads(calls[0]["function"]["arguments"]) == {"expression": "1 + 2"}
@@ -209,5 +246,7 @@ def test_normalize_messages_rejects_bad_shapes() -> None:
         normalize_messages([])
     with pytest.raises(ValueError, match="text"):
         normalize_messages([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}])
-    out = normalize_messages([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])
+    out = normalize_messages(
+        [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
+    )
     assert out == [{"role": "user", "content": "ab"}]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
@@ -349,3 +350,36 @@ async def test_asyncio_launch_mode_serves_on_the_callers_loop(
         await proxy.flush()
         spans = await llm_spans(store, rollout, 1)
     assert len(spans) == 1 and spans[0].attributes[L.RESPONSE_TOKEN_IDS.value] == token_ids("echo: x")
+
+
+async def test_no_nagle_stall_between_headers_and_body(
+    store: InMemoryLightningStore, standin: StandinServer
+) -> None:
+    """Regression: on asyncio's own loop, uvicorn writes headers and body separately; without TCP_NODELAY on
+    the proxy's sockets the body waited for the client's delayed ACK (~40 ms every response)."""
+    import socket
+    import statistics
+    import time
+
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    request = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    request += b"Content-Length: %d\r\n\r\n" % len(body) + body
+    async with running_proxy(store, standin, launch_mode="asyncio") as proxy:
+        port = int(proxy.endpoint.rsplit(":", 1)[1])
+
+        def measure() -> list[float]:
+            totals = []
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.settimeout(10)
+                for _ in range(7):
+                    start = time.perf_counter()
+                    sock.sendall(request)
+                    received = b""
+                    while not received.endswith(b"}"):
+                        received += sock.recv(65536)
+                    totals.append(time.perf_counter() - start)
+            return totals
+
+        totals = await asyncio.to_thread(measure)
+    assert statistics.median(totals) < 0.030, totals

@@ -146,7 +146,9 @@ async def test_iter_picks_up_work_at_once_and_stops_on_the_event() -> None:
     store = InMemoryLightningStore()
     await store.add_resources(LLM_RESOURCES)
     event = threading.Event()
-    runner = make_runner(poll_interval=5.0)  # a long poll: new work must not wait for it to expire
+    runner = make_runner(
+        poll_interval=2.0, interval_jitter=0.1
+    )  # new work must not wait for the poll to expire
     with runner.run_context(agent=rewarding, store=store):
         task = asyncio.create_task(runner.iter(event=event))
         await asyncio.sleep(0)  # let the runner start its first long poll on the empty queue
@@ -155,7 +157,7 @@ async def test_iter_picks_up_work_at_once_and_stops_on_the_event() -> None:
         finished = await store.wait_for_rollouts(rollout_ids=[queued.rollout_id], timeout=10)
         latency = time.monotonic() - started
         assert [r.status for r in finished] == ["succeeded"]
-        assert latency < 2.0, f"the runner noticed new work only after {latency:.2f}s"
+        assert latency < 1.5, f"the runner noticed new work only after {latency:.2f}s"
         event.set()
         await asyncio.wait_for(task, timeout=10)
     assert runner.processed == 1

@@ -195,3 +195,40 @@ async def test_progress_lines_without_a_terminal() -> None:
         await task
     assert "0/1 rollouts done" in stream.getvalue() and "1 queued" in stream.getvalue()
     assert "rollouts finished:" in stream.getvalue()
+
+
+class OneLoopStore(InMemoryLightningStore):
+    """An in-memory store that declares itself not thread-safe and records the loops it is called on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loops: set[int] = set()
+
+    @property
+    def capabilities(self) -> Any:
+        return {**super().capabilities, "thread_safe": False}
+
+    async def dequeue_rollout(self, worker_id: str | None = None, *, timeout: float = 0.0) -> Any:
+        self.loops.add(id(asyncio.get_running_loop()))
+        return await super().dequeue_rollout(worker_id, timeout=timeout)
+
+    async def update_attempt(self, *args: Any, **kwargs: Any) -> Any:
+        self.loops.add(id(asyncio.get_running_loop()))
+        return await super().update_attempt(*args, **kwargs)
+
+
+def test_shm_confines_a_store_that_is_not_thread_safe_to_one_loop() -> None:
+    from agl.algorithms import Baseline
+
+    store = OneLoopStore()
+    trainer = Trainer(
+        algorithm=Baseline(),
+        n_runners=3,
+        strategy="shm",
+        store=store,
+        initial_resources=RESOURCES,
+        progress=False,
+    )
+    trainer.fit(hang_or_succeed, ["ok"] * 30)
+    assert {r.status for r in asyncio.run(store.query_rollouts())} == {"succeeded"}
+    assert len(store.loops) == 1, "every call must run on the one private loop"

@@ -65,6 +65,8 @@ def test_bad_specs_say_what_is_wrong() -> None:
         Trainer(n_runners=0)
     with pytest.raises(TypeError, match="LitAgent"):
         Trainer(strategy="shm").fit(lambda task: None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="string"):
+        Trainer(strategy="shm").fit(agent, "http://127.0.0.1:9999")  # type: ignore[arg-type]
 
 
 def test_unmanaged_runner_role_connects_to_the_configured_store(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,9 @@ from agl.store import LightningStore
 
 
 @contextlib.asynccontextmanager
-async def open_store(backend: str, clock: Callable[[], float], tmp_path: Path) -> AsyncIterator[LightningStore]:
+async def open_store(
+    backend: str, clock: Callable[[], float], tmp_path: Path
+) -> AsyncIterator[LightningStore]:
     if backend.startswith("http-"):
         async with open_http_store(backend.removeprefix("http-"), clock, tmp_path) as store:
             yield store
@@ -38,7 +40,9 @@ async def _make_store(backend: str, clock: Callable[[], float], tmp_path: Path) 
     if backend == "sqlite":
         from agl.store import SqlLightningStore
 
-        return SqlLightningStore(f"sqlite:///{tmp_path / 'store.sqlite'}", clock=clock, scan_debounce_seconds=0.0)
+        return SqlLightningStore(
+            f"sqlite:///{tmp_path / 'store.sqlite'}", clock=clock, scan_debounce_seconds=0.0
+        )
     if backend == "postgres":
         from conftest import POSTGRES_URL, require_postgres
 
@@ -50,7 +54,9 @@ async def _make_store(backend: str, clock: Callable[[], float], tmp_path: Path) 
 
 
 @contextlib.asynccontextmanager
-async def open_http_store(inner: str, clock: Callable[[], float], tmp_path: Path) -> AsyncIterator[LightningStore]:
+async def open_http_store(
+    inner: str, clock: Callable[[], float], tmp_path: Path
+) -> AsyncIterator[LightningStore]:
     from _store_http import serve_over_http
 
     store = await _make_store(inner, clock, tmp_path)

@@ -68,7 +68,8 @@ async def test_errors_keep_their_in_process_types_and_say_which_call_failed() ->
 
             with pytest.raises(InvalidRequestError) as invalid:
                 await client.query_rollouts(sort_by="colour")
-            assert isinstance(invalid.value, StoreInvalidRequestError) and invalid.value.status == 400
+            assert isinstance(invalid.value, StoreInvalidRequestError) and invalid.value.status == 422
+            assert "sort_by" in str(invalid.value)
         finally:
             await client.close()
 

@@ -32,7 +32,11 @@ async def test_update_attempt_writes_fields(store: LightningStore, clock: Manual
     rollout = await claim(store)
     attempt_id = rollout.attempt.attempt_id
     updated = await store.update_attempt(
-        rollout.rollout_id, attempt_id, worker_id="w-9", last_heartbeat_time=clock.now + 1, metadata={"k": "v"}
+        rollout.rollout_id,
+        attempt_id,
+        worker_id="w-9",
+        last_heartbeat_time=clock.now + 1,
+        metadata={"k": "v"},
     )
     assert updated.attempt_id == attempt_id
     assert updated.worker_id == "w-9"
@@ -42,7 +46,9 @@ async def test_update_attempt_writes_fields(store: LightningStore, clock: Manual
     assert await store.get_latest_attempt(rollout.rollout_id) == updated
 
 
-async def test_success_sets_end_times_and_finishes_the_rollout(store: LightningStore, clock: ManualClock) -> None:
+async def test_success_sets_end_times_and_finishes_the_rollout(
+    store: LightningStore, clock: ManualClock
+) -> None:
     rollout = await claim(store)
     await span_for(store, rollout)
     assert await rollout_status(store, rollout.rollout_id) == "running"
@@ -138,7 +144,9 @@ async def test_attempt_status_propagation_table(store: LightningStore) -> None:
         assert await rollout_status(store, rollout.rollout_id) == expected, status
 
 
-async def test_heartbeat_stops_attempt_becomes_unresponsive(store: LightningStore, clock: ManualClock) -> None:
+async def test_heartbeat_stops_attempt_becomes_unresponsive(
+    store: LightningStore, clock: ManualClock
+) -> None:
     """Acceptance: an attempt whose heartbeat stops is marked unresponsive; the rollout fails or is requeued."""
     no_retry = await claim(store, config=RolloutConfig(unresponsive_seconds=30))
     with_retry = await claim(
@@ -163,7 +171,9 @@ async def test_heartbeat_stops_attempt_becomes_unresponsive(store: LightningStor
     assert retried.attempt.sequence_id == 2
 
 
-async def test_attempt_without_any_heartbeat_becomes_unresponsive(store: LightningStore, clock: ManualClock) -> None:
+async def test_attempt_without_any_heartbeat_becomes_unresponsive(
+    store: LightningStore, clock: ManualClock
+) -> None:
     rollout = await claim(store, config=RolloutConfig(unresponsive_seconds=10))
     clock.advance(9)
     assert (await store.get_latest_attempt(rollout.rollout_id)).status == "preparing"  # type: ignore[union-attr]
@@ -223,7 +233,9 @@ async def test_unresponsive_attempt_recovers_with_a_span(store: LightningStore, 
     assert await store.dequeue_rollout() is None  # the pending retry entry is stale now
 
 
-async def test_late_span_of_a_timed_out_attempt_keeps_the_retry(store: LightningStore, clock: ManualClock) -> None:
+async def test_late_span_of_a_timed_out_attempt_keeps_the_retry(
+    store: LightningStore, clock: ManualClock
+) -> None:
     """Decision (18): a late span of an ended attempt refreshes its heartbeat only."""
     config = RolloutConfig(timeout_seconds=5, max_attempts=2, retry_condition=["timeout"])
     rollout = await claim(store, config=config)
@@ -258,7 +270,9 @@ async def test_span_of_an_older_attempt_does_not_move_the_rollout(store: Lightni
 
 
 @pytest.mark.parametrize("queued_status", ["queuing", "requeuing"])
-async def test_span_promotes_a_queued_rollout_with_a_live_attempt(store: LightningStore, queued_status: str) -> None:
+async def test_span_promotes_a_queued_rollout_with_a_live_attempt(
+    store: LightningStore, queued_status: str
+) -> None:
     """Decision (5): the misspelt ``queueing`` of the reference is fixed; both queued statuses are promoted."""
     rollout = await claim(store)
     await store.update_rollout(rollout.rollout_id, status=queued_status)  # type: ignore[arg-type]
@@ -277,7 +291,9 @@ async def test_span_writes_are_not_watched(store: LightningStore, clock: ManualC
     assert attempt is not None and attempt.status == "running"
 
 
-async def test_watchdog_applies_limits_changed_by_update_rollout(store: LightningStore, clock: ManualClock) -> None:
+async def test_watchdog_applies_limits_changed_by_update_rollout(
+    store: LightningStore, clock: ManualClock
+) -> None:
     rollout = await claim(store)
     clock.advance(100)
     assert await rollout_status(store, rollout.rollout_id) == "preparing"  # no limits: never times out

@@ -58,9 +58,13 @@ async def test_query_rollouts_filters(store: LightningStore, clock: ManualClock)
     picked = await store.query_rollouts(rollout_id_in=[ids["failed"], ids["queued"], "ro-missing"])
     assert await ids_of(picked) == [ids["queued"], ids["failed"]]  # creation order, unknown ids omitted
     assert await ids_of(await store.query_rollouts(rollout_id_contains=ids["failed"][3:9])) == [ids["failed"]]
-    both = await store.query_rollouts(status_in=["succeeded"], rollout_id_in=[ids["failed"], ids["succeeded"]])
+    both = await store.query_rollouts(
+        status_in=["succeeded"], rollout_id_in=[ids["failed"], ids["succeeded"]]
+    )
     assert await ids_of(both) == [ids["succeeded"]]
-    either = await store.query_rollouts(status_in=["succeeded"], rollout_id_in=[ids["failed"]], filter_logic="or")
+    either = await store.query_rollouts(
+        status_in=["succeeded"], rollout_id_in=[ids["failed"]], filter_logic="or"
+    )
     assert await ids_of(either) == [ids["succeeded"], ids["failed"]]
     either_contains = await store.query_rollouts(
         status_in=["queuing"], rollout_id_contains=ids["cancelled"], filter_logic="or"
@@ -98,7 +102,9 @@ async def test_query_rollouts_sort_and_paginate(store: LightningStore, clock: Ma
         {"filter_logic": "xor"},
     ],
 )
-async def test_query_rollouts_rejects_bad_parameters(store: LightningStore, kwargs: dict[str, object]) -> None:
+async def test_query_rollouts_rejects_bad_parameters(
+    store: LightningStore, kwargs: dict[str, object]
+) -> None:
     with pytest.raises(InvalidRequestError):
         await store.query_rollouts(**kwargs)  # type: ignore[arg-type]
 

@@ -18,7 +18,9 @@ async def test_no_resources_yet(store: LightningStore) -> None:
     assert (await store.query_resources()).total == 0
 
 
-async def test_add_resources_creates_version_one_and_becomes_latest(store: LightningStore, clock: ManualClock) -> None:
+async def test_add_resources_creates_version_one_and_becomes_latest(
+    store: LightningStore, clock: ManualClock
+) -> None:
     first = await store.add_resources({"llm": llm(1)})
     assert first.resources_id.startswith("rs-")
     assert first.version == 1
@@ -45,7 +47,9 @@ async def test_resource_types_survive(store: LightningStore) -> None:
     assert isinstance(fetched.resources["prompt"], PromptTemplate)
 
 
-async def test_update_resources_bumps_version_and_becomes_latest(store: LightningStore, clock: ManualClock) -> None:
+async def test_update_resources_bumps_version_and_becomes_latest(
+    store: LightningStore, clock: ManualClock
+) -> None:
     first = await store.add_resources({"llm": llm(1)})
     other = await store.add_resources({"llm": llm(2)})
     clock.advance(5)
@@ -61,7 +65,9 @@ async def test_update_resources_bumps_version_and_becomes_latest(store: Lightnin
 
 async def test_update_resources_upserts(store: LightningStore, clock: ManualClock) -> None:
     """Decision (2): updating an unknown id creates it with version 1."""
-    created = await store.update_resources("v0", {"prompt": PromptTemplate(template="{x}", engine="f-string")})
+    created = await store.update_resources(
+        "v0", {"prompt": PromptTemplate(template="{x}", engine="f-string")}
+    )
     assert created.resources_id == "v0"
     assert created.version == 1
     assert created.create_time == created.update_time == clock.now

@@ -54,7 +54,9 @@ async def test_enqueue_copies_config_and_metadata(store: LightningStore) -> None
     assert fetched.metadata == {"a": 1}
 
 
-async def test_resources_id_defaults_to_latest_and_unknown_ids_are_kept_verbatim(store: LightningStore) -> None:
+async def test_resources_id_defaults_to_latest_and_unknown_ids_are_kept_verbatim(
+    store: LightningStore,
+) -> None:
     assert (await store.enqueue_rollout("x")).resources_id is None
     first = await store.add_resources({"llm": LLM(endpoint="http://127.0.0.1:1/v1", model="m")})
     assert (await store.enqueue_rollout("x")).resources_id == first.resources_id
@@ -102,7 +104,9 @@ async def test_dequeue_claims_fifo_and_creates_an_attempt(store: LightningStore,
 
 async def test_enqueue_many_keeps_order(store: LightningStore) -> None:
     requests = [
-        EnqueueRolloutRequest(input=i, mode="test", metadata={"i": i}, config=RolloutConfig(max_attempts=i + 1))
+        EnqueueRolloutRequest(
+            input=i, mode="test", metadata={"i": i}, config=RolloutConfig(max_attempts=i + 1)
+        )
         for i in range(5)
     ]
     rollouts = await store.enqueue_many_rollouts(requests)
@@ -243,7 +247,9 @@ async def test_wait_for_rollouts_returns_only_finished_ones(store: LightningStor
     done = await claim(store)
     await store.update_attempt(done.rollout_id, "latest", status="succeeded")
     pending = await store.enqueue_rollout("pending")
-    result = await store.wait_for_rollouts(rollout_ids=[done.rollout_id, pending.rollout_id, "ro-missing"], timeout=0)
+    result = await store.wait_for_rollouts(
+        rollout_ids=[done.rollout_id, pending.rollout_id, "ro-missing"], timeout=0
+    )
     assert [r.rollout_id for r in result] == [done.rollout_id]
     assert isinstance(result[0], Rollout) and result[0].status == "succeeded"
     # waiting never changes state

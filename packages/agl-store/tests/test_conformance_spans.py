@@ -92,7 +92,9 @@ async def test_sequence_ids_do_not_validate_ids(store: LightningStore) -> None:
 
 
 async def test_many_sequence_ids_are_consecutive_per_rollout(store: LightningStore) -> None:
-    ids = await store.get_many_span_sequence_ids([("ro-A", "a1"), ("ro-B", "b1"), ("ro-A", "a2"), ("ro-A", "a1")])
+    ids = await store.get_many_span_sequence_ids(
+        [("ro-A", "a1"), ("ro-B", "b1"), ("ro-A", "a2"), ("ro-A", "a1")]
+    )
     assert ids == [1, 1, 2, 3]
     assert await store.get_many_span_sequence_ids([]) == []
     assert await store.get_next_span_sequence_id("ro-A", "a1") == 4
@@ -210,7 +212,9 @@ async def test_add_otel_span_converts_and_allocates(store: LightningStore) -> No
     assert stored is not None
     assert stored.name == "otel.op" and stored.attributes == {"answer": 42}
     assert stored.sequence_id == 1
-    explicit = await store.add_otel_span(rollout.rollout_id, rollout.attempt.attempt_id, readable, sequence_id=7)
+    explicit = await store.add_otel_span(
+        rollout.rollout_id, rollout.attempt.attempt_id, readable, sequence_id=7
+    )
     assert explicit is None  # the same OpenTelemetry span again: a duplicate
     assert await store.get_next_span_sequence_id(rollout.rollout_id, rollout.attempt.attempt_id) == 8
     provider.shutdown()

@@ -70,7 +70,9 @@ async def test_empty_dequeue_marks_worker_idle(store: LightningStore, clock: Man
     assert again.last_idle_time == idle.last_idle_time  # already idle: only the dequeue time moves
 
 
-async def test_timed_out_or_unresponsive_attempt_makes_worker_unknown(store: LightningStore, clock: ManualClock) -> None:
+async def test_timed_out_or_unresponsive_attempt_makes_worker_unknown(
+    store: LightningStore, clock: ManualClock
+) -> None:
     timed = await claim(store, config=RolloutConfig(timeout_seconds=5), worker_id="w-timeout")
     silent = await claim(store, config=RolloutConfig(unresponsive_seconds=5), worker_id="w-silent")
     clock.advance(6)
@@ -121,8 +123,14 @@ async def test_query_workers(store: LightningStore) -> None:
     await store.update_worker("other-3")
     statuses = {w.worker_id: w.status for w in await store.query_workers()}
     assert statuses == {"runner-1": "busy", "runner-2": "idle", "other-3": "unknown"}
-    assert [w.worker_id for w in await store.query_workers(status_in=["busy", "idle"])] == ["runner-1", "runner-2"]
-    assert [w.worker_id for w in await store.query_workers(worker_id_contains="runner")] == ["runner-1", "runner-2"]
+    assert [w.worker_id for w in await store.query_workers(status_in=["busy", "idle"])] == [
+        "runner-1",
+        "runner-2",
+    ]
+    assert [w.worker_id for w in await store.query_workers(worker_id_contains="runner")] == [
+        "runner-1",
+        "runner-2",
+    ]
     either = await store.query_workers(status_in=["unknown"], worker_id_contains="-1", filter_logic="or")
     assert [w.worker_id for w in either] == ["runner-1", "other-3"]
     both = await store.query_workers(status_in=["unknown"], worker_id_contains="-1")

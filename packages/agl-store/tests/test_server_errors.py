@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from _store_http_helpers import call, health, http_session, running_server
 from agl.store import InMemoryLightningStore, LightningStoreServer
-from agl.types import ConflictError, NamedResources, ResourcesUpdate
+from agl.types import UNSET, ConflictError, InvalidRequestError, NamedResources, ResourcesUpdate, Worker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -121,23 +121,23 @@ async def test_wrong_query_parameter_types_are_422(server: LightningStoreServer,
     assert status == 422 and "no_such_param" in answer["detail"]
 
 
-async def test_bad_query_values_are_400_saying_what_is_allowed(
+async def test_bad_query_values_are_422_saying_what_is_allowed(
     server: LightningStoreServer, session: Any
 ) -> None:
     status, answer, _ = await call(
         session, server, "POST", "/v1/agl/rollouts/search", json_body={"sort_by": "colour"}
     )
-    assert status == 400 and "colour" in answer["detail"] and "status" in answer["detail"]
+    assert status == 422 and "sort_by" in answer["detail"] and "'status'" in answer["detail"]
     status, answer, _ = await call(session, server, "GET", "/v1/agl/spans?rollout_id=r&offset=-3")
-    assert status == 400 and "offset" in answer["detail"]
+    assert status == 422 and "offset" in answer["detail"]
 
 
-async def test_null_where_a_value_is_needed_is_400(server: LightningStoreServer, session: Any) -> None:
+async def test_null_where_a_value_is_needed_is_422(server: LightningStoreServer, session: Any) -> None:
     rollout_id, attempt_id = await _claimed(session, server)
     status, answer, _ = await call(
         session, server, "POST", f"/v1/agl/rollouts/{rollout_id}", json_body={"status": None}
     )
-    assert status == 400 and "status" in answer["detail"]
+    assert status == 422 and "status" in answer["detail"]
     status, answer, _ = await call(
         session,
         server,
@@ -145,11 +145,11 @@ async def test_null_where_a_value_is_needed_is_400(server: LightningStoreServer,
         f"/v1/agl/rollouts/{rollout_id}/attempts/{attempt_id}",
         json_body={"worker_id": None},
     )
-    assert status == 400 and "worker_id" in answer["detail"]
+    assert status == 422 and "worker_id" in answer["detail"]
     status, answer, _ = await call(
         session, server, "POST", "/v1/agl/workers/w-1", json_body={"heartbeat_stats": None}
     )
-    assert status == 400 and "heartbeat_stats" in answer["detail"]
+    assert status == 422 and "heartbeat_stats" in answer["detail"]
 
 
 async def test_declared_oversize_body_is_413_before_reading(
@@ -209,6 +209,9 @@ class _FaultyStore(InMemoryLightningStore):
     async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:
         raise ConflictError("resources conflict with the current snapshot")
 
+    async def update_worker(self, worker_id: str, heartbeat_stats: Any = UNSET) -> Worker:
+        raise InvalidRequestError(f"worker id {worker_id!r} is reserved; pick another")
+
 
 async def test_server_fault_is_500_without_traceback() -> None:
     with running_server(_FaultyStore()) as server:
@@ -226,6 +229,17 @@ async def test_debug_server_fault_includes_the_traceback() -> None:
             status, answer, _ = await call(session, server, "GET", "/v1/agl/statistics")
             assert status == 500
             assert "secret internal detail" in answer["detail"] and "Traceback" in answer["traceback"]
+
+
+async def test_invalid_request_from_the_store_is_400() -> None:
+    with running_server(_FaultyStore()) as server:
+        async with http_session() as session:
+            status, answer, _ = await call(session, server, "POST", "/v1/agl/workers/w-0", json_body={})
+            assert (
+                status == 400
+                and "reserved" in answer["detail"]
+                and answer["error_type"] == "InvalidRequestError"
+            )
 
 
 async def test_conflict_is_409() -> None:

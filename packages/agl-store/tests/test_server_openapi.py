@@ -226,7 +226,7 @@ async def test_real_answers_match_the_schema() -> None:
             await check("GET", P + "/workers", f"{P}/workers?status_in=busy", expect=200)
             await check("POST", P + "/workers/search", body={"worker_id_contains": "w-"}, expect=200)
             await check("GET", P + "/statistics", expect=200)
-            await check("GET", P + "/rollouts", f"{P}/rollouts?sort_by=nothing", expect=400)
+            await check("GET", P + "/rollouts", f"{P}/rollouts?sort_by=nothing", expect=422)
             await check("GET", P + "/rollouts", f"{P}/rollouts?limit=x", expect=422)
 
         documented = {

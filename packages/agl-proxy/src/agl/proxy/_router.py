@@ -97,7 +97,9 @@ class ModelRouter:
         for entry in self.model_list:
             counts[str(entry["model_name"])] = counts.get(str(entry["model_name"]), 0) + 1
         self._single = {
-            str(e["model_name"]): Deployment.from_entry(e) for e in self.model_list if counts[str(e["model_name"])] == 1
+            str(e["model_name"]): Deployment.from_entry(e)
+            for e in self.model_list
+            if counts[str(e["model_name"])] == 1
         }
 
     async def select(self, model: str, request: dict[str, Any]) -> Deployment:

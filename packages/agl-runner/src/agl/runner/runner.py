@@ -249,10 +249,10 @@ class LitAgentRunner(Runner[T]):
             if self.max_rollouts is not None and claimed[0] >= self.max_rollouts:
                 return
             claimed[0] += 1  # reserve a slot before claiming, released if nothing came
+            timeout = self._jittered(self.poll_interval)
+            asked = time.monotonic()
             try:
-                rollout = await store.dequeue_rollout(
-                    worker_id=worker_id, timeout=self._jittered(self.poll_interval)
-                )
+                rollout = await store.dequeue_rollout(worker_id=worker_id, timeout=timeout)
             except Exception as exc:
                 claimed[0] -= 1
                 logger.warning("%s: dequeue failed (%s); retrying in %.2fs", worker_id, exc, backoff)
@@ -262,6 +262,9 @@ class LitAgentRunner(Runner[T]):
             backoff = 0.05
             if rollout is None:
                 claimed[0] -= 1
+                if time.monotonic() - asked < min(timeout, 0.05) / 2:
+                    # The store answered at once instead of waiting (no long poll): do not spin.
+                    await _sleep_unless(event, min(timeout, 0.05))
                 continue
             await self._step_impl(rollout)
             self._processed += 1

@@ -227,6 +227,12 @@ class Trainer:
             raise TypeError(
                 f"agent must be a LitAgent (or a function decorated with @rollout), got {type(agent).__name__}"
             )
+        for name, dataset in (("train_dataset", train_dataset), ("val_dataset", val_dataset)):
+            if isinstance(dataset, (str, bytes)):
+                raise TypeError(
+                    f"{name} is a string; pass a list (or any indexable dataset) of tasks. The v0.1 API that "
+                    "took a server URL here is not supported"
+                )
         agent.set_trainer(self)
         algorithm_bundle = _AlgorithmBundle(self, algorithm, train_dataset, val_dataset)
         runner_bundle = _RunnerBundle(self.runner, agent, self.hooks)

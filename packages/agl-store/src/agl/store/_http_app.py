@@ -46,6 +46,7 @@ from ._http_models import (
     AddSpansRequest,
     AddSpansResponse,
     AttemptQuery,
+    AttemptQueryParams,
     DequeueRequest,
     EnqueueRequest,
     ErrorBody,
@@ -55,9 +56,12 @@ from ._http_models import (
     NextSequenceIdsRequest,
     NextSequenceIdsResponse,
     ResourcesQuery,
+    ResourcesQueryParams,
     RolloutOrAttempted,
     RolloutQuery,
+    RolloutQueryParams,
     SpanQuery,
+    SpanQueryParams,
     StartAttemptRequest,
     StartRolloutRequest,
     UpdateAttemptRequest,
@@ -65,6 +69,7 @@ from ._http_models import (
     UpdateWorkerRequest,
     WaitRequest,
     WorkerQuery,
+    WorkerQueryParams,
 )
 from ._http_ops import (
     FastPathMiddleware,
@@ -184,6 +189,7 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
         redoc_url=None,
     )
     _install_error_handlers(app, options.debug)
+    _install_schema_fixups(app)
 
     ops = HotOps(store, options)
 
@@ -228,7 +234,7 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
         )
 
     @app.get(prefix + "/rollouts", response_model=PaginatedResult[RolloutOrAttempted], tags=["rollouts"])
-    async def query_rollouts(q: Annotated[RolloutQuery, Query()]) -> Response:
+    async def query_rollouts(q: Annotated[RolloutQueryParams, Query()]) -> Response:
         return await _query_rollouts(q)
 
     @app.post(
@@ -273,7 +279,7 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
     @app.get(
         prefix + "/rollouts/{rollout_id}/attempts", response_model=PaginatedResult[Attempt], tags=["attempts"]
     )
-    async def query_attempts(rollout_id: str, q: Annotated[AttemptQuery, Query()]) -> Response:
+    async def query_attempts(rollout_id: str, q: Annotated[AttemptQueryParams, Query()]) -> Response:
         return await _query_attempts(rollout_id, q)
 
     @app.post(
@@ -326,7 +332,7 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
         )
 
     @app.get(prefix + "/resources", response_model=PaginatedResult[ResourcesUpdate], tags=["resources"])
-    async def query_resources(q: Annotated[ResourcesQuery, Query()]) -> Response:
+    async def query_resources(q: Annotated[ResourcesQueryParams, Query()]) -> Response:
         return await _query_resources(q)
 
     @app.post(
@@ -386,7 +392,7 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
         )
 
     @app.get(prefix + "/spans", response_model=PaginatedResult[Span], tags=["spans"])
-    async def query_spans(q: Annotated[SpanQuery, Query()]) -> Response:
+    async def query_spans(q: Annotated[SpanQueryParams, Query()]) -> Response:
         return await _query_spans(q)
 
     @app.post(prefix + "/spans/search", response_model=PaginatedResult[Span], tags=["spans"])
@@ -417,7 +423,7 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
         )
 
     @app.get(prefix + "/workers", response_model=PaginatedResult[Worker], tags=["workers"])
-    async def query_workers(q: Annotated[WorkerQuery, Query()]) -> Response:
+    async def query_workers(q: Annotated[WorkerQueryParams, Query()]) -> Response:
         return await _query_workers(q)
 
     @app.post(prefix + "/workers/search", response_model=PaginatedResult[Worker], tags=["workers"])
@@ -448,6 +454,40 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
     return app
 
 
+def _install_schema_fixups(app: FastAPI) -> None:
+    """Make the generated schema say what validation enforces: a resource's ``resource_type`` tag is required
+    (it picks the model of a discriminated union, so it cannot be left out even though it has a default)."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = generate()
+            for component in schema.get("components", {}).get("schemas", {}).values():
+                if "resource_type" in component.get("properties", {}):
+                    required = component.setdefault("required", [])
+                    if "resource_type" not in required:
+                        required.insert(0, "resource_type")
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method served at the request's path (Starlette's 405 lists only the first matching route's)."""
+    from starlette.routing import Match
+
+    routes = request.app.router.routes
+    # The first route whose path matches decides which documented path this is (routes are tried in order).
+    template = next((r.path for r in routes if r.matches(request.scope)[0] != Match.NONE), None)
+    methods: set[str] = set()
+    for route in routes:
+        if getattr(route, "path", None) == template:
+            methods |= set(getattr(route, "methods", None) or ())
+    methods.discard("HEAD")
+    return ", ".join(sorted(methods))
+
+
 def _install_error_handlers(app: FastAPI, debug: bool) -> None:
     async def mapped(request: Request, exc: Exception) -> Response:
         reply = error_reply(exc)
@@ -461,6 +501,8 @@ def _install_error_handlers(app: FastAPI, debug: bool) -> None:
         response = _reply(error_body(exc.status_code, str(exc.detail), "HTTPException"))
         if exc.headers:
             response.headers.update(exc.headers)
+        if exc.status_code == 405:
+            response.headers["Allow"] = _allowed_methods(request)
         return response
 
     async def fault(request: Request, exc: Exception) -> Response:

@@ -6,13 +6,16 @@ distinguish "absent" (leave the field alone) from an explicit ``null`` through `
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+import types
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from agl.types import (
+    Attempt,
     AttemptedRollout,
     AttemptStatus,
     EnqueueRolloutRequest,
     FilterLogic,
+    ResourcesUpdate,
     Rollout,
     RolloutConfig,
     RolloutMode,
@@ -20,9 +23,10 @@ from agl.types import (
     SortOrder,
     Span,
     TaskInput,
+    Worker,
     WorkerStatus,
 )
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 __all__ = [
     "API_PREFIX",
@@ -31,6 +35,7 @@ __all__ = [
     "AddSpansRequest",
     "AddSpansResponse",
     "AttemptQuery",
+    "AttemptQueryParams",
     "DequeueRequest",
     "EnqueueRequest",
     "ErrorBody",
@@ -40,9 +45,12 @@ __all__ = [
     "NextSequenceIdsRequest",
     "NextSequenceIdsResponse",
     "ResourcesQuery",
+    "ResourcesQueryParams",
     "RolloutOrAttempted",
     "RolloutQuery",
+    "RolloutQueryParams",
     "SpanQuery",
+    "SpanQueryParams",
     "StartAttemptRequest",
     "StartRolloutRequest",
     "UpdateAttemptRequest",
@@ -50,6 +58,7 @@ __all__ = [
     "UpdateWorkerRequest",
     "WaitRequest",
     "WorkerQuery",
+    "WorkerQueryParams",
 ]
 
 API_PREFIX = "/v1/agl"
@@ -62,8 +71,57 @@ RolloutOrAttempted = Union[AttemptedRollout, Rollout]  # noqa: UP007
 """A rollout with its latest attempt when it has one."""
 
 
+_MAX_PAGE = 10**12
+
+
+def _is_scalar(annotation: Any) -> bool:
+    if annotation in (str, int, float, bool, type(None)):
+        return True
+    origin = get_origin(annotation)
+    if origin is Literal:
+        return True
+    if origin in (Union, types.UnionType):
+        return all(_is_scalar(arg) for arg in get_args(annotation))
+    return False
+
+
+def _sort_fields(model: type[BaseModel]) -> Any:
+    """``Literal`` of the fields one can sort by (scalar ones), so the schema states and validates them exactly."""
+    names = tuple(name for name, info in model.model_fields.items() if _is_scalar(info.annotation))
+    return Literal[names]  # type: ignore[valid-type]
+
+
+RolloutSortField = _sort_fields(Rollout)
+AttemptSortField = _sort_fields(Attempt)
+ResourcesSortField = _sort_fields(ResourcesUpdate)
+SpanSortField = _sort_fields(Span)
+WorkerSortField = _sort_fields(Worker)
+
+
+def _json_integer(value: Any) -> Any:
+    # JSON Schema's "integer" includes 3.0 but not true; strict validation alone would get both wrong.
+    if isinstance(value, bool):
+        raise ValueError("must be an integer, not a boolean")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+
+
+def _not_null(default: Any = None) -> Any:
+    """An optional field that may be left out but not sent as ``null`` (the schema says so too)."""
+    return Field(default=default, json_schema_extra=_drop_default)
+
+
+def _drop_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Strict: JSON types must match the schema (``false`` is not a number, ``"3"`` is not an integer).
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class HealthBody(BaseModel):
@@ -88,7 +146,7 @@ class EnqueueRequest(_Body):
 
 
 class DequeueRequest(_Body):
-    limit: int = 1
+    limit: JsonInt = Field(default=1, le=_MAX_PAGE)
     worker_id: str | None = None
     timeout: float = Field(default=0.0, ge=0)
     """Seconds to wait for work (long poll); the server caps it at its ``max_wait_seconds``."""
@@ -105,8 +163,9 @@ class StartRolloutRequest(_Body):
 
 class _Page(_Body):
     sort_order: SortOrder = "asc"
-    limit: int = -1
-    offset: int = 0
+    limit: JsonInt = Field(default=-1, ge=-1, le=_MAX_PAGE)
+    """-1: no limit; 0: count only."""
+    offset: JsonInt = Field(default=0, ge=0, le=_MAX_PAGE)
 
 
 class RolloutQuery(_Page):
@@ -114,7 +173,7 @@ class RolloutQuery(_Page):
     rollout_id_in: list[str] | None = None
     rollout_id_contains: str | None = None
     filter_logic: FilterLogic = "and"
-    sort_by: str | None = None
+    sort_by: RolloutSortField | None = None  # type: ignore[valid-type]
 
 
 class UpdateRolloutRequest(_Body):
@@ -123,8 +182,8 @@ class UpdateRolloutRequest(_Body):
     input: TaskInput = None
     mode: RolloutMode | None = None
     resources_id: str | None = None
-    status: RolloutStatus | None = None
-    config: RolloutConfig | None = None
+    status: RolloutStatus = _not_null()
+    config: RolloutConfig = _not_null()
     metadata: dict[str, Any] | None = None
 
 
@@ -133,16 +192,16 @@ class StartAttemptRequest(_Body):
 
 
 class AttemptQuery(_Page):
-    sort_by: str | None = "sequence_id"
+    sort_by: AttemptSortField | None = "sequence_id"  # type: ignore[valid-type]
 
 
 class UpdateAttemptRequest(_Body):
     """Only the fields present are written; none of them may be ``null``."""
 
-    status: AttemptStatus | None = None
-    worker_id: str | None = None
-    last_heartbeat_time: float | None = None
-    metadata: dict[str, Any] | None = None
+    status: AttemptStatus = _not_null()
+    worker_id: str = _not_null()
+    last_heartbeat_time: float = _not_null()
+    metadata: dict[str, Any] = _not_null()
 
 
 class WaitRequest(_Body):
@@ -154,7 +213,7 @@ class WaitRequest(_Body):
 class ResourcesQuery(_Page):
     resources_id: str | None = None
     resources_id_contains: str | None = None
-    sort_by: str | None = None
+    sort_by: ResourcesSortField | None = None  # type: ignore[valid-type]
 
 
 class AddSpansRequest(_Body):
@@ -179,7 +238,7 @@ class SpanQuery(_Page):
     name: str | None = None
     name_contains: str | None = None
     filter_logic: FilterLogic = "and"
-    sort_by: str | None = "sequence_id"
+    sort_by: SpanSortField | None = "sequence_id"  # type: ignore[valid-type]
 
 
 class NextSequenceIdRequest(_Body):
@@ -192,7 +251,7 @@ class NextSequenceIdResponse(BaseModel):
 
 
 class NextSequenceIdsRequest(_Body):
-    pairs: list[tuple[str, str]]
+    pairs: list[tuple[str, str]] = Field(strict=False)
     """``[rollout_id, attempt_id]`` pairs; one sequence id each, in order."""
 
 
@@ -204,8 +263,33 @@ class WorkerQuery(_Page):
     status_in: list[WorkerStatus] | None = None
     worker_id_contains: str | None = None
     filter_logic: FilterLogic = "and"
-    sort_by: str | None = None
+    sort_by: WorkerSortField | None = None  # type: ignore[valid-type]
 
 
 class UpdateWorkerRequest(_Body):
-    heartbeat_stats: dict[str, Any] | None = None
+    heartbeat_stats: dict[str, Any] = _not_null()
+
+
+# Query-string variants of the search bodies for the GET routes: query values arrive as text, so these
+# convert ("10" → 10) instead of validating strictly.
+_LAX = ConfigDict(extra="forbid", strict=False)
+
+
+class RolloutQueryParams(RolloutQuery):
+    model_config = _LAX
+
+
+class AttemptQueryParams(AttemptQuery):
+    model_config = _LAX
+
+
+class ResourcesQueryParams(ResourcesQuery):
+    model_config = _LAX
+
+
+class SpanQueryParams(SpanQuery):
+    model_config = _LAX
+
+
+class WorkerQueryParams(WorkerQuery):
+    model_config = _LAX

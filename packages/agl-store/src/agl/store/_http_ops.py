@@ -281,7 +281,7 @@ class FastPathMiddleware:
             if not message.get("more_body", False):
                 break
         raw = b"".join(chunks)
-        if not raw.strip():
+        if not raw.strip() or (not required and raw.strip() == b"null"):
             if required:
                 await send_reply(
                     send, validation_reply([{"loc": ("body",), "msg": "Field required", "type": "missing"}])
@@ -301,10 +301,11 @@ class FastPathMiddleware:
             await send_reply(send, validation_reply(detail))
             return
         try:
+            # Strict, like the schema says: JSON types must match (no "3" for 3, no false for 0.0).
             if isinstance(model, TypeAdapter):
-                body = model.validate_json(raw)
+                body = model.validate_json(raw, strict=True)
             else:
-                body = model.model_validate_json(raw)
+                body = model.model_validate_json(raw, strict=True)
         except ValidationError as exc:
             errors = [{**e, "loc": ("body", *e.get("loc", ()))} for e in exc.errors(include_url=False)]
             await send_reply(send, validation_reply(errors))

@@ -6,8 +6,9 @@ holding it, so each call is atomic to concurrent coroutines and threads alike. W
 waiting coroutine's own event loop, whatever thread made the change.
 
 Data is indexed by what is queried: rollouts by id and by status, attempts and spans per rollout. Stored
-rollouts, attempts, resources and workers are copied on the way out; spans are stored and returned as
-given (they are never modified).
+rollouts, attempts, resources and workers are copied on the way out. Spans are kept as flat tuples with
+their content as JSON (see ``_spans``), which keeps the garbage collector's work independent of how many
+spans the store holds. Every status decision comes from ``_rules``, shared with the SQL store.
 """
 
 from __future__ import annotations
@@ -364,9 +365,13 @@ class InMemoryLightningStore(LightningStore):
 
     async def _wait(self, waiter: Waiter, notifier: Notifier, remaining: float | None) -> None:
         timeout = _WAIT_SLICE_SECONDS if remaining is None else min(remaining, _WAIT_SLICE_SECONDS)
-        if not await waiter.wait(timeout):
-            with self._lock:
-                notifier.unregister(waiter)
+        woken = False
+        try:
+            woken = await waiter.wait(timeout)
+        finally:  # timed out or cancelled (a client went away): don't leave the ticket behind
+            if not woken:
+                with self._lock:
+                    notifier.unregister(waiter)
 
     async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
         with self._lock:

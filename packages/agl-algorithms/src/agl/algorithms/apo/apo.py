@@ -15,7 +15,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
@@ -55,6 +55,21 @@ T_task = TypeVar("T_task")
 
 PROGRESS_EVERY_S = 60.0
 """While waiting for a batch, log how many rollouts are still running this often."""
+
+
+R = TypeVar("R")
+
+
+async def _gather_owned(awaitables: Sequence[Awaitable[R]]) -> list[R]:
+    """Like ``asyncio.gather``, but when one fails the others are cancelled and awaited, not orphaned."""
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 class APO(Algorithm, Generic[T_task]):
@@ -588,12 +603,12 @@ class APO(Algorithm, Generic[T_task]):
                     jobs.append((parent, name))
                     child_rng = random.Random(rng.random())
                     work.append(self._make_child(parent, name, next(train_batches), round_no, child_rng))
-            children = self._adopt_children(round_no, jobs, await asyncio.gather(*work))
+            children = self._adopt_children(round_no, jobs, await _gather_owned(work))
 
             candidates = [*beam, *children]
             val_batch = next(val_batches)
-            scores = await asyncio.gather(
-                *(self.evaluate_prompt_on_batch(c, val_batch, "val") for c in candidates)
+            scores = await _gather_owned(
+                [self.evaluate_prompt_on_batch(c, val_batch, "val") for c in candidates]
             )
             for candidate, (score, _) in zip(candidates, scores, strict=True):
                 candidate.score = score

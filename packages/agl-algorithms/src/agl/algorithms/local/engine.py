@@ -262,7 +262,12 @@ class GenerationEngine:
                 r.logprobs.append(lp)
                 if top is not None and r.params.top_logprobs:
                     n = r.params.top_logprobs
-                    r.top.append([(int(t), float(v)) for t, v in zip(top.indices[b, :n], top.values[b, :n])])
+                    r.top.append(
+                        [
+                            (int(t), float(v))
+                            for t, v in zip(top.indices[b, :n], top.values[b, :n], strict=False)
+                        ]
+                    )
                 generated += 1
                 if r.on_token is not None:
                     r.on_token(token, lp)

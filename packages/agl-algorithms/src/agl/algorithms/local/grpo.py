@@ -105,7 +105,9 @@ class LocalGRPO(Algorithm):
 
     # -- main loop -----------------------------------------------------------------------------
 
-    async def run(self, train_dataset: Dataset[Any] | None = None, val_dataset: Dataset[Any] | None = None) -> None:
+    async def run(
+        self, train_dataset: Dataset[Any] | None = None, val_dataset: Dataset[Any] | None = None
+    ) -> None:
         import torch
 
         from .server import ModelServer, load_model
@@ -114,7 +116,9 @@ class LocalGRPO(Algorithm):
         if train_dataset is None or len(train_dataset) == 0:
             raise ValueError("LocalGRPO needs a non-empty train_dataset")
         if len(train_dataset) < cfg.prompts_per_step:
-            raise ValueError(f"train_dataset has {len(train_dataset)} tasks, fewer than prompts_per_step={cfg.prompts_per_step}")
+            raise ValueError(
+                f"train_dataset has {len(train_dataset)} tasks, fewer than prompts_per_step={cfg.prompts_per_step}"
+            )
         if cfg.torch_threads is not None:
             torch.set_num_threads(cfg.torch_threads)
         torch.manual_seed(cfg.seed)
@@ -123,7 +127,9 @@ class LocalGRPO(Algorithm):
 
         self.policy, self.tokenizer = await asyncio.to_thread(load_model, self.model_path, device=cfg.device)
         self.server = ModelServer(
-            copy.deepcopy(self.policy), self.tokenizer, served_model_name=cfg.served_model_name,
+            copy.deepcopy(self.policy),
+            self.tokenizer,
+            served_model_name=cfg.served_model_name,
             max_batch_size=cfg.max_batch_size,
         )
         await asyncio.to_thread(self.server.start)
@@ -160,7 +166,12 @@ class LocalGRPO(Algorithm):
     async def _start_proxy(self) -> tuple[Any, bool]:
         """Point the LLM proxy at the model server (creating a proxy when none was given) and start it."""
         name = self.config.served_model_name
-        model_list = [{"model_name": name, "litellm_params": {"model": f"hosted_vllm/{name}", "api_base": self.server.url}}]
+        model_list = [
+            {
+                "model_name": name,
+                "litellm_params": {"model": f"hosted_vllm/{name}", "api_base": self.server.url},
+            }
+        ]
         proxy = self.get_llm_proxy()
         own = proxy is None
         if proxy is None:
@@ -182,7 +193,9 @@ class LocalGRPO(Algorithm):
         )
         resources: NamedResources = {LLM_RESOURCE: llm}
         update = await store.add_resources(resources)
-        logger.debug("published %s resources %s (model version %d)", tag, update.resources_id, self.server.version)
+        logger.debug(
+            "published %s resources %s (model version %d)", tag, update.resources_id, self.server.version
+        )
         return update.resources_id
 
     async def _run_rollouts(
@@ -239,7 +252,7 @@ class LocalGRPO(Algorithm):
         resources_id = await self._publish(store, proxy, self.config.val_temperature, "validation")
         tasks = [val_dataset[i] for i in range(len(val_dataset))]
         rollouts, spans = await self._run_rollouts(store, tasks, "val", resources_id)
-        episodes = [self._episode(r, s) for r, s in zip(rollouts, spans)]
+        episodes = [self._episode(r, s) for r, s in zip(rollouts, spans, strict=False)]
         rewards = [e[0] for e in episodes]
         metrics = {
             "step": step,
@@ -255,7 +268,13 @@ class LocalGRPO(Algorithm):
             self.on_validation(metrics)
 
     async def _step(
-        self, store: Any, proxy: Any, optimizer: Any, train_dataset: Dataset[Any], rng: random.Random, step: int
+        self,
+        store: Any,
+        proxy: Any,
+        optimizer: Any,
+        train_dataset: Dataset[Any],
+        rng: random.Random,
+        step: int,
     ) -> dict[str, Any]:
         from .grpo_core import Turn, episode_samples, group_advantages, grpo_update
 
@@ -270,27 +289,34 @@ class LocalGRPO(Algorithm):
         t1 = time.perf_counter()
         generated = self.server.engine.stats["generated_tokens"] - tokens_before
 
-        episodes = [self._episode(r, s) for r, s in zip(rollouts, spans)]
+        episodes = [self._episode(r, s) for r, s in zip(rollouts, spans, strict=False)]
         # An episode without usable triplets (failed, or no token ids) cannot be trained on: leave it out of
         # its group rather than letting it skew the group's mean.
         usable = [i for i, (_, triplets) in enumerate(episodes) if triplets]
         rewards = [episodes[i][0] for i in usable]
         advantages = group_advantages(rewards, [groups[i] for i in usable])
         samples = []
-        for i, advantage in zip(usable, advantages):
+        for i, advantage in zip(usable, advantages, strict=False):
             if advantage is None:
                 continue
             turns = [Turn(list(t.prompt["token_ids"]), list(t.response["token_ids"])) for t in episodes[i][1]]
             samples += episode_samples(turns, advantage)
         stats = await asyncio.to_thread(
-            grpo_update, self.policy, optimizer, samples, pad_id=_pad_id(self.tokenizer),
-            clip_eps=cfg.clip_eps, max_grad_norm=cfg.max_grad_norm, mini_batches=cfg.mini_batches, epochs=cfg.epochs,
+            grpo_update,
+            self.policy,
+            optimizer,
+            samples,
+            pad_id=_pad_id(self.tokenizer),
+            clip_eps=cfg.clip_eps,
+            max_grad_norm=cfg.max_grad_norm,
+            mini_batches=cfg.mini_batches,
+            epochs=cfg.epochs,
         )
         if samples:
             await asyncio.to_thread(self.server.update_weights, self.policy.state_dict())
         t2 = time.perf_counter()
         all_rewards = [e[0] for e in episodes]
-        kept_groups = len({groups[i] for i, a in zip(usable, advantages) if a is not None})
+        kept_groups = len({groups[i] for i, a in zip(usable, advantages, strict=False) if a is not None})
         return {
             "step": step,
             "reward": sum(all_rewards) / len(all_rewards),

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Sample", "Turn", "episode_samples", "grpo_update", "group_advantages", "sequence_logprobs"]
+__all__ = ["Sample", "Turn", "episode_samples", "group_advantages", "grpo_update", "sequence_logprobs"]
 
 
 @dataclass
@@ -35,7 +35,9 @@ class Sample:
     advantage: float
 
 
-def group_advantages(rewards: Sequence[float], groups: Sequence[Hashable], eps: float = 1e-6) -> list[float | None]:
+def group_advantages(
+    rewards: Sequence[float], groups: Sequence[Hashable], eps: float = 1e-6
+) -> list[float | None]:
     """GRPO advantages: ``(r - mean) / (std + eps)`` within each group; ``None`` for groups whose rewards are
     all equal (they carry no learning signal and are dropped)."""
     if len(rewards) != len(groups):
@@ -78,7 +80,9 @@ def episode_samples(turns: Sequence[Turn], advantage: float) -> list[Sample]:
     return samples
 
 
-def _pad(samples: Sequence[Sample], pad_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _pad(
+    samples: Sequence[Sample], pad_id: int, device: Any
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     width = max(len(s.ids) for s in samples)
     ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
     attention = torch.zeros((len(samples), width), dtype=torch.long)

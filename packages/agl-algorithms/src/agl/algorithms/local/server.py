@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from agl.types import LLM
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-
-from agl.types import LLM
 
 from ._chat import parse_tool_calls, render_prompt, visible_prefix
 from .engine import GenerationEngine, GenerationResult, SamplingParams
@@ -41,7 +40,7 @@ def load_model(path: str | Path, *, device: str = "cpu", dtype: torch.dtype | No
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(path))
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype or torch.float32)
+    model: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype or torch.float32)
     return model.to(device), tokenizer
 
 
@@ -91,7 +90,7 @@ class ModelServer:
             self.served_model_name = served_model_name or str(
                 getattr(model.config, "_name_or_path", "") or "model"
             )
-        self.tokenizer = tokenizer
+        self.tokenizer: Any = tokenizer
         self.engine = GenerationEngine(
             model, tokenizer, max_batch_size=max_batch_size, batch_wait_s=batch_wait_s
         )
@@ -306,7 +305,7 @@ class ModelServer:
             choice["logprobs"] = {
                 "content": [
                     self._logprob_entry(t, lp, top)
-                    for t, lp, top in zip(result.token_ids, result.logprobs, tops)
+                    for t, lp, top in zip(result.token_ids, result.logprobs, tops, strict=False)
                 ]
             }
         if want_ids:

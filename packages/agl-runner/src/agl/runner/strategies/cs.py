@@ -75,8 +75,8 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         managed_store: ``True``: serve the given store (algorithm side) and connect runners with
             ``LightningStoreClient``. ``False``: both sides use the store as given (e.g. a client of an
             ``agl store`` started separately). ``None`` reads ``AGL_MANAGED_STORE`` (default true).
-        start_method: ``fork`` (default where available: runners start in milliseconds), ``forkserver``
-            or ``spawn`` (the agent, runner and hooks must then be picklable).
+        start_method: ``fork`` (default on Linux: runners start in milliseconds), ``forkserver`` or
+            ``spawn`` (default elsewhere; the agent, runner and hooks must then be picklable).
         token: Bearer token for the store server (default: ``AGL_STORE_TOKEN``).
 
     Failures: an exception in a runner stops everything and is raised from :meth:`execute` with the runner's
@@ -108,7 +108,8 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         if main_process != "algorithm":
             raise ValueError(f"main_process must be 'algorithm', got {main_process!r}")
         if start_method is None:
-            start_method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+            # fork is safe and fast on Linux; elsewhere (macOS system frameworks) spawn is the safe default.
+            start_method = "fork" if sys.platform.startswith("linux") else "spawn"
         if start_method not in multiprocessing.get_all_start_methods():
             raise ValueError(f"start_method {start_method!r} is not available on this platform")
         self.role: Role = resolved_role  # type: ignore[assignment]
@@ -154,7 +155,6 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         event = ParentStopEvent(stop_writer)
         children: list[_Child] = []
         server = None
-        interrupted = False
         if with_runners and self._preload_in_parent():
             _preload_for_children()  # once here rather than once per runner: forks inherit it
         try:
@@ -176,8 +176,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
             for child in children:
                 child.send_endpoint(endpoint)
             asyncio.run(self._algorithm_with_watch(algorithm, algorithm_store, event, children))
-        except KeyboardInterrupt:
-            interrupted = True
+        except KeyboardInterrupt:  # Ctrl+C stops everything and returns, as the reference does
             logger.warning("Interrupted: stopping the algorithm and the runners")
         finally:
             event.set()
@@ -186,8 +185,6 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
             if server is not None:
                 server.stop()
             self.endpoint = None
-        if interrupted:
-            return
 
     def _preload_in_parent(self) -> bool:
         """Whether forked runners should inherit their imports rather than each import them.

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import sqlite3
 import threading
 import weakref
 from collections.abc import Callable
@@ -74,6 +75,14 @@ def parse_url(url: str) -> tuple[Dialect, URL, str]:
         f"unsupported database URL {url!r}: use sqlite:///path/to/file.db or "
         "postgresql://user:password@host:port/database (driver asyncpg, extra 'postgres')"
     )
+
+
+class _WouldWait(Exception):
+    """An operation tried on the event loop's thread would have to wait for a lock: run it in the pool."""
+
+
+def _is_busy(error: BaseException) -> bool:
+    return "database is locked" in str(error) or "database table is locked" in str(error)
 
 
 def _is_retryable(exc: BaseException) -> bool:
@@ -153,7 +162,7 @@ class Database:
         engine = sa.create_engine(
             self._url,
             isolation_level="AUTOCOMMIT",  # transactions are begun explicitly (BEGIN IMMEDIATE for writers)
-            pool_reset_on_return=None,  # and always ended before a connection goes back to the pool
+            poolclass=sa.pool.NullPool,  # each thread keeps its own connection (see _thread_connection)
             connect_args=connect_args,
             **self._engine_kwargs,
         )
@@ -199,11 +208,16 @@ class Database:
         if self._closed:
             raise RuntimeError("the SQL store is closed")
         if self.dialect == "sqlite":
+            if not snapshot:  # short operations run right here when they need not wait for anyone
+                try:
+                    return self._sqlite_transaction(fn, args, write, snapshot, inline=True)
+                except _WouldWait:
+                    pass
             assert self._executor is not None
             loop = asyncio.get_running_loop()
             try:
                 return await loop.run_in_executor(
-                    self._executor, self._sqlite_transaction, fn, args, write, snapshot
+                    self._executor, self._sqlite_transaction, fn, args, write, snapshot, False
                 )
             except RuntimeError as exc:  # the executor was shut down by close() meanwhile
                 if self._closed:
@@ -211,13 +225,15 @@ class Database:
                 raise
         return await self._postgres_transaction(fn, args, write, snapshot)
 
-    def _thread_connection(self) -> sa.Connection:
-        """This pool thread's own connection: kept across operations (a pool checkout per operation costs
-        as much as a statement)."""
+    def _thread_connection(self, inline: bool = False) -> sa.Connection:
+        """This thread's own connection, kept across operations (a pool checkout per operation costs as
+        much as a statement). Connections used on event-loop threads never wait for a lock."""
         conn: sa.Connection | None = getattr(self._local, "conn", None)
         if conn is None or conn.closed or conn.invalidated:
             assert self._sync_engine is not None
             conn = self._local.conn = self._sync_engine.connect()
+            if inline:
+                conn.exec_driver_sql("PRAGMA busy_timeout = 0").close()
             with self._lock:
                 self._thread_connections.append(conn)
         return conn
@@ -231,25 +247,41 @@ class Database:
         self._sync_engine.dispose()
 
     def _sqlite_transaction(
-        self, fn: Callable[..., T], args: tuple[Any, ...], write: bool, snapshot: bool
+        self, fn: Callable[..., T], args: tuple[Any, ...], write: bool, snapshot: bool, inline: bool
     ) -> T:
-        conn = self._thread_connection()
+        """One transaction on this thread's connection. ``inline`` (on an event-loop thread): raise
+        :class:`_WouldWait` instead of waiting for another thread or process; nothing is changed then."""
+        conn = self._thread_connection(inline)
         driver = conn.connection.driver_connection  # BEGIN/COMMIT straight to sqlite3: cheaper
         assert driver is not None
         if not write:
-            if not snapshot:  # one statement is consistent by itself
-                return fn(conn, *args)
-            driver.execute("BEGIN")
             try:
-                return fn(conn, *args)
-            finally:
-                driver.execute("COMMIT")
-        with self._write_lock:
-            driver.execute("BEGIN IMMEDIATE")
+                if not snapshot:  # one statement is consistent by itself
+                    return fn(conn, *args)
+                driver.execute("BEGIN")
+                try:
+                    return fn(conn, *args)
+                finally:
+                    driver.execute("COMMIT")
+            except sa_exc.OperationalError as error:
+                if inline and _is_busy(error):
+                    raise _WouldWait from error
+                raise
+        if not self._write_lock.acquire(blocking=not inline):
+            raise _WouldWait
+        try:
+            try:
+                driver.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as error:
+                if inline and _is_busy(error):
+                    raise _WouldWait from error
+                raise
             try:
                 result = fn(conn, *args)
-            except BaseException:
+            except BaseException as error:
                 driver.execute("ROLLBACK")
+                if inline and isinstance(error, sa_exc.OperationalError) and _is_busy(error):
+                    raise _WouldWait from error  # rolled back: the executor runs it again from scratch
                 raise
             driver.execute("COMMIT")
             self._commits_since_checkpoint += 1
@@ -259,6 +291,8 @@ class Database:
                 with contextlib.suppress(RuntimeError):  # shut down by close(), which checkpoints itself
                     self._checkpoint = self._executor.submit(self._checkpoint_wal)
             return result
+        finally:
+            self._write_lock.release()
 
     def _checkpoint_wal(self) -> None:
         """Copy committed pages from the WAL into the database file (PASSIVE: never waits for anyone)."""

@@ -87,7 +87,7 @@ def _column_or_json(table: sa.Table, json_columns: frozenset[str]) -> Callable[[
 
 def _paginate(
     conn: sa.Connection,
-    query: sa.Select[Any],
+    query: sa.Select,
     where: sa.ColumnElement[bool] | None,
     count_from: sa.FromClause,
     page: Page,
@@ -140,7 +140,7 @@ _WITH_LATEST_ATTEMPT = R.outerjoin(
 )
 
 
-def _rollouts_select() -> sa.Select[Any]:
+def _rollouts_select() -> sa.Select:
     return sa.select(*_ROLLOUT_COLUMNS, *_codec.attempt_columns(_codec.ATTEMPT_PREFIX)).select_from(
         _WITH_LATEST_ATTEMPT
     )

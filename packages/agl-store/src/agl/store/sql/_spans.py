@@ -67,7 +67,7 @@ def _insert_spans(conn: sa.Connection, ctx: Ctx, spans: Sequence[Span]) -> set[t
         for span in spans
     ]
     result = conn.execute(prepared(("insert_spans", ctx.dialect), build), rows)
-    return {(row[0], row[1], row[2]) for row in result}
+    return {(row.rollout_id, row.attempt_id, row.span_id) for row in result}
 
 
 def add_spans(conn: sa.Connection, ctx: Ctx, eff: Effects, spans: Sequence[Span]) -> list[int]:

@@ -84,7 +84,7 @@ def lock_rollout_with_attempt(
     """The locked rollout row and one of its attempt rows (``"latest"``: the latest), in one statement."""
     latest = attempt_id == "latest"
 
-    def build() -> sa.Select[Any]:
+    def build() -> sa.Select:
         which = A.c.sequence_id == R.c.num_attempts if latest else A.c.attempt_id == sa.bindparam("aid")
         joined = R.outerjoin(A, sa.and_(A.c.rollout_id == R.c.rollout_id, which))
         return (

@@ -85,7 +85,7 @@ def _new_rollout(request: EnqueueRolloutRequest, status: str, now: float, latest
 
 
 def _latest_resources_and_queue_tail(conn: sa.Connection) -> tuple[str | None, int]:
-    def build() -> sa.Select[Any]:
+    def build() -> sa.Select:
         latest = sa.select(RS.c.resources_id).order_by(RS.c.touch.desc()).limit(1).scalar_subquery()
         tail = sa.select(sa.func.coalesce(sa.func.max(R.c.queue_pos), 0) + 1).scalar_subquery()
         return sa.select(latest.label("latest"), tail.label("tail"))
@@ -136,7 +136,7 @@ def start_rollout(
 def _queue_entries(conn: sa.Connection, after: tuple[int, int] | None, count: int) -> list[dict[str, Any]]:
     """The next ``count`` queue entries (rollouts with a queue position), locking them; locked ones skipped."""
 
-    def build(after_given: bool) -> sa.Select[Any]:
+    def build(after_given: bool) -> sa.Select:
         stmt = sa.select(R).where(R.c.queue_pos.is_not(None))
         if after_given:
             position = sa.tuple_(R.c.queue_pos, R.c.seq)
@@ -274,7 +274,7 @@ def update_attempt(
 def find_unhealthy(conn: sa.Connection, ctx: Ctx) -> list[str]:
     """Ids of running rollouts whose latest attempt broke its limits (read-only)."""
 
-    def build() -> sa.Select[Any]:
+    def build() -> sa.Select:
         latest = sa.and_(A.c.rollout_id == R.c.rollout_id, A.c.sequence_id == R.c.num_attempts)
         return (
             sa.select(R.c.config, *_codec.attempt_columns())

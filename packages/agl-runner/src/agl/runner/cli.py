@@ -1,0 +1,74 @@
+"""``agl runner``: run runners for an agent against a store server, until Ctrl+C or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from urllib.parse import urlsplit
+
+__all__ = ["runner_command"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    default_store = f"http://{os.environ.get('AGL_SERVER_HOST') or '127.0.0.1'}:{os.environ.get('AGL_SERVER_PORT') or 4747}"
+    parser = argparse.ArgumentParser(
+        prog="agl runner",
+        description="Execute an agent on the rollouts of a store (e.g. one served by 'agl store').",
+    )
+    parser.add_argument(
+        "agent", help="import path of the agent: 'package.module:agent' (a @rollout function or LitAgent)"
+    )
+    parser.add_argument("--store", default=default_store, help=f"store server URL (default: {default_store})")
+    parser.add_argument("--token", default=None, help="bearer token of the store (default: AGL_STORE_TOKEN)")
+    parser.add_argument("--n-runners", type=int, default=1, help="runner processes (default: 1)")
+    parser.add_argument(
+        "--concurrency", type=int, default=1, help="rollouts each runner executes at once (default: 1)"
+    )
+    parser.add_argument(
+        "--max-rollouts", type=int, default=None, help="per runner, stop after this many rollouts"
+    )
+    parser.add_argument(
+        "--tracer", default="otel", help="tracer: 'otel', 'agentops' or an import path (default: otel)"
+    )
+    parser.add_argument("--log-level", default="INFO", help="logging level (default: INFO)")
+    return parser
+
+
+def runner_command(argv: list[str]) -> int:
+    """Entry point of ``agl runner``."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    from .build import build_component, load_object
+    from .litagent import LitAgent
+    from .runner import LitAgentRunner
+    from .strategies import ClientServerExecutionStrategy
+    from .trainer import TRACER_REGISTRY, Trainer
+
+    url = urlsplit(args.store)
+    if url.scheme != "http" or not url.hostname or url.port is None:
+        print(f"agl runner: --store must look like http://host:port, got {args.store!r}", file=sys.stderr)
+        return 2
+    try:
+        agent = build_component(load_object(args.agent), LitAgent, spec_name="agent")
+        from agl.tracer import Tracer
+
+        tracer = build_component(args.tracer, Tracer, spec_name="tracer", registry=TRACER_REGISTRY)
+        runner = LitAgentRunner(tracer, max_rollouts=args.max_rollouts, concurrency=args.concurrency)
+        strategy = ClientServerExecutionStrategy(
+            role="runner",
+            server_host=url.hostname,
+            server_port=url.port,
+            n_runners=args.n_runners,
+            managed_store=True,
+            token=args.token,
+        )
+    except (ValueError, TypeError) as exc:
+        print(f"agl runner: {exc}", file=sys.stderr)
+        return 2
+    assert agent is not None
+    Trainer(strategy=strategy, runner=runner, tracer=tracer, store="memory", progress=False).fit(agent)
+    return 0
