@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast, overload
 
 __all__ = ["build_component", "load_object"]
 
@@ -56,12 +56,42 @@ def _instantiate(
     return cls(**final)
 
 
+@overload
 def build_component(
     spec: Any,
     expected_type: type[T],
     *,
     spec_name: str,
     default_factory: Callable[[], T] | None = None,
+    allow_none: Literal[False] = False,
+    optional_defaults: Mapping[str, Any] | None = None,
+    dict_requires_type: bool = True,
+    dict_default_cls: type[T] | None = None,
+    registry: Mapping[str, str | type[Any]] | None = None,
+    invalid_spec_error_fmt: str | None = None,
+    type_error_fmt: str | None = None,
+) -> T: ...
+@overload
+def build_component(
+    spec: Any,
+    expected_type: type[T],
+    *,
+    spec_name: str,
+    default_factory: Callable[[], T | None] | None = None,
+    allow_none: bool,
+    optional_defaults: Mapping[str, Any] | None = None,
+    dict_requires_type: bool = True,
+    dict_default_cls: type[T] | None = None,
+    registry: Mapping[str, str | type[Any]] | None = None,
+    invalid_spec_error_fmt: str | None = None,
+    type_error_fmt: str | None = None,
+) -> T | None: ...
+def build_component(
+    spec: Any,
+    expected_type: type[T],
+    *,
+    spec_name: str,
+    default_factory: Callable[[], T | None] | None = None,
     allow_none: bool = False,
     optional_defaults: Mapping[str, Any] | None = None,
     dict_requires_type: bool = True,

@@ -49,7 +49,7 @@ def _default_tracer() -> Any:
 def _default_adapter() -> Any:
     """``TracerTraceToTriplet`` when the adapters are installed, else no adapter."""
     try:
-        from agl.algorithms import TracerTraceToTriplet  # type: ignore[attr-defined]
+        from agl.algorithms import TracerTraceToTriplet
     except ImportError:
         return None
     return TracerTraceToTriplet()
@@ -113,7 +113,7 @@ class Trainer:
             default_factory=lambda: _build_default_strategy(optional),
             optional_defaults=optional,
             registry=STRATEGY_REGISTRY,
-        )  # type: ignore[assignment]
+        )
         if port is not None and hasattr(self.strategy, "server_port"):
             self.strategy.server_port = port  # type: ignore[attr-defined]
         self.n_runners = self.strategy.n_runners
@@ -122,7 +122,7 @@ class Trainer:
 
         self.tracer: Tracer = build_component(
             tracer, Tracer, spec_name="tracer", default_factory=_default_tracer, registry=TRACER_REGISTRY
-        )  # type: ignore[assignment]
+        )
 
         from agl.store import LightningStore
 
@@ -132,10 +132,10 @@ class Trainer:
             spec_name="store",
             default_factory=self._default_store,
             registry=STORE_REGISTRY,
-        )  # type: ignore[assignment]
+        )
         self.adapter: SupportsAdapt | None = build_component(
             adapter,
-            SupportsAdapt,  # type: ignore[type-abstract]
+            SupportsAdapt,
             spec_name="adapter",
             default_factory=_default_adapter,
             allow_none=True,
@@ -146,22 +146,22 @@ class Trainer:
             algorithm,
             Algorithm,
             spec_name="algorithm",
-            allow_none=True,  # type: ignore[type-abstract]
+            allow_none=True,
         )
         self.llm_proxy: SupportsLLMProxy | None = build_component(
             llm_proxy,
-            SupportsLLMProxy,  # type: ignore[type-abstract]
+            SupportsLLMProxy,
             spec_name="llm_proxy",
             allow_none=True,
             optional_defaults={"store": self.store},
         )
         self.runner: Runner[Any] = build_component(
             runner,
-            Runner,  # type: ignore[type-abstract]
+            Runner,
             spec_name="runner",
             default_factory=lambda: LitAgentRunner(tracer=self.tracer, max_rollouts=max_rollouts),
             optional_defaults={"tracer": lambda: self.tracer, "max_rollouts": max_rollouts},
-        )  # type: ignore[assignment]
+        )
         if hooks is None:
             self.hooks: tuple[Hook, ...] = ()
         elif isinstance(hooks, Hook):
@@ -247,7 +247,7 @@ def _build_default_strategy(optional: dict[str, Any]) -> ExecutionStrategy:
 
 def _adapter_default_cls() -> type[Any] | None:
     try:
-        from agl.algorithms import TracerTraceToTriplet  # type: ignore[attr-defined]
+        from agl.algorithms import TracerTraceToTriplet
     except ImportError:
         return None
     return TracerTraceToTriplet
