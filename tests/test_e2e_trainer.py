@@ -116,7 +116,7 @@ def test_runner_killed_mid_rollout_its_attempt_turns_unresponsive_and_another_ru
 ) -> None:
     store = InMemoryLightningStore(scan_debounce_seconds=0.1)
     pid_file = tmp_path / "victim.pid"
-    config = RolloutConfig(unresponsive_seconds=1.5, max_attempts=2, retry_condition=["unresponsive"])
+    config = RolloutConfig(unresponsive_seconds=2.5, max_attempts=2, retry_condition=["unresponsive"])
     trainer = Trainer(
         algorithm=Baseline(rollout_config=config, polling_interval=0.2),
         n_runners=2,

@@ -251,7 +251,7 @@ class NextSequenceIdResponse(BaseModel):
 
 
 class NextSequenceIdsRequest(_Body):
-    pairs: list[tuple[str, str]] = Field(strict=False)
+    pairs: list[Annotated[list[str], Field(min_length=2, max_length=2)]]
     """``[rollout_id, attempt_id]`` pairs; one sequence id each, in order."""
 
 

@@ -205,7 +205,8 @@ class HotOps:
         return 200, encode({"sequence_id": value}), None
 
     async def next_sequence_ids(self, body: NextSequenceIdsRequest) -> Reply:
-        values = await self.store.get_many_span_sequence_ids(body.pairs) if body.pairs else []
+        pairs = [(rollout_id, attempt_id) for rollout_id, attempt_id in body.pairs]
+        values = await self.store.get_many_span_sequence_ids(pairs) if pairs else []
         return 200, encode({"sequence_ids": values}), None
 
 

@@ -60,8 +60,6 @@ KEEP: Any = object()
 """``update_worker``'s ``heartbeat_stats`` argument meaning "leave as is"."""
 
 _QUEUED = sorted(QUEUED_STATUSES)
-_DEQUEUE_LOOKAHEAD = 8
-"""Queue entries read beyond ``limit`` per round, to step over stale entries without another query."""
 
 
 def _invalid(exc: ValidationError) -> InvalidRequestError:
@@ -133,61 +131,60 @@ def start_rollout(
     return AttemptedRollout.model_validate({**dict(rollout), "attempt": attempt})
 
 
-def _queue_entries(conn: sa.Connection, after: tuple[int, int] | None, count: int) -> list[dict[str, Any]]:
-    """The next ``count`` queue entries (rollouts with a queue position), locking them; locked ones skipped."""
+def _claimable(conn: sa.Connection, limit: int) -> list[dict[str, Any]]:
+    """The first ``limit`` queued rollouts in queue order, locked; rows another transaction holds are
+    skipped (``SKIP LOCKED``: concurrent dequeuers pass each other instead of waiting)."""
 
-    def build(after_given: bool) -> sa.Select:
-        stmt = sa.select(R).where(R.c.queue_pos.is_not(None))
-        if after_given:
-            position = sa.tuple_(R.c.queue_pos, R.c.seq)
-            stmt = stmt.where(position > sa.tuple_(sa.bindparam("after_pos"), sa.bindparam("after_seq")))
+    def build() -> sa.Select:
         return (
-            stmt.order_by(R.c.queue_pos, R.c.seq).limit(sa.bindparam("n")).with_for_update(skip_locked=True)
+            sa.select(R)
+            .where(R.c.queue_pos.is_not(None), R.c.status.in_(_QUEUED))
+            .order_by(R.c.queue_pos, R.c.seq)
+            .limit(sa.bindparam("n"))
+            .with_for_update(skip_locked=True)
         )
 
-    params: dict[str, Any] = {"n": count}
-    if after is not None:
-        params.update(after_pos=after[0], after_seq=after[1])
-    stmt = prepared(("queue_entries", after is not None), lambda: build(after is not None))
-    return [dict(row) for row in conn.execute(stmt, params).mappings()]
+    return [dict(row) for row in conn.execute(prepared("claimable", build), {"n": limit}).mappings()]
+
+
+def _discard_stale_entries(conn: sa.Connection, up_to: int | None) -> None:
+    """Drop queue entries of rollouts that left the queue while queued (started, cancelled...), up to
+    ``up_to`` (a queue position; None: all), as a dequeue that walked past them would."""
+
+    def build(bounded: bool) -> sa.Select:
+        stmt = sa.select(R.c.seq).where(R.c.queue_pos.is_not(None), R.c.status.not_in(_QUEUED))
+        if bounded:
+            stmt = stmt.where(R.c.queue_pos <= sa.bindparam("up_to"))
+        return stmt.with_for_update(skip_locked=True)
+
+    bounded = up_to is not None
+    stmt = prepared(("stale_entries", bounded), lambda: build(bounded))
+    stale = list(conn.execute(stmt, {"up_to": up_to} if bounded else {}).scalars())
+    update_rows(conn, R, ((seq, {"queue_pos": None}) for seq in stale))
 
 
 def dequeue(
     conn: sa.Connection, ctx: Ctx, eff: Effects, limit: int, worker_id: str | None, mark_idle: bool
 ) -> list[AttemptedRollout]:
-    """Claim up to ``limit`` queued rollouts in queue order; stale entries passed on the way are discarded.
+    """Claim up to ``limit`` queued rollouts in queue order; stale entries before them are discarded.
 
-    ``SKIP LOCKED`` lets concurrent dequeuers on PostgreSQL pass each other's claims; the status is
-    checked on the locked row, so a rollout is never claimed twice.
+    The status is checked on the locked row, so a rollout is never claimed twice.
     """
     now = ctx.clock()
+    rows = _claimable(conn, limit)
+    _discard_stale_entries(conn, rows[-1]["queue_pos"] if len(rows) == limit else None)
     claimed: list[tuple[dict[str, Any], Attempt]] = []
-    stale: list[int] = []
-    after: tuple[int, int] | None = None
-    while len(claimed) < limit:
-        want = limit - len(claimed) + _DEQUEUE_LOOKAHEAD
-        entries = _queue_entries(conn, after, want)
-        for r in entries:
-            if r["status"] not in QUEUED_STATUSES:
-                stale.append(r["seq"])  # updated while queued (started, cancelled...)
-                continue
-            sequence_id = r["num_attempts"] + 1
-            attempt = Attempt(
-                rollout_id=r["rollout_id"],
-                attempt_id=new_attempt_id(),
-                sequence_id=sequence_id,
-                start_time=now,
-                worker_id=worker_id,
-            )
-            r.update(status="preparing", end_time=None, queue_pos=None, num_attempts=sequence_id)
-            claimed.append((r, attempt))
-            if len(claimed) == limit:
-                break
-        if len(entries) < want:
-            break  # the queue is exhausted
-        after = (entries[-1]["queue_pos"], entries[-1]["seq"])
-    if stale:
-        update_rows(conn, R, ((seq, {"queue_pos": None}) for seq in stale))
+    for r in rows:
+        sequence_id = r["num_attempts"] + 1
+        attempt = Attempt(
+            rollout_id=r["rollout_id"],
+            attempt_id=new_attempt_id(),
+            sequence_id=sequence_id,
+            start_time=now,
+            worker_id=worker_id,
+        )
+        r.update(status="preparing", end_time=None, queue_pos=None, num_attempts=sequence_id)
+        claimed.append((r, attempt))
     if claimed:
         conn.execute(
             prepared("insert_attempt", lambda: sa.insert(A)), [_codec.attempt_values(a) for _, a in claimed]
