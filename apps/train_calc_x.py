@@ -123,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     from calc_x.agent import calc_agent
     from calc_x.report import plot_curve, summary
     from tqdm import tqdm
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our bar is the one that matters
 
     metrics_file = (out_dir / "metrics.jsonl").open("w")
     bar = tqdm(total=args.steps, desc="GRPO", unit="step", dynamic_ncols=True)

@@ -68,9 +68,12 @@ def test_three_steps_through_the_whole_system(tmp_path: Path) -> None:
             assert len(rollouts) == 3 * 4 * 4 + 3 * 16
             assert {r.status for r in rollouts} == {"succeeded"}
             assert {r.mode for r in rollouts} == {"train", "val"}
-            spans = (await store.query_spans(rollouts[0].rollout_id)).items
-            names = {s.name for s in spans}
-            assert "agentlightning.llm_call" in names and "agentlightning.reward" in names
+            from agl.tracer import find_final_reward
+
+            for rollout in rollouts[:5]:
+                spans = (await store.query_spans(rollout.rollout_id)).items
+                assert "agentlightning.llm_call" in {s.name for s in spans}  # recorded by the LLM proxy
+                assert find_final_reward(spans) in (0.0, 1.0)  # emitted by the agent
         finally:
             await store.close()
 

@@ -129,7 +129,7 @@ async def test_real_answers_match_the_schema() -> None:
                 P + "/rollouts/{rollout_id}",
                 f"{P}/rollouts/{rollout_id}",
                 body={"status": None},
-                expect=400,
+                expect=422,
             )
             await check(
                 "POST",

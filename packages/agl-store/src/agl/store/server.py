@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._forwarding import ForwardingStore
 from ._http_models import API_PREFIX
+from ._uvicorn import coalescing_protocol_class
 from .base import LightningStore, LightningStoreCapabilities
 
 if TYPE_CHECKING:
@@ -193,7 +194,7 @@ class LightningStoreServer(ForwardingStore):
             self._asgi,
             log_level="warning",
             access_log=False,
-            http=_fast_http_impl(),
+            http=coalescing_protocol_class(_fast_http_impl()),
             lifespan="off",
             timeout_graceful_shutdown=2,
             timeout_keep_alive=30,

@@ -285,9 +285,11 @@ class LocalGRPO(Algorithm):
         tasks = [train_dataset[i] for i in picked for _ in range(cfg.n)]
         groups = [i for i in range(cfg.prompts_per_step) for _ in range(cfg.n)]
         tokens_before = self.server.engine.stats["generated_tokens"]
+        batches_before = self.server.engine.stats["batches"]
         rollouts, spans = await self._run_rollouts(store, tasks, "train", resources_id)
         t1 = time.perf_counter()
         generated = self.server.engine.stats["generated_tokens"] - tokens_before
+        generation_batches = self.server.engine.stats["batches"] - batches_before
 
         episodes = [self._episode(r, s) for r, s in zip(rollouts, spans, strict=False)]
         # An episode without usable triplets (failed, or no token ids) cannot be trained on: leave it out of
@@ -328,6 +330,7 @@ class LocalGRPO(Algorithm):
             "loss": stats["loss"],
             "grad_norm": stats["grad_norm"],
             "generated_tokens": generated,
+            "generation_batches": generation_batches,
             "tokens_per_s": generated / max(t1 - t0, 1e-9),
             "rollout_s": t1 - t0,
             "update_s": t2 - t1,

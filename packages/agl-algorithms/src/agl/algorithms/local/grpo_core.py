@@ -114,32 +114,35 @@ def grpo_update(
 ) -> dict[str, float]:
     """Clipped policy-gradient steps on the generated tokens (token-mean loss over the whole batch).
 
-    The old policy's log-probabilities are computed once before the first step, so with one epoch and
-    one mini-batch this is the plain policy gradient and the clip matters from the second step on.
+    The old policy's log-probabilities are those of the weights before the first step: the first
+    mini-batch takes them from its own first forward pass (no extra pass), the others get a no-grad pass
+    up front. With one epoch and one mini-batch this is the plain policy gradient; the clip matters from
+    the second step on.
     """
     if not samples:
         return {"loss": 0.0, "tokens": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0}
     device = next(model.parameters()).device
     order = sorted(range(len(samples)), key=lambda i: len(samples[i].ids))  # similar lengths pad less
-    chunks = [order[k::mini_batches] for k in range(mini_batches)]
-    prepared = []
+    chunks = [c for c in (order[k::mini_batches] for k in range(mini_batches)) if c]
+    prepared: list[list[Any]] = []
     model.eval()  # no dropout in the old-policy pass
     with torch.no_grad():
-        for chunk in chunks:
-            if not chunk:
-                continue
+        for k, chunk in enumerate(chunks):
             batch = [samples[i] for i in chunk]
             ids, attention, mask = _pad(batch, pad_id, device)
-            old = sequence_logprobs(model, ids, attention)
+            old = sequence_logprobs(model, ids, attention) if k > 0 else None
             advantages = torch.tensor([s.advantage for s in batch], device=device).unsqueeze(1)
-            prepared.append((ids, attention, mask, old, advantages))
+            prepared.append([ids, attention, mask, old, advantages])
     model.train()
     total_tokens = sum(float(p[2].sum()) for p in prepared)
     stats = {"loss": 0.0, "tokens": total_tokens, "clip_fraction": 0.0, "grad_norm": 0.0}
     steps = 0
     for _ in range(epochs):
-        for ids, attention, mask, old, advantages in prepared:
+        for entry in prepared:
+            ids, attention, mask, old, advantages = entry
             new = sequence_logprobs(model, ids, attention)
+            if old is None:
+                old = entry[3] = new.detach()
             ratio = torch.exp(new - old)
             unclipped = ratio * advantages
             clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * advantages

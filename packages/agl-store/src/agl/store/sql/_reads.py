@@ -24,7 +24,7 @@ from agl.types import (
 )
 
 from . import _codec, schema
-from ._steps import Ctx, prepared
+from ._steps import Ctx, execute, prepared
 
 R = schema.rollouts
 A = schema.attempts
@@ -168,8 +168,8 @@ def query_rollouts(
 
 def get_rollout(conn: sa.Connection, ctx: Ctx, rollout_id: str) -> Rollout | AttemptedRollout | None:
     stmt = prepared("get_rollout", lambda: _rollouts_select().where(R.c.rollout_id == sa.bindparam("rid")))
-    row = conn.execute(stmt, {"rid": rollout_id}).mappings().first()
-    return _codec.rollout_from_row(row) if row is not None else None
+    rows = execute(conn, stmt, {"rid": rollout_id})
+    return _codec.rollout_from_row(rows[0]) if rows else None
 
 
 def finished_rollouts(conn: sa.Connection, ctx: Ctx, rollout_ids: Sequence[str]) -> list[Rollout]:

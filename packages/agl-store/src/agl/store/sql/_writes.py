@@ -37,10 +37,12 @@ from ._steps import (
     Effects,
     apply_attempt_status,
     attempted,
+    execute,
     latest_attempt_row,
     lock_rollout,
     lock_rollout_with_attempt,
     mark_worker_idle,
+    one_of,
     prepared,
     set_rollout_status,
     sync_worker,
@@ -88,8 +90,8 @@ def _latest_resources_and_queue_tail(conn: sa.Connection) -> tuple[str | None, i
         tail = sa.select(sa.func.coalesce(sa.func.max(R.c.queue_pos), 0) + 1).scalar_subquery()
         return sa.select(latest.label("latest"), tail.label("tail"))
 
-    row = conn.execute(prepared("latest_and_tail", build)).one()
-    return row.latest, int(row.tail)
+    (row,) = execute(conn, prepared("latest_and_tail", build))
+    return row["latest"], int(row["tail"])
 
 
 def enqueue(
@@ -104,7 +106,7 @@ def enqueue(
         {**_codec.rollout_values(rollout), "queue_pos": tail + i, "num_attempts": 0}
         for i, rollout in enumerate(rollouts)
     ]
-    conn.execute(prepared("insert_rollout", lambda: sa.insert(R)), rows)
+    execute(conn, prepared("insert_rollout", lambda: sa.insert(R)), rows)
     eff.queued = True
     return rollouts
 
@@ -122,11 +124,12 @@ def start_rollout(
         start_time=now,
         worker_id=worker_id,
     )
-    conn.execute(
+    execute(
+        conn,
         prepared("insert_rollout", lambda: sa.insert(R)),
         [{**_codec.rollout_values(rollout), "queue_pos": None, "num_attempts": 1}],
     )
-    conn.execute(prepared("insert_attempt", lambda: sa.insert(A)), [_codec.attempt_values(attempt)])
+    execute(conn, prepared("insert_attempt", lambda: sa.insert(A)), [_codec.attempt_values(attempt)])
     sync_worker(conn, ctx, attempt, now)
     return AttemptedRollout.model_validate({**dict(rollout), "attempt": attempt})
 
@@ -138,13 +141,13 @@ def _claimable(conn: sa.Connection, limit: int) -> list[dict[str, Any]]:
     def build() -> sa.Select:
         return (
             sa.select(R)
-            .where(R.c.queue_pos.is_not(None), R.c.status.in_(_QUEUED))
+            .where(R.c.queue_pos.is_not(None), one_of(R.c.status, _QUEUED))
             .order_by(R.c.queue_pos, R.c.seq)
             .limit(sa.bindparam("n"))
             .with_for_update(skip_locked=True)
         )
 
-    return [dict(row) for row in conn.execute(prepared("claimable", build), {"n": limit}).mappings()]
+    return execute(conn, prepared("claimable", build), {"n": limit})
 
 
 def _discard_stale_entries(conn: sa.Connection, up_to: int | None) -> None:
@@ -152,14 +155,14 @@ def _discard_stale_entries(conn: sa.Connection, up_to: int | None) -> None:
     ``up_to`` (a queue position; None: all), as a dequeue that walked past them would."""
 
     def build(bounded: bool) -> sa.Select:
-        stmt = sa.select(R.c.seq).where(R.c.queue_pos.is_not(None), R.c.status.not_in(_QUEUED))
+        stmt = sa.select(R.c.seq).where(R.c.queue_pos.is_not(None), sa.not_(one_of(R.c.status, _QUEUED)))
         if bounded:
             stmt = stmt.where(R.c.queue_pos <= sa.bindparam("up_to"))
         return stmt.with_for_update(skip_locked=True)
 
     bounded = up_to is not None
     stmt = prepared(("stale_entries", bounded), lambda: build(bounded))
-    stale = list(conn.execute(stmt, {"up_to": up_to} if bounded else {}).scalars())
+    stale = [row["seq"] for row in execute(conn, stmt, {"up_to": up_to} if bounded else {})]
     update_rows(conn, R, ((seq, {"queue_pos": None}) for seq in stale))
 
 
@@ -186,8 +189,10 @@ def dequeue(
         r.update(status="preparing", end_time=None, queue_pos=None, num_attempts=sequence_id)
         claimed.append((r, attempt))
     if claimed:
-        conn.execute(
-            prepared("insert_attempt", lambda: sa.insert(A)), [_codec.attempt_values(a) for _, a in claimed]
+        execute(
+            conn,
+            prepared("insert_attempt", lambda: sa.insert(A)),
+            [_codec.attempt_values(a) for _, a in claimed],
         )
         keys = ("status", "end_time", "queue_pos", "num_attempts")
         update_rows(conn, R, ((r["seq"], {k: r[k] for k in keys}) for r, _ in claimed))
@@ -209,7 +214,7 @@ def start_attempt(
         start_time=now,
         worker_id=worker_id,
     )
-    conn.execute(prepared("insert_attempt", lambda: sa.insert(A)), [_codec.attempt_values(attempt)])
+    execute(conn, prepared("insert_attempt", lambda: sa.insert(A)), [_codec.attempt_values(attempt)])
     values = set_rollout_status(conn, r, "preparing", now, eff)
     values["num_attempts"] = r["num_attempts"] = attempt.sequence_id
     update_row(conn, R, r["seq"], values)
@@ -277,14 +282,14 @@ def find_unhealthy(conn: sa.Connection, ctx: Ctx) -> list[str]:
             sa.select(R.c.config, *_codec.attempt_columns())
             .select_from(R.join(A, latest))
             .where(
-                R.c.status.in_(sorted(RUNNING_STATUSES)),
+                one_of(R.c.status, RUNNING_STATUSES),
                 sa.or_(R.c.timeout_seconds.is_not(None), R.c.unresponsive_seconds.is_not(None)),
-                A.c.status.in_(["preparing", "running"]),
+                one_of(A.c.status, ["preparing", "running"]),
             )
         )
 
     now = ctx.clock()
-    rows = conn.execute(prepared("find_unhealthy", build)).mappings()
+    rows = execute(conn, prepared("find_unhealthy", build))
     return sorted(
         row["rollout_id"]
         for row in rows

@@ -1,0 +1,249 @@
+"""The data and the status transitions of the in-memory store, without locking or waiting.
+
+``InMemoryLightningStore`` calls these methods with its lock held; every decision comes from ``_rules``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from agl.types import (
+    FINISHED_STATUSES,
+    QUEUED_STATUSES,
+    ROLLOUT_STATUSES,
+    Attempt,
+    AttemptedRollout,
+    AttemptStatus,
+    NotFoundError,
+    ResourcesUpdate,
+    Rollout,
+    RolloutStatus,
+    TaskInput,
+    Worker,
+    new_attempt_id,
+    new_rollout_id,
+)
+
+from . import _rules
+from ._notify import Notifier
+from ._query import Predicate, filter_rows
+from ._records import RolloutRecord, check_mode, copy_rollout, new_config, new_metadata
+from ._watchdog import ScanDebouncer
+
+__all__ = ["MemoryCore", "by_creation"]
+
+
+class MemoryCore:
+    """Rollouts indexed by id and status, the queue, attempts, span counters, resources and workers."""
+
+    def __init__(
+        self, *, clock: Callable[[], float] = time.time, scan_debounce_seconds: float = 10.0
+    ) -> None:
+        self._clock = clock
+        self._debouncer = ScanDebouncer(clock, scan_debounce_seconds)
+        self._lock = threading.Lock()
+        self._started = time.monotonic()
+        self._closed = False
+        self._order = itertools.count()
+        self._rollouts: dict[str, RolloutRecord] = {}
+        self._by_status: dict[str, set[str]] = {status: set() for status in ROLLOUT_STATUSES}
+        self._queue: deque[str] = deque()
+        self._in_queue: set[str] = set()
+        self._span_counters: dict[str, int] = {}
+        self._resources: dict[str, ResourcesUpdate] = {}
+        self._latest_resources_id: str | None = None
+        self._workers: dict[str, Worker] = {}
+        self._total_attempts = 0
+        self._total_spans = 0
+        self._queue_changed = Notifier()
+        self._rollout_finished = Notifier()
+
+    def _watch(self, now: float) -> None:
+        """The watchdog: live attempts of running rollouts that broke their limits are timed out or
+        marked unresponsive, through the same path as ``update_attempt``."""
+        if not self._debouncer.should_scan():
+            return
+        running = [self._rollouts[i] for i in (*self._by_status["preparing"], *self._by_status["running"])]
+        running.sort(key=lambda r: r.order)  # creation order: requeued rollouts queue up deterministically
+        for record in running:
+            if not record.attempts:
+                continue
+            attempt = record.attempts[-1]
+            verdict = _rules.watchdog_verdict(attempt, record.rollout.config, now)
+            if verdict is not None:
+                self._set_attempt_status(record, attempt, verdict, now)
+
+    def _record(self, rollout_id: str) -> RolloutRecord:
+        record = self._rollouts.get(rollout_id)
+        if record is None:
+            raise NotFoundError(f"Rollout {rollout_id} not found")
+        return record
+
+    def _new_rollout(
+        self,
+        input: TaskInput,
+        mode: Any,
+        resources_id: str | None,
+        config: Any,
+        metadata: Any,
+        status: RolloutStatus,
+        now: float,
+        latest_resources_id: str | None,
+    ) -> RolloutRecord:
+        check_mode(mode)
+        rollout_id = new_rollout_id()
+        while rollout_id in self._rollouts:
+            rollout_id = new_rollout_id()
+        rollout = Rollout.model_construct(
+            rollout_id=rollout_id,
+            input=input,
+            start_time=now,
+            end_time=None,
+            mode=mode,
+            resources_id=resources_id if resources_id is not None else latest_resources_id,
+            status=status,
+            config=new_config(config),
+            metadata=new_metadata(metadata),
+        )
+        record = RolloutRecord(rollout, next(self._order))
+        self._rollouts[rollout_id] = record
+        self._by_status[status].add(rollout_id)
+        if status in QUEUED_STATUSES:
+            self._push(rollout_id)
+        return record
+
+    def _push(self, rollout_id: str) -> None:
+        if rollout_id not in self._in_queue:
+            self._queue.append(rollout_id)
+            self._in_queue.add(rollout_id)
+            self._queue_changed.notify_all()
+
+    def _new_attempt(self, record: RolloutRecord, worker_id: str | None, now: float) -> Attempt:
+        attempt = Attempt(
+            rollout_id=record.rollout.rollout_id,
+            attempt_id=new_attempt_id(),
+            sequence_id=len(record.attempts) + 1,
+            start_time=now,
+            status="preparing",
+            worker_id=worker_id,
+        )
+        record.attempts.append(attempt)
+        self._total_attempts += 1
+        self._set_rollout_status(record, "preparing", now)
+        return attempt
+
+    def _set_rollout_status(self, record: RolloutRecord, status: RolloutStatus, now: float) -> None:
+        rollout = record.rollout
+        old = rollout.status
+        rollout.end_time = _rules.rollout_end_time(status, old, rollout.end_time, now)
+        if status != old:
+            self._by_status[old].discard(rollout.rollout_id)
+            self._by_status[status].add(rollout.rollout_id)
+            rollout.status = status
+        if status in QUEUED_STATUSES:
+            self._push(rollout.rollout_id)
+        elif status in FINISHED_STATUSES:
+            self._rollout_finished.notify_all()
+
+    def _set_attempt_status(
+        self, record: RolloutRecord, attempt: Attempt, status: AttemptStatus, now: float
+    ) -> None:
+        attempt.status = status
+        attempt.end_time = _rules.attempt_end_time(status, attempt.end_time, now)
+        if attempt is record.attempts[-1]:
+            rollout_status = _rules.rollout_status_from_attempt(
+                status, attempt.sequence_id, record.rollout.config
+            )
+            if rollout_status != record.rollout.status:
+                self._set_rollout_status(record, rollout_status, now)
+        if attempt.worker_id:
+            self._sync_worker(attempt, now)
+
+    def _sync_worker(self, attempt: Attempt, now: float, *, dequeued: bool = False) -> None:
+        assert attempt.worker_id is not None
+        worker = self._workers.get(attempt.worker_id) or Worker(worker_id=attempt.worker_id)
+        self._workers[attempt.worker_id] = _rules.worker_after_attempt(
+            worker, attempt, now, dequeued=dequeued
+        )
+
+    def _claim(
+        self, limit: int, worker_id: str | None, now: float, *, mark_idle: bool = True
+    ) -> list[AttemptedRollout]:
+        claimed: list[tuple[RolloutRecord, Attempt]] = []
+        while len(claimed) < limit and self._queue:
+            rollout_id = self._queue.popleft()
+            self._in_queue.discard(rollout_id)
+            record = self._rollouts.get(rollout_id)
+            if record is None or record.rollout.status not in QUEUED_STATUSES:
+                continue  # updated while queued (started, cancelled...): a stale entry
+            claimed.append((record, self._new_attempt(record, worker_id, now)))
+        if worker_id:
+            if claimed:
+                self._sync_worker(claimed[-1][1], now, dequeued=True)
+            elif mark_idle:
+                worker = self._workers.get(worker_id) or Worker(worker_id=worker_id)
+                self._workers[worker_id] = _rules.worker_after_empty_dequeue(worker, now)
+        return [copy_rollout(record) for record, _ in claimed]  # type: ignore[misc]
+
+    def _heartbeat(self, record: RolloutRecord, attempt: Attempt, now: float) -> None:
+        before = attempt.status
+        attempt.last_heartbeat_time = now
+        after = _rules.attempt_status_after_span(before)
+        if after != before:
+            attempt.status = after
+            if attempt.worker_id:
+                self._sync_worker(attempt, now)
+        if _rules.rollout_promoted_by_span(record.rollout.status, before, attempt is record.attempts[-1]):
+            self._set_rollout_status(record, "running", now)
+
+    def _select_rollouts(
+        self, statuses: set[Any] | None, ids: list[str] | None, id_contains: str | None, logic: str
+    ) -> list[RolloutRecord]:
+        """Matching rollouts in no particular order, read through the indexes where one applies."""
+        predicates: list[Predicate] = []
+        if statuses is not None:
+            predicates.append(lambda r: r.rollout.status in statuses)
+        if ids is not None:
+            id_set = set(ids)
+            predicates.append(lambda r: r.rollout.rollout_id in id_set)
+        if id_contains is not None:
+            predicates.append(lambda r: id_contains in r.rollout.rollout_id)
+        candidates: Iterable[RolloutRecord]
+        if logic == "and" or len(predicates) <= 1:
+            if ids is not None:
+                candidates = [self._rollouts[i] for i in ids if i in self._rollouts]
+            elif statuses is not None:
+                candidates = [self._rollouts[i] for i in self._ids_with_status(statuses)]
+            else:
+                candidates = self._rollouts.values()
+            return filter_rows(
+                candidates, predicates[1:] if ids is None and statuses is not None else predicates, "and"
+            )
+        if id_contains is not None:  # an "or" with a substring test has to look at every rollout
+            return filter_rows(self._rollouts.values(), predicates, "or")
+        found = {i for i in ids or () if i in self._rollouts} | self._ids_with_status(statuses or ())
+        return [self._rollouts[i] for i in found]
+
+    def _ids_with_status(self, statuses: Iterable[str]) -> set[str]:
+        ids: set[str] = set()
+        for status in statuses:
+            ids |= self._by_status.get(status, set())
+        return ids
+
+
+def by_creation(records: list[RolloutRecord], descending: bool, first: int | None) -> list[RolloutRecord]:
+    """Records in creation order; only the ``first`` ones when given (a partial sort for small pages)."""
+    if first is not None and first < len(records):
+        select = heapq.nlargest if descending else heapq.nsmallest
+        return select(first, records, key=_creation)
+    return sorted(records, key=_creation, reverse=descending)
+
+
+def _creation(record: RolloutRecord) -> int:
+    return record.order
