@@ -181,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         algorithm.validations,
         out_dir / "reward_curve.png",
         f"calc_x GRPO, seed {args.seed}",
+        val_temperature=args.val_temperature,
     )
     print(f"reward curve: {curve}")
     print(summary(algorithm.history, algorithm.validations, (time.time() - started) / 60, out_dir))

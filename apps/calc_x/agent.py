@@ -87,7 +87,10 @@ def _http_client() -> Any:
     loop = asyncio.get_running_loop()
     client = _HTTP_CLIENTS.get(loop)
     if client is None:
-        client = _HTTP_CLIENTS[loop] = DefaultAsyncHttpxClient()
+        # Idle connections are dropped by us (2 s) before the server drops them (uvicorn: 5 s), so a request
+        # never goes out on a connection the server is closing at that moment.
+        limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200, keepalive_expiry=2.0)
+        client = _HTTP_CLIENTS[loop] = DefaultAsyncHttpxClient(limits=limits)
     return client
 
 
@@ -100,7 +103,7 @@ async def calc_agent(task: dict[str, Any], llm: LLM) -> None:
         base_url=llm.get_base_url(),
         api_key=llm.api_key or "unused",
         http_client=_http_client(),
-        max_retries=0,
+        max_retries=2,  # connection errors only happen before the model saw the request
         # openai's default connect timeout (5 s) is too short when a hundred rollouts share two busy cores.
         timeout=httpx.Timeout(300.0, connect=60.0),
     )

@@ -7,7 +7,11 @@ from typing import Any
 
 
 def plot_curve(
-    history: list[dict[str, Any]], validations: list[dict[str, Any]], path: Path, title: str
+    history: list[dict[str, Any]],
+    validations: list[dict[str, Any]],
+    path: Path,
+    title: str,
+    val_temperature: float = 1.0,
 ) -> Path:
     """Training reward / tool use per step and validation accuracy, as a PNG."""
     import matplotlib
@@ -24,7 +28,9 @@ def plot_curve(
             [v["step"] for v in validations],
             [v["accuracy"] for v in validations],
             "o-",
-            label="validation accuracy (greedy)",
+            label="validation accuracy (greedy)"
+            if val_temperature == 0
+            else f"validation accuracy (T={val_temperature:g})",
             color="tab:green",
         )
     ax.set_xlabel("step")

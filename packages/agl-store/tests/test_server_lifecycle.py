@@ -189,3 +189,22 @@ def test_readme_http_example_runs() -> None:
     code = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert code is not None
     exec(compile(code.group(1), "README.md", "exec"), {"__name__": "readme_example"})
+
+
+async def test_header_only_and_expect_100_answers_are_not_held_back() -> None:
+    """The server sends headers and body in one write; answers without a body must still go out at once."""
+    import aiohttp
+
+    with running_server() as server:
+        async with aiohttp.ClientSession() as session:
+            started = time.monotonic()
+            # HEAD is not served (405), and its answer has headers only: it must not wait for a body write.
+            async with session.head(server.endpoint + "/v1/agl/statistics") as response:
+                assert response.status == 405 and response.headers["Allow"] == "GET"
+            async with session.post(
+                server.endpoint + "/v1/agl/queues/rollouts/enqueue",
+                json={"rollouts": [{"input": 1}]},
+                expect100=True,
+            ) as response:
+                assert response.status == 201
+            assert time.monotonic() - started < 5

@@ -29,7 +29,8 @@ class _CoalescingTransport:
             self._held = None
             self._transport.write(held + bytes(data))
             return
-        if bytes(data[:9]) == b"HTTP/1.1 " and bytes(data[9:10]) != b"1":  # a header block, not "100 Continue"
+        # A header block (but not an interim "100 Continue", which the client waits for on its own).
+        if bytes(data[:9]) == b"HTTP/1.1 " and bytes(data[9:10]) != b"1":
             self._held = bytes(data)
             self._loop.call_soon(self._flush)
             return
