@@ -121,7 +121,8 @@ async def lifecycle(store: LightningStore, n: int, latencies: dict[str, list[flo
         t0 = clock()
         await store.enqueue_rollout({"task": i})
         t1 = clock()
-        claimed = await store.dequeue_rollout(worker_id="bench", timeout=5)  # several dequeuers: wait, not miss
+        # with several dequeuers, PostgreSQL's SKIP LOCKED may pass over a row: wait for work, do not miss it
+        claimed = await store.dequeue_rollout(worker_id="bench", timeout=5)
         t2 = clock()
         assert claimed is not None
         rid, aid = claimed.rollout_id, claimed.attempt.attempt_id

@@ -69,7 +69,12 @@ def summary(
     lines += [
         f"steps: {len(history)}   wall time: {minutes:.1f} min   "
         f"s/step: {rollout + update:.2f} (rollout {rollout:.2f} + update {update:.2f})",
-        f"generation: {tokens} tokens, {tokens / rollout_total:.0f} tokens/s during rollouts",
+        f"generation: {tokens} tokens, {tokens / rollout_total:.0f} tokens/s during rollouts"
+        + (
+            f"; the model was busy {sum(h['generation_s'] for h in history) / n:.2f} s of each rollout phase"
+            if history and "generation_s" in history[0]
+            else ""
+        ),
         f"outputs: {out_dir} (store.sqlite, reward_curve.png, metrics.jsonl, checkpoint/)",
         f"validation accuracy: {before['accuracy']:.1%} -> {after['accuracy']:.1%}",
     ]

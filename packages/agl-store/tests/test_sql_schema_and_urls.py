@@ -6,6 +6,7 @@ import asyncio
 import multiprocessing
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _sql_targets import SQL_BACKENDS, fresh_database
@@ -90,9 +91,9 @@ async def test_every_postgres_url_form_works() -> None:
 
 
 def test_schema_is_created_on_first_use_only(tmp_path: Path) -> None:
-    path = tmp_path / "store.db"
+    path = tmp_path / "new" / "store.db"
     store = SqlLightningStore(f"sqlite:///{path}")
-    assert not path.exists(), "constructing a store touches nothing"
+    assert not path.parent.exists(), "constructing a store touches nothing"
 
     async def use() -> None:
         await store.get_latest_resources()
@@ -156,12 +157,15 @@ async def test_store_operations_never_scan_a_table(tmp_path: Path) -> None:
     store = SqlLightningStore(f"sqlite:///{tmp_path / 'store.db'}", scan_debounce_seconds=0)
     statements: list[str] = []
     try:
-        await store.get_latest_resources()
         from sqlalchemy import event
 
         engine = store._db._sync_engine
         assert engine is not None
-        event.listen(engine, "before_cursor_execute", lambda c, cur, stmt, *a: statements.append(stmt))
+
+        @event.listens_for(engine, "connect")
+        def _trace(dbapi_connection: Any, _record: Any) -> None:  # every statement, values inlined
+            dbapi_connection.set_trace_callback(statements.append)
+
         rollout = await store.enqueue_rollout("x", config=RolloutConfig(timeout_seconds=5))
         claimed = await store.dequeue_rollout(worker_id="w")
         assert claimed is not None
@@ -182,10 +186,26 @@ async def test_store_operations_never_scan_a_table(tmp_path: Path) -> None:
         for stmt in dict.fromkeys(statements):
             if not stmt.lstrip().upper().startswith(("SELECT", "UPDATE")):
                 continue
-            plan = " | ".join(
-                row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + stmt, [None] * stmt.count("?"))
-            )
+            plan = " | ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + stmt))
             for table in ("agl_rollouts", "agl_attempts", "agl_spans", "agl_workers"):
                 assert f"SCAN {table}" not in plan, (stmt, plan)
             checked += 1
     assert checked >= 10
+
+
+def test_readme_example_runs(tmp_path: Path) -> None:
+    import re
+    import subprocess
+    import sys
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## The SQL store", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match, "no python example under '## The SQL store'"
+    script = tmp_path / "example.py"
+    script.write_text(match.group(1))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "{'question': '2 + 2'} preparing"

@@ -286,10 +286,12 @@ class LocalGRPO(Algorithm):
         groups = [i for i in range(cfg.prompts_per_step) for _ in range(cfg.n)]
         tokens_before = self.server.engine.stats["generated_tokens"]
         batches_before = self.server.engine.stats["batches"]
+        busy_before = self.server.engine.stats["busy_s"]
         rollouts, spans = await self._run_rollouts(store, tasks, "train", resources_id)
         t1 = time.perf_counter()
         generated = self.server.engine.stats["generated_tokens"] - tokens_before
         generation_batches = self.server.engine.stats["batches"] - batches_before
+        generation_s = self.server.engine.stats["busy_s"] - busy_before
 
         episodes = [self._episode(r, s) for r, s in zip(rollouts, spans, strict=False)]
         # An episode without usable triplets (failed, or no token ids) cannot be trained on: leave it out of
@@ -331,6 +333,7 @@ class LocalGRPO(Algorithm):
             "grad_norm": stats["grad_norm"],
             "generated_tokens": generated,
             "generation_batches": generation_batches,
+            "generation_s": generation_s,
             "tokens_per_s": generated / max(t1 - t0, 1e-9),
             "rollout_s": t1 - t0,
             "update_s": t2 - t1,

@@ -129,7 +129,7 @@ workers = sa.Table(
     sa.Column("current_rollout_id", _Text),
     sa.Column("current_attempt_id", _Text),
     sa.Index("agl_workers_worker_id", "worker_id", unique=True),
-    sa.Index("agl_workers_status", "status", "seq"),
+    # no index on status: a store has as many workers as runners, and their status changes constantly
 )
 
 span_sequence_ids = sa.Table(
