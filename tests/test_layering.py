@@ -32,7 +32,6 @@ except ImportError:  # Python 3.10
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ["agl-types", "agl-store", "agl-tracer", "agl-proxy", "agl-algorithms", "agl-runner"]
 LOADED_BY_NAME = {
-    "aiosqlite": "SQLAlchemy's sqlite+aiosqlite dialect imports it from the database URL",
     "asyncpg": "SQLAlchemy's postgresql+asyncpg dialect imports it from the database URL",
     "httptools": "uvicorn picks its fast HTTP parser up when installed",
     "tokenizers": "transformers' fast tokenizers, used through transformers",
