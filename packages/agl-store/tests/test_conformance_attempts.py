@@ -299,3 +299,12 @@ async def test_watchdog_applies_limits_changed_by_update_rollout(
     assert await rollout_status(store, rollout.rollout_id) == "preparing"  # no limits: never times out
     await store.update_rollout(rollout.rollout_id, config=RolloutConfig(timeout_seconds=50))
     assert await rollout_status(store, rollout.rollout_id) == "failed"
+
+
+async def test_a_cancelled_rollout_stays_cancelled_when_its_attempt_ends(store: LightningStore) -> None:
+    rollout = await claim(store)
+    await store.update_rollout(rollout.rollout_id, status="cancelled")
+    attempt = await store.update_attempt(rollout.rollout_id, "latest", status="succeeded")
+    assert attempt.status == "succeeded"
+    after = await store.get_rollout_by_id(rollout.rollout_id)
+    assert after is not None and after.status == "cancelled"

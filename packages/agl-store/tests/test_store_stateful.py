@@ -118,7 +118,7 @@ class Model:
         a.status = status
         if status in ("succeeded", "failed", "timeout") and a.end_time is None:
             a.end_time = self.now
-        if a is r.attempts[-1]:
+        if a is r.attempts[-1] and r.status != "cancelled":  # a cancelled rollout stays cancelled
             if status in ("failed", "timeout", "unresponsive"):
                 retry = status in r.config.retry_condition and a.sequence_id < r.config.max_attempts
                 new = "requeuing" if retry else "failed"

@@ -157,10 +157,10 @@ class MemoryCore:
         attempt.status = status
         attempt.end_time = _rules.attempt_end_time(status, attempt.end_time, now)
         if attempt is record.attempts[-1]:
-            rollout_status = _rules.rollout_status_from_attempt(
-                status, attempt.sequence_id, record.rollout.config
+            rollout_status = _rules.rollout_status_after_attempt(
+                record.rollout.status, status, attempt.sequence_id, record.rollout.config
             )
-            if rollout_status != record.rollout.status:
+            if rollout_status is not None:
                 self._set_rollout_status(record, rollout_status, now)
         if attempt.worker_id:
             self._sync_worker(attempt, now)

@@ -26,6 +26,7 @@ __all__ = [
     "attempt_status_after_span",
     "rollout_end_time",
     "rollout_promoted_by_span",
+    "rollout_status_after_attempt",
     "rollout_status_from_attempt",
     "validate_page",
     "watchdog_verdict",
@@ -48,6 +49,19 @@ def rollout_status_from_attempt(
             return "requeuing"
         return "failed"
     raise InvalidRequestError(f"invalid attempt status {status!r}")
+
+
+def rollout_status_after_attempt(
+    rollout_status: RolloutStatus, status: AttemptStatus, sequence_id: int, config: RolloutConfig
+) -> RolloutStatus | None:
+    """The new status of a rollout whose latest attempt changed to ``status``, or ``None`` to keep it.
+
+    A ``cancelled`` rollout stays cancelled: a runner finishing its attempt late must not revive it.
+    """
+    if rollout_status == "cancelled":
+        return None
+    new_status = rollout_status_from_attempt(status, sequence_id, config)
+    return None if new_status == rollout_status else new_status
 
 
 def attempt_end_time(status: AttemptStatus, current_end_time: float | None, now: float) -> float | None:

@@ -260,8 +260,8 @@ def apply_attempt_status(
     """After ``attempt``'s status was written: propagate it to the rollout (latest attempt only) and the worker."""
     if attempt.sequence_id == r["num_attempts"]:
         config = RolloutConfig.model_validate(r["config"])
-        status = _rules.rollout_status_from_attempt(attempt.status, attempt.sequence_id, config)
-        if status != r["status"]:
+        status = _rules.rollout_status_after_attempt(r["status"], attempt.status, attempt.sequence_id, config)
+        if status is not None:
             update_row(conn, R, r["seq"], set_rollout_status(conn, r, status, now, eff))
     sync_worker(conn, ctx, attempt, now)
 
