@@ -17,7 +17,9 @@ pytestmark = pytest.mark.skipif(shutil.which("uv") is None, reason="needs the uv
 
 def _uv(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
-    return subprocess.run(["uv", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=600)
+    return subprocess.run(
+        ["uv", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=600
+    )
 
 
 def test_types_and_store_wheels_install_and_import_alone(tmp_path: Path) -> None:

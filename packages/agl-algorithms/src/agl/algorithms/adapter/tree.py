@@ -79,7 +79,9 @@ class TraceTree:
         try:
             import graphviz  # type: ignore[import-not-found]
         except ImportError as exc:
-            raise ImportError("TraceTree.visualize needs graphviz: pip install 'agl-algorithms[viz]'") from exc
+            raise ImportError(
+                "TraceTree.visualize needs graphviz: pip install 'agl-algorithms[viz]'"
+            ) from exc
         keep: set[str] | None = None
         if interested_span_match is not None:
             pattern = re.compile(interested_span_match)
