@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         TraceToTripletBase,
     )
     from .apo import APO
+    from .local import GRPOConfig, LocalGRPO, ModelServer
 
 __version__ = "0.1.0"
 
@@ -32,7 +33,10 @@ __all__ = [
     "BaselineSummary",
     "FastAlgorithm",
     "FunctionalAlgorithm",
+    "GRPOConfig",
     "LlmProxyTraceToTriplet",
+    "LocalGRPO",
+    "ModelServer",
     "SupportsAdapt",
     "SupportsLLMProxy",
     "TraceAdapter",
@@ -57,13 +61,19 @@ _ADAPTERS = frozenset(
     }
 )
 
+_LOCAL = frozenset({"GRPOConfig", "LocalGRPO", "ModelServer"})
+
 
 def __getattr__(name: str) -> Any:
-    # APO is exported lazily so that importing agl.algorithms never pulls in its optional extras.
+    # APO and the local backend are exported lazily: importing agl.algorithms never pulls in their extras.
     if name == "APO":
         from .apo import APO
 
         return APO
+    if name in _LOCAL:  # needs the ``local`` extra (torch, transformers)
+        from . import local
+
+        return getattr(local, name)
     if name in _ADAPTERS:  # adapters are light, but load only when asked for
         from . import adapter
 

@@ -203,6 +203,7 @@ class LLMProxy:
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=5,
+            timeout_keep_alive=60,  # agents reuse connections between turns; 5 s races their pools
             limit_concurrency=None,
             backlog=4096,
         )
