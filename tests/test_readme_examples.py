@@ -45,3 +45,15 @@ def test_runner_readme_example(tmp_path: Path) -> None:
 def test_algorithms_readme_example(tmp_path: Path) -> None:
     out = _run(_first_python_block(ROOT / "packages/agl-algorithms/README.md"), tmp_path)
     assert "best prompt: Hi {name}!" in out
+
+
+@pytest.mark.timeout(150)
+def test_root_readme_example_against_a_local_model(tmp_path: Path) -> None:
+    from tests.support.openai_standin import StandinBackend, serve_standin
+
+    code = _first_python_block(ROOT / "README.md")
+    assert "http://127.0.0.1:8000/v1" in code
+    with serve_standin(StandinBackend(script=lambda body: "It is 4.")) as server:
+        out = _run(code.replace("http://127.0.0.1:8000/v1", server.base_url), tmp_path)
+        assert len(server.backend.requests) == 8
+    assert "8 rollouts" in out and "succeeded=8" in out and "mean reward 1.0000" in out
