@@ -364,14 +364,21 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
     ) -> list[Rollout]:
         wanted = list(dict.fromkeys(rollout_ids))
         deadline = None if timeout is None else time.monotonic() + timeout
+        pending: list[RolloutRecord] | None = None  # known and not yet finished; shrinks at each wake-up
         while True:
             with self._lock:
                 self._watch(self._clock())
-                known = [self._rollouts[i] for i in wanted if i in self._rollouts]
-                done = [r for r in known if r.rollout.status in FINISHED_STATUSES]
+                if pending is None:
+                    pending = [self._rollouts[i] for i in wanted if i in self._rollouts]
+                pending = [r for r in pending if r.rollout.status not in FINISHED_STATUSES]
                 remaining = None if deadline is None else deadline - time.monotonic()
-                if len(done) == len(known) or self._closed or (remaining is not None and remaining <= 0):
-                    return [copy_rollout(r, with_attempt=False) for r in done]
+                if not pending or self._closed or (remaining is not None and remaining <= 0):
+                    finished = (self._rollouts.get(i) for i in wanted)
+                    return [
+                        copy_rollout(r, with_attempt=False)
+                        for r in finished
+                        if r is not None and r.rollout.status in FINISHED_STATUSES
+                    ]
                 waiter = self._rollout_finished.register()
             await self._wait(waiter, self._rollout_finished, remaining)
 
