@@ -65,7 +65,8 @@ def _literal(text: str) -> Any:
         return None
 
 
-def _json(value: Any) -> Any:
+def parse_json_text(value: Any) -> Any:
+    """``value`` decoded as JSON when it is a string that holds JSON; otherwise ``value`` unchanged."""
     if isinstance(value, str):
         try:
             return json.loads(value)
@@ -109,7 +110,7 @@ def extract_llm_call(attributes: Mapping[str, Any]) -> LLMCall:
     call.response_token_ids = _response_ids(attributes)
     logprobs = attributes.get("logprobs.content")
     if logprobs is not None:
-        parsed = _json(logprobs)
+        parsed = parse_json_text(logprobs)
         if isinstance(parsed, list):
             call.logprobs = [float(e["logprob"]) for e in parsed if isinstance(e, Mapping) and "logprob" in e]
     prompt = _group(attributes, "gen_ai.prompt")
@@ -159,7 +160,7 @@ def _response_ids(attributes: Mapping[str, Any]) -> list[int]:
 
 
 def _from_proxy(attributes: Mapping[str, Any]) -> LLMCall:
-    params = _json(attributes.get(_L["REQUEST_PARAMS"])) or {}
+    params = parse_json_text(attributes.get(_L["REQUEST_PARAMS"])) or {}
     request = dict(params) if isinstance(params, dict) else {}
     for key in ("gen_ai.request.model",):
         if key in attributes:
@@ -173,16 +174,16 @@ def _from_proxy(attributes: Mapping[str, Any]) -> LLMCall:
         if key in attributes:
             response[key.removeprefix("gen_ai.")] = attributes[key]
     logprobs = attributes.get(_L["RESPONSE_LOGPROBS"])
-    tools = _json(attributes.get(_L["REQUEST_TOOLS"]))
-    messages = _json(attributes.get(_L["REQUEST_MESSAGES"]))
+    tools = parse_json_text(attributes.get(_L["REQUEST_TOOLS"]))
+    messages = parse_json_text(attributes.get(_L["REQUEST_MESSAGES"]))
     if messages is None and _L["REQUEST_PROMPT"] in attributes:
-        messages = [{"role": "user", "content": _json(attributes[_L["REQUEST_PROMPT"]])}]
+        messages = [{"role": "user", "content": parse_json_text(attributes[_L["REQUEST_PROMPT"]])}]
     return LLMCall(
         prompt_token_ids=int_list(attributes.get(_L["PROMPT_TOKEN_IDS"])) or [],
         response_token_ids=int_list(attributes.get(_L["RESPONSE_TOKEN_IDS"])) or [],
         logprobs=[float(x) for x in logprobs] if isinstance(logprobs, list) else None,
         prompt_messages=messages,
-        completion=_json(attributes.get(_L["RESPONSE_MESSAGES"])),
+        completion=parse_json_text(attributes.get(_L["RESPONSE_MESSAGES"])),
         tools=tools if isinstance(tools, list) else None,
         request=request,
         response=response,
@@ -204,7 +205,7 @@ def image_urls(messages: Any) -> list[str]:
     for message in messages:
         if not isinstance(message, Mapping):
             continue
-        content = _json(message.get("content"))
+        content = parse_json_text(message.get("content"))
         if not isinstance(content, list):
             continue
         for part in content:

@@ -9,7 +9,7 @@ from typing import Any, TypedDict
 from agl.types import Span
 from agl.types.semconv import LLMCallAttributes
 
-from ._llm_call import extract_llm_call
+from ._llm_call import extract_llm_call, parse_json_text
 from .base import TraceAdapter, as_spans
 
 __all__ = ["OpenAIMessages", "TraceToMessages", "group_genai_dict"]
@@ -51,15 +51,6 @@ def _group(flat: Mapping[str, Any]) -> Any:
     return grouped
 
 
-def _parse(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
 def _tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
     function = call.get("function")
     if isinstance(function, Mapping):
@@ -83,7 +74,9 @@ def _message(entry: Any, where: str) -> dict[str, Any]:
         raise ValueError(f"{where} has no valid role (got {role!r})")
     message: dict[str, Any] = {"role": role}
     content = entry.get("content")
-    message["content"] = _parse(content) if isinstance(content, str) and content[:1] in "[{" else content
+    message["content"] = (
+        parse_json_text(content) if isinstance(content, str) and content[:1] in "[{" else content
+    )
     calls = entry.get("tool_calls")
     if role == "assistant" and calls:
         if isinstance(calls, Mapping):
@@ -112,7 +105,7 @@ def _tools(functions: Any) -> list[dict[str, Any]] | None:
         if fn.get("description"):
             definition["description"] = fn["description"]
         if fn.get("parameters") is not None:
-            definition["parameters"] = _parse(fn["parameters"])
+            definition["parameters"] = parse_json_text(fn["parameters"])
         tools.append({"type": "function", "function": definition})
     return tools
 

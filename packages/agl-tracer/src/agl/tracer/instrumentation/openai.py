@@ -293,8 +293,8 @@ class _ChunkAccumulator:
         return attributes
 
 
-class _TracedStream:
-    """A sync OpenAI stream that ends its span when it is exhausted, closed or fails."""
+class _StreamSpan:
+    """What both stream wrappers share: the wrapped stream, its span, and how the span ends."""
 
     def __init__(self, inner: Any, span: OpenSpan) -> None:
         self._inner = inner
@@ -303,6 +303,25 @@ class _TracedStream:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+    def _done(self) -> None:
+        span, self._span = self._span, None
+        if span is not None:
+            _finish_stream(span, self._acc)
+
+    def _failed(self, exc: BaseException) -> None:
+        span, self._span = self._span, None
+        if span is not None:
+            span.record_attributes(self._acc.attributes())
+            _fail(span, exc)
+
+    def __del__(self) -> None:
+        if getattr(self, "_span", None) is not None:
+            self._done()
+
+
+class _TracedStream(_StreamSpan):
+    """A sync OpenAI stream that ends its span when it is exhausted, closed or fails."""
 
     def __iter__(self) -> _TracedStream:
         return self
@@ -331,32 +350,9 @@ class _TracedStream:
         finally:
             self._done()
 
-    def _done(self) -> None:
-        span, self._span = self._span, None
-        if span is not None:
-            _finish_stream(span, self._acc)
 
-    def _failed(self, exc: BaseException) -> None:
-        span, self._span = self._span, None
-        if span is not None:
-            span.record_attributes(self._acc.attributes())
-            _fail(span, exc)
-
-    def __del__(self) -> None:
-        if getattr(self, "_span", None) is not None:
-            self._done()
-
-
-class _TracedAsyncStream:
+class _TracedAsyncStream(_StreamSpan):
     """An async OpenAI stream that ends its span when it is exhausted, closed or fails."""
-
-    def __init__(self, inner: Any, span: OpenSpan) -> None:
-        self._inner = inner
-        self._span: OpenSpan | None = span
-        self._acc = _ChunkAccumulator()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
     def __aiter__(self) -> _TracedAsyncStream:
         return self
@@ -383,21 +379,6 @@ class _TracedAsyncStream:
         try:
             await self._inner.close()
         finally:
-            self._done()
-
-    def _done(self) -> None:
-        span, self._span = self._span, None
-        if span is not None:
-            _finish_stream(span, self._acc)
-
-    def _failed(self, exc: BaseException) -> None:
-        span, self._span = self._span, None
-        if span is not None:
-            span.record_attributes(self._acc.attributes())
-            _fail(span, exc)
-
-    def __del__(self) -> None:
-        if getattr(self, "_span", None) is not None:
             self._done()
 
 
