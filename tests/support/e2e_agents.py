@@ -37,3 +37,24 @@ def victim_agent(task: dict[str, Any], llm: LLM, rollout: Rollout) -> float:
         Path(task["pid_file"]).write_text(str(os.getpid()))
         threading.Event().wait()  # hangs: the test kills this process
     return 1.0
+
+
+BARRIER_TURNS = 4
+
+
+@rollout
+async def multi_turn_agent(task: dict[str, Any], llm: LLM, rollout: Rollout) -> None:
+    """A conversation of ``BARRIER_TURNS`` turns, one after the other, its history growing as a chat agent's
+    does; each message names the rollout first."""
+    import httpx
+    from openai import AsyncOpenAI
+
+    context = "Context: " + "the quick brown fox jumps over the lazy dog. " * 40
+    messages: list[dict[str, Any]] = [{"role": "system", "content": context}]
+    async with httpx.AsyncClient(timeout=httpx.Timeout(120.0, connect=60.0)) as http:
+        client = AsyncOpenAI(base_url=llm.get_base_url(), api_key="unused", http_client=http, max_retries=0)
+        for turn in range(BARRIER_TURNS):
+            messages.append({"role": "user", "content": f"{rollout.rollout_id} turn {turn}"})
+            completion = await client.chat.completions.create(model=llm.model, messages=messages)
+            messages.append({"role": "assistant", "content": completion.choices[0].message.content or ""})
+    emit_reward(1.0)

@@ -58,6 +58,32 @@ async def test_add_many_spans_validates_the_whole_batch_first(store: LightningSt
     assert await store.add_many_spans([]) == []
 
 
+async def test_add_spans_in_order_numbers_and_stores_in_one_call(store: LightningStore) -> None:
+    first, second = await claim(store), await claim(store)
+    r1, a1 = first.rollout_id, first.attempt.attempt_id
+    r2, a2 = second.rollout_id, second.attempt.attempt_id
+    assert await store.get_next_span_sequence_id(r1, a1) == 1  # ids already given out are not reused
+    spans = [make_span(r1, a1, 0), make_span(r2, a2, 99), make_span(r1, a1, 0)]
+    stored = await store.add_spans_in_order(spans)
+    assert [(s.rollout_id, s.sequence_id) for s in stored] == [(r1, 2), (r2, 1), (r1, 3)]
+    assert [s.span_id for s in stored] == [s.span_id for s in spans]
+    queried = list(await store.query_spans(r1))
+    assert [(s.span_id, s.sequence_id) for s in queried] == [(spans[0].span_id, 2), (spans[2].span_id, 3)]
+    assert await store.get_next_span_sequence_id(r1, a1) == 4
+    # a duplicate is skipped but uses up an id; an empty call stores nothing
+    again = await store.add_spans_in_order([spans[0], make_span(r1, a1, 0)])
+    assert [s.sequence_id for s in again] == [6]
+    assert await store.add_spans_in_order([]) == []
+
+
+async def test_add_spans_in_order_validates_the_whole_batch_first(store: LightningStore) -> None:
+    rollout = await claim(store)
+    good = make_span(rollout.rollout_id, rollout.attempt.attempt_id, 0)
+    with pytest.raises(NotFoundError):
+        await store.add_spans_in_order([good, make_span(rollout.rollout_id, "at-missing", 0)])
+    assert (await store.query_spans(rollout.rollout_id)).total == 0
+
+
 async def test_add_many_spans_across_rollouts(store: LightningStore) -> None:
     a = await claim(store)
     b = await claim(store)

@@ -169,9 +169,7 @@ class ProxyApp:
             ) from None
         stream = bool(request.get("stream"))
         call: CallRecord | None = None
-        sequence: asyncio.Future[int] | None = None
         if rollout_id and attempt_id:
-            sequence = self.recorder.allocate(rollout_id, attempt_id)
             call = CallRecord(
                 rollout_id=rollout_id,
                 attempt_id=attempt_id,
@@ -187,13 +185,9 @@ class ProxyApp:
             self.unattributed_calls += 1
         try:
             if deployment.direct and self.settings.direct_forwarding:
-                await self._forward_direct(
-                    receive, send, deployment, endpoint, request, stream, call, sequence
-                )
+                await self._forward_direct(receive, send, deployment, endpoint, request, stream, call)
             else:
-                await self._forward_litellm(
-                    receive, send, deployment, endpoint, request, stream, call, sequence
-                )
+                await self._forward_litellm(receive, send, deployment, endpoint, request, stream, call)
         except _HTTPError as exc:
             if call is not None:
                 call.http_status, call.error_type, call.error_message = exc.status, exc.kind, exc.message
@@ -207,9 +201,18 @@ class ProxyApp:
                 call.client_disconnected, call.error_type = True, "cancelled"
             raise
         finally:
-            if call is not None and sequence is not None:
+            if call is not None and not call.committed:  # failed or cut off: recorded, nobody waits for it
                 call.finish()
-                self.recorder.record(call, sequence)
+                call.committed = True
+                self.recorder.write(call)
+
+    async def _commit(self, call: CallRecord | None) -> None:
+        """Store the call's span; the proxy calls this before the client can see the end of the answer."""
+        if call is None or call.committed:
+            return
+        call.finish()
+        call.committed = True
+        await self.recorder.write(call)
 
     async def _read_body(self, receive: Receive, headers: dict[bytes, bytes]) -> bytes:
         limit = self.settings.max_request_bytes
@@ -257,7 +260,6 @@ class ProxyApp:
         request: dict[str, Any],
         stream: bool,
         call: CallRecord | None,
-        sequence: asyncio.Future[int] | None,
     ) -> None:
         import aiohttp
 
@@ -278,7 +280,10 @@ class ProxyApp:
             content_type = response.headers.get("Content-Type", "")
             if not stream or response.status >= 400 or "text/event-stream" not in content_type:
                 data = await response.read()
-                await _await_sequence(sequence)
+                if call is not None:
+                    call.http_status = response.status
+                    _record_whole(call, endpoint, data, response.status)
+                    await self._commit(call)
                 await send(
                     {
                         "type": "http.response.start",
@@ -290,11 +295,7 @@ class ProxyApp:
                     }
                 )
                 await send({"type": "http.response.body", "body": data})
-                if call is not None:
-                    call.http_status = response.status
-                    _record_whole(call, endpoint, data, response.status)
                 return
-            await _await_sequence(sequence)
             if call is not None:
                 call.http_status = response.status
 
@@ -328,9 +329,12 @@ class ProxyApp:
                 if first and call is not None:
                     call.first_chunk_ms = (time.perf_counter() - call.start_perf) * 1000.0
                     first = False
-                await send({"type": "http.response.body", "body": data, "more_body": True})
                 for payload in payloads:
                     assembler.add_chunk(payload)
+                if parser.done:  # the client stops reading at [DONE]: the span must be stored before it
+                    await self._commit(call)
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+            await self._commit(call)
             if not raw:
                 await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -369,7 +373,6 @@ class ProxyApp:
         request: dict[str, Any],
         stream: bool,
         call: CallRecord | None,
-        sequence: asyncio.Future[int] | None,
     ) -> None:
         if call is not None:
             call.route = "litellm"
@@ -388,17 +391,17 @@ class ProxyApp:
             status = getattr(exc, "status_code", None)
             status = status if isinstance(status, int) and 400 <= status < 600 else 502
             raise _HTTPError(status, f"{type(exc).__name__}: {exc}", "upstream_error") from None
-        await _await_sequence(sequence)
         if call is not None:
             call.http_status = 200
         if not stream:
             payload = result.model_dump()
             data = json.dumps(payload, default=str).encode()
-            await _send_raw(send, 200, data)
             if call is not None:
                 assembler = ResponseAssembler(endpoint)
                 assembler.add_response(payload)
                 call.assembler = assembler
+                await self._commit(call)
+            await _send_raw(send, 200, data)
             return
 
         async def chunks() -> Any:
@@ -440,14 +443,6 @@ def _record_whole(call: CallRecord, endpoint: str, data: bytes, status: int) -> 
     if isinstance(payload, dict):
         assembler.add_response(payload)
     call.assembler = assembler
-
-
-async def _await_sequence(sequence: asyncio.Future[int] | None) -> None:
-    """Make sure the call's sequence id exists before the client sees any answer (so it orders before
-    whatever the agent does next). A store failure is logged by the recorder; the answer still goes out."""
-    if sequence is not None:
-        with contextlib.suppress(Exception):
-            await asyncio.shield(sequence)
 
 
 async def _wait_disconnect(receive: Receive) -> None:

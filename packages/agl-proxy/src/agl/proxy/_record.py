@@ -52,7 +52,7 @@ def parse_traceparent(value: str | None) -> tuple[str, str] | None:
 
 @dataclass
 class CallRecord:
-    """Everything known about one call; becomes one span once its sequence id is known."""
+    """Everything known about one call; becomes one span when the call ends."""
 
     rollout_id: str
     attempt_id: str
@@ -74,6 +74,8 @@ class CallRecord:
     client_disconnected: bool = False
     traceparent: tuple[str, str] | None = None
     latency_ms: float | None = None
+    committed: bool = False
+    """Handed to the recorder (the span is written, or being written)."""
 
     def finish(self) -> None:
         self.end_time = time.time()

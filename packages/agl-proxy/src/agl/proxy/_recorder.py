@@ -1,146 +1,104 @@
-"""Sequence ids and span writes, batched off the request path ("group commit").
+"""Call spans written to the store in batches ("group commit"), before the client sees the answer.
 
-Concurrent requests share store calls: while one ``get_many_span_sequence_ids`` or
-``add_many_spans`` call is in flight, new work queues up and goes out together in the next one.
-Under light load every call is written at once; under heavy load batches grow by themselves.
+The proxy hands each finished call to :meth:`SpanRecorder.write` and releases the last bytes of its answer
+only once the call's span is stored. So when an agent has its answer, its span is in the store: a runner that
+marks the attempt finished after the agent returned cannot get ahead of the proxy, and an algorithm never
+reads a finished rollout without its last LLM call, wherever the proxy, the runners and the store run.
+
+Sequence ids are given by the store as it writes (``add_spans_in_order``), so a call sorts after everything
+the agent recorded before sending it and before whatever it does after reading the answer.
+
+Concurrent calls share store round trips: while one write is in flight, new calls queue up and go out together
+in the next one. Under light load every call is written at once; under heavy load batches grow by themselves.
+A batch the store refuses (say, one call names an unknown rollout) is split until the bad call stands alone:
+it is dropped and logged, the others are written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from agl.store import LightningStore
+    from agl.types import Span
 
     from ._record import CallRecord
 
-__all__ = ["SpanRecorder", "StoreBridge"]
+__all__ = ["SpanRecorder"]
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
-
-
-class StoreBridge:
-    """Calls the store from the proxy's event loop.
-
-    A store that is not thread-safe is called on its home loop (the loop that started the proxy).
-    """
-
-    def __init__(self, store: LightningStore, home_loop: asyncio.AbstractEventLoop | None) -> None:
-        self.store = store
-        direct = bool(store.capabilities.get("thread_safe")) or home_loop is None
-        self._home_loop = None if direct else home_loop
-
-    async def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        if self._home_loop is None or self._home_loop is asyncio.get_running_loop():
-            return await fn(*args)
-        future = asyncio.run_coroutine_threadsafe(_as_coroutine(fn, *args), self._home_loop)
-        return await asyncio.wrap_future(future)
-
-
-async def _as_coroutine(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-    return await fn(*args)
 
 
 class SpanRecorder:
-    """Allocates sequence ids and writes call spans to the store in batches. Lives on the proxy's loop."""
+    """Writes call spans to the store in batches. Lives on the proxy's loop; the store must be usable from it
+    (wrap it with ``agl.store.as_thread_safe`` when it is not thread-safe)."""
 
-    def __init__(self, bridge: StoreBridge, *, max_batch: int = 512, max_retries: int = 5) -> None:
-        self._bridge = bridge
+    def __init__(self, store: LightningStore, *, max_batch: int = 512, max_retries: int = 5) -> None:
+        self.store = store
         self._max_batch = max_batch
         self._max_retries = max_retries
-        self._alloc_queue: list[tuple[str, str, asyncio.Future[int]]] = []
-        self._alloc_task: asyncio.Task[None] | None = None
-        self._write_queue: list[tuple[CallRecord, asyncio.Future[int]]] = []
-        self._write_task: asyncio.Task[None] | None = None
+        self._queue: list[tuple[CallRecord, asyncio.Future[None]]] = []
+        self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
         self.spans_written = 0
         self.spans_dropped = 0
 
-    # -- sequence ids ---------------------------------------------------------------------------
-
-    def allocate(self, rollout_id: str, attempt_id: str) -> asyncio.Future[int]:
-        """A future of the next sequence id of ``rollout_id``; ids come in call order."""
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._alloc_queue.append((rollout_id, attempt_id, future))
-        if self._alloc_task is None:
-            self._alloc_task = asyncio.get_running_loop().create_task(self._drain_allocations())
-        return future
-
-    async def _drain_allocations(self) -> None:
-        try:
-            while self._alloc_queue:
-                batch, self._alloc_queue = self._alloc_queue, []
-                try:
-                    if len(batch) == 1:
-                        rid, aid, _ = batch[0]
-                        ids = [
-                            await self._bridge.call(self._bridge.store.get_next_span_sequence_id, rid, aid)
-                        ]
-                    else:
-                        pairs = [(rid, aid) for rid, aid, _ in batch]
-                        ids = await self._bridge.call(self._bridge.store.get_many_span_sequence_ids, pairs)
-                except Exception as exc:
-                    logger.warning("could not allocate span sequence ids: %s", exc)
-                    for _, _, future in batch:
-                        if not future.done():
-                            future.set_exception(exc)
-                    continue
-                for (_, _, future), seq in zip(batch, ids, strict=False):
-                    if not future.done():
-                        future.set_result(int(seq))
-        finally:
-            self._alloc_task = None
-
-    # -- span writes ----------------------------------------------------------------------------
-
-    def record(self, call: CallRecord, sequence: asyncio.Future[int]) -> None:
-        """Queue ``call`` to be written once its sequence id is known. Never blocks."""
-        self._write_queue.append((call, sequence))
+    def write(self, call: CallRecord) -> asyncio.Future[None]:
+        """Queue ``call``'s span; the future is done once it is stored or given up (it never fails)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append((call, done))
         self._idle.clear()
-        if self._write_task is None:
-            self._write_task = asyncio.get_running_loop().create_task(self._drain_writes())
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+        return done
 
-    async def _drain_writes(self) -> None:
+    async def _drain(self) -> None:
         try:
-            while self._write_queue:
-                batch = self._write_queue[: self._max_batch]
-                del self._write_queue[: self._max_batch]
-                spans = []
-                for call, sequence in batch:
+            while self._queue:
+                batch = self._queue[: self._max_batch]
+                del self._queue[: self._max_batch]
+                spans: list[Span] = []
+                for call, done in batch:
                     try:
-                        seq = await sequence
-                    except Exception as exc:
-                        self.spans_dropped += 1
-                        logger.error(
-                            "dropping the span of a call to rollout %s attempt %s: no sequence id (%s)",
-                            call.rollout_id,
-                            call.attempt_id,
-                            exc,
-                        )
-                        continue
-                    try:
-                        spans.append(call.to_span(seq))
+                        spans.append(call.to_span(0))
                     except Exception:
                         self.spans_dropped += 1
                         logger.exception("could not build the span of a call to rollout %s", call.rollout_id)
-                if spans:
-                    await self._write(spans)
+                        _resolve(done)
+                try:
+                    if spans:
+                        await self._write(spans)
+                finally:
+                    for _, done in batch:
+                        _resolve(done)
         finally:
-            self._write_task = None
-            if not self._write_queue:
+            self._task = None
+            if not self._queue:
                 self._idle.set()
 
-    async def _write(self, spans: list[Any]) -> None:
+    async def _write(self, spans: list[Span]) -> None:
         delay = 0.05
         for attempt in range(self._max_retries + 1):
             try:
-                await self._bridge.call(self._bridge.store.add_many_spans, spans)
+                await self.store.add_spans_in_order(spans)
                 self.spans_written += len(spans)
+                return
+            except ValueError as exc:  # NotFoundError, InvalidRequestError...: one of them is bad
+                if len(spans) > 1:
+                    middle = len(spans) // 2
+                    await self._write(spans[:middle])
+                    await self._write(spans[middle:])
+                    return
+                self.spans_dropped += 1
+                logger.error(
+                    "the store refused the span of a call to rollout %s attempt %s: %s",
+                    spans[0].rollout_id,
+                    spans[0].attempt_id,
+                    exc,
+                )
                 return
             except Exception as exc:
                 if attempt == self._max_retries:
@@ -157,7 +115,12 @@ class SpanRecorder:
 
     async def flush(self) -> None:
         """Wait until every queued span has been written (or dropped)."""
-        while not self._idle.is_set() or self._write_task is not None:
+        while not self._idle.is_set() or self._task is not None:
             await self._idle.wait()
-            if self._write_task is not None:
-                await asyncio.shield(self._write_task)
+            if self._task is not None:
+                await asyncio.shield(self._task)
+
+
+def _resolve(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)

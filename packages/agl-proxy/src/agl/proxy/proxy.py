@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from agl.types import LLM, ProxyLLM
 
 from ._app import ProxyApp, ProxySettings
-from ._recorder import SpanRecorder, StoreBridge
+from ._recorder import SpanRecorder
 from ._router import ModelRouter, validate_model_list
 
 if TYPE_CHECKING:
@@ -30,8 +30,8 @@ class LLMProxy:
 
     Agents call ``http://host:port/rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions``
     (what :meth:`as_resource` and ``ProxyLLM.get_base_url`` give them); each call becomes one span
-    named ``agentlightning.llm_call`` in the store, attributed to that attempt, with a sequence id
-    allocated when the request arrives. Plain ``/v1/...`` calls (or calls without the
+    named ``agentlightning.llm_call`` in the store, attributed to that attempt, written before the end of
+    the answer reaches the agent (so a finished attempt never lacks its last call). Plain ``/v1/...`` calls (or calls without the
     ``x-rollout-id``/``x-attempt-id`` headers) are proxied but not recorded: a span needs an attempt.
 
     Backends come from ``model_list`` in LiteLLM's format; entries sharing a ``model_name`` are
@@ -194,7 +194,9 @@ class LLMProxy:
         import uvicorn
 
         assert self.store is not None
-        self._recorder = SpanRecorder(StoreBridge(self.store, home_loop))
+        from agl.store import as_thread_safe
+
+        self._recorder = SpanRecorder(as_thread_safe(self.store, home_loop))
         self._app = ProxyApp(router, self._recorder, self.settings)
         config = uvicorn.Config(
             self._app,

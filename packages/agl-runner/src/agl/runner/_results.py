@@ -74,22 +74,9 @@ async def rollout_result_to_spans(
         spans = list(items)
         await store.add_many_spans(spans)
         return spans
-    if all(isinstance(i, SpanCoreFields) for i in items):
-        ids = await store.get_many_span_sequence_ids([(rollout_id, attempt_id)] * len(items))
-        spans = [
-            Span.from_core_fields(core, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=seq)
-            for core, seq in zip(items, ids, strict=True)
-        ]
-        await store.add_many_spans(spans)
-        return spans
-    if all(_is_readable_span(i) for i in items):
-        ids = await store.get_many_span_sequence_ids([(rollout_id, attempt_id)] * len(items))
-        spans = [
-            Span.from_opentelemetry(otel, rollout_id, attempt_id, seq)
-            for otel, seq in zip(items, ids, strict=True)
-        ]
-        await store.add_many_spans(spans)
-        return spans
+    if all(isinstance(i, SpanCoreFields) for i in items) or all(_is_readable_span(i) for i in items):
+        converted = [Span.from_item(i, rollout_id=rollout_id, attempt_id=attempt_id) for i in items]
+        return await store.add_spans_in_order(converted)
     kinds = ", ".join(sorted({type(i).__name__ for i in items}))
     raise ValueError(
         f"Rollout {rollout_id} returned a list mixing {kinds}; return only Span, SpanCoreFields or "

@@ -3,6 +3,7 @@
 from typing import TYPE_CHECKING, Any
 
 from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
+from .loop_bound import LoopBoundStore, as_thread_safe
 from .memory import InMemoryLightningStore
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ __all__ = [
     "LightningStoreClient",
     "LightningStoreServer",
     "LightningStoreStatistics",
+    "LoopBoundStore",
     "SqlLightningStore",
     "StoreAuthenticationError",
     "StoreClientError",
@@ -62,4 +64,5 @@ __all__ = [
     "StoreInvalidRequestError",
     "StoreNotFoundError",
     "StoreServerError",
+    "as_thread_safe",
 ]

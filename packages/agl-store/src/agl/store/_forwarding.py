@@ -207,6 +207,12 @@ class ForwardingStore(LightningStore):
     async def add_many_spans(self, spans: Sequence[Span]) -> list[Span]:
         return await self._call("add_many_spans", spans)
 
+    async def add_spans_in_order(self, spans: Sequence[Span]) -> list[Span]:
+        return await self._call("add_spans_in_order", spans)
+
+    async def release_loop_resources(self) -> None:
+        await self._call("release_loop_resources")
+
     async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
         return await self._call("get_next_span_sequence_id", rollout_id, attempt_id)
 

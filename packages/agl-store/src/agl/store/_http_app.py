@@ -43,6 +43,7 @@ from ._http_middleware import (
 from ._http_models import (
     API_PREFIX,
     WAIT_COMPLETE_HEADER,
+    AddSpansInOrderResponse,
     AddSpansRequest,
     AddSpansResponse,
     AttemptQuery,
@@ -398,6 +399,14 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
     @app.post(prefix + "/spans/search", response_model=PaginatedResult[Span], tags=["spans"])
     async def search_spans(q: SpanQuery) -> Response:
         return await _query_spans(q)
+
+    @app.post(
+        prefix + "/spans/in-order", status_code=201, response_model=AddSpansInOrderResponse, tags=["spans"]
+    )
+    async def add_spans_in_order(body: AddSpansRequest) -> Response:
+        """Store spans, each taking the next sequence id of its rollout in request order; answers with the
+        positions of those stored and the sequence id each got."""
+        return _reply(await ops.add_spans_in_order(body))
 
     @app.post(prefix + "/spans/next", response_model=NextSequenceIdResponse, tags=["spans"])
     async def next_sequence_id(body: NextSequenceIdRequest) -> Response:

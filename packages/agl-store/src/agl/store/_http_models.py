@@ -33,6 +33,7 @@ __all__ = [
     "IDEMPOTENCY_HEADER",
     "WAIT_COMPLETE_HEADER",
     "AddSpansRequest",
+    "AddSpansInOrderResponse",
     "AddSpansResponse",
     "AttemptQuery",
     "AttemptQueryParams",
@@ -223,6 +224,11 @@ class AddSpansRequest(_Body):
 class AddSpansResponse(BaseModel):
     stored: list[int]
     """Positions (in the request) of the spans that were stored; the others were duplicates."""
+
+
+class AddSpansInOrderResponse(AddSpansResponse):
+    sequence_ids: list[int]
+    """The sequence id each stored span was given, in the order of ``stored``."""
 
 
 class SpanQuery(_Page):

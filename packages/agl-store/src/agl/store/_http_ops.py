@@ -200,6 +200,13 @@ class HotOps:
         stored = await self.store.add_many_spans(body.spans)
         return 201, encode({"stored": positions(body.spans, stored)}), None
 
+    async def add_spans_in_order(self, body: AddSpansRequest) -> Reply:
+        if not body.spans:
+            return 201, b'{"stored":[],"sequence_ids":[]}', None
+        stored = await self.store.add_spans_in_order(body.spans)
+        answer = {"stored": positions(body.spans, stored), "sequence_ids": [s.sequence_id for s in stored]}
+        return 201, encode(answer), None
+
     async def next_sequence_id(self, body: NextSequenceIdRequest) -> Reply:
         value = await self.store.get_next_span_sequence_id(body.rollout_id, body.attempt_id)
         return 200, encode({"sequence_id": value}), None
@@ -226,6 +233,7 @@ class FastPathMiddleware:
             ("POST", p + "/rollouts"): (ops.start_rollout, StartRolloutRequest, True),
             ("POST", p + "/spans"): (ops.add_span, _SPAN, True),
             ("POST", p + "/spans/batch"): (ops.add_many_spans, AddSpansRequest, True),
+            ("POST", p + "/spans/in-order"): (ops.add_spans_in_order, AddSpansRequest, True),
             ("POST", p + "/spans/next"): (ops.next_sequence_id, NextSequenceIdRequest, True),
             ("POST", p + "/spans/next/batch"): (ops.next_sequence_ids, NextSequenceIdsRequest, True),
         }

@@ -189,6 +189,10 @@ class HttpTransport:
         if entry is not None and entry[0]() is current and not entry[1].closed:
             await entry[1].close()
 
+    async def release_loop_resources(self) -> None:
+        """Close the calling event loop's HTTP session (what :meth:`close` does for this client)."""
+        await self.close()
+
     # -- the request loop ----------------------------------------------------------------------
 
     async def _healthy(self, session: aiohttp.ClientSession) -> bool:

@@ -244,15 +244,35 @@ class LightningStore(ABC):
     async def add_many_spans(self, spans: Sequence[Span]) -> list[Span]:
         """Store many spans in one batch; returns those stored (duplicates skipped)."""
 
+    async def add_spans_in_order(self, spans: Sequence[Span]) -> list[Span]:
+        """Store spans, giving each the next sequence id of its rollout in list order (their own
+        ``sequence_id`` is ignored): allocation and write in one call, one round trip over HTTP.
+
+        Returns the stored spans with their sequence ids; a duplicate (same rollout, attempt and span id as a
+        stored span) is skipped but still uses up an id. Backends override this to do it atomically; this
+        default allocates, then writes.
+        """
+        if not spans:
+            return []
+        ids = await self.get_many_span_sequence_ids([(s.rollout_id, s.attempt_id) for s in spans])
+        numbered = [s.model_copy(update={"sequence_id": seq}) for s, seq in zip(spans, ids, strict=True)]
+        return await self.add_many_spans(numbered)
+
     async def add_otel_span(
         self, rollout_id: str, attempt_id: str, readable_span: ReadableSpan, sequence_id: int | None = None
     ) -> Span | None:
         """Convert an OpenTelemetry span and store it, allocating a sequence id when none is given."""
-        if sequence_id is None:
-            sequence_id = await self.get_next_span_sequence_id(rollout_id, attempt_id)
-        return await self.add_span(
-            Span.from_opentelemetry(readable_span, rollout_id, attempt_id, sequence_id)
+        span = Span.from_item(
+            readable_span, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id or 0
         )
+        if sequence_id is not None:
+            return await self.add_span(span)
+        stored = await self.add_spans_in_order([span])
+        return stored[0] if stored else None
+
+    async def release_loop_resources(self) -> None:
+        """Release what this store holds for the running event loop only (an HTTP session, say), before that
+        loop closes; the store stays usable from other loops. Default: nothing to release."""
 
     @abstractmethod
     async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:

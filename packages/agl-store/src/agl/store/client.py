@@ -41,7 +41,7 @@ from agl.types import (
 )
 from pydantic import Discriminator, Tag, TypeAdapter
 
-from ._http_models import WAIT_COMPLETE_HEADER, AddSpansResponse
+from ._http_models import WAIT_COMPLETE_HEADER, AddSpansInOrderResponse, AddSpansResponse
 from ._http_transport import (
     HttpTransport,
     StoreAuthenticationError,
@@ -95,6 +95,7 @@ _RESOURCES = TypeAdapter(ResourcesUpdate)
 _RESOURCES_OR_NONE: TypeAdapter[ResourcesUpdate | None] = TypeAdapter(ResourcesUpdate | None)  # type: ignore[arg-type]
 _RESOURCES_PAGE = TypeAdapter(PaginatedResult[ResourcesUpdate])
 _STORED = TypeAdapter(AddSpansResponse)
+_STORED_IN_ORDER = TypeAdapter(AddSpansInOrderResponse)
 _SPAN_PAGE = TypeAdapter(PaginatedResult[Span])
 _WORKER = TypeAdapter(Worker)
 _WORKER_OR_NONE: TypeAdapter[Worker | None] = TypeAdapter(Worker | None)  # type: ignore[arg-type]
@@ -386,6 +387,19 @@ class LightningStoreClient(HttpTransport, LightningStore):
             batch = list(spans[start : start + _SPAN_BATCH])
             answer = await self._call("add_many_spans", "POST", "/spans/batch", _STORED, {"spans": batch})
             stored.extend(batch[i] for i in answer.stored)
+        return stored
+
+    async def add_spans_in_order(self, spans: Sequence[Span]) -> list[Span]:
+        stored: list[Span] = []
+        for start in range(0, len(spans), _SPAN_BATCH):
+            batch = list(spans[start : start + _SPAN_BATCH])
+            answer = await self._call(
+                "add_spans_in_order", "POST", "/spans/in-order", _STORED_IN_ORDER, {"spans": batch}
+            )
+            stored.extend(
+                batch[i].model_copy(update={"sequence_id": seq})
+                for i, seq in zip(answer.stored, answer.sequence_ids, strict=True)
+            )
         return stored
 
     async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:

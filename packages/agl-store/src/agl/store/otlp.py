@@ -207,14 +207,14 @@ async def ingest_otlp_traces(
         raise OTLPIngestError(400, f"body is not a valid ExportTraceServiceRequest: {exc}") from exc
 
     converted, rejected = spans_from_proto(request)
+    numbered = [span for span, has_id in converted if has_id]
     missing = [span for span, has_id in converted if not has_id]
-    if missing:
-        ids = await store.get_many_span_sequence_ids([(s.rollout_id, s.attempt_id) for s in missing])
-        for span, sequence_id in zip(missing, ids, strict=True):
-            span.sequence_id = sequence_id
     if converted:
         try:
-            await store.add_many_spans([span for span, _ in converted])
+            if numbered:
+                await store.add_many_spans(numbered)
+            if missing:
+                await store.add_spans_in_order(missing)
         except NotFoundError as exc:
             raise OTLPIngestError(404, str(exc)) from exc
         except ConflictError as exc:

@@ -25,6 +25,7 @@ from ._forwarding import ForwardingStore
 from ._http_models import API_PREFIX
 from ._uvicorn import coalescing_protocol_class
 from .base import LightningStore, LightningStoreCapabilities
+from .loop_bound import as_thread_safe
 
 if TYPE_CHECKING:
     import uvicorn
@@ -118,6 +119,7 @@ class LightningStoreServer(ForwardingStore):
         self._thread_error: BaseException | None = None
         self._client: LightningStoreClient | None = None
         self._client_lock = threading.Lock()
+        self._local: LightningStore | None = None
 
     # -- addresses --------------------------------------------------------------------------------
 
@@ -205,12 +207,15 @@ class LightningStoreServer(ForwardingStore):
         server = self._uvicorn
         assert server is not None and self._options is not None
         self._loop = asyncio.get_running_loop()
+        if self.store is not None:
+            self._local = as_thread_safe(self.store, self._loop)
         self._shutdown = asyncio.Event()
         self._options.shutdown = self._shutdown
         try:
             await server.serve(sockets=[sock])
         finally:
             self._loop = None
+            self._local = None
 
     def _request_exit(self) -> None:
         server, loop, shutdown = self._uvicorn, self._loop, self._shutdown
@@ -348,6 +353,7 @@ class LightningStoreServer(ForwardingStore):
         self._thread_error = None
         self._client = None
         self._client_lock = threading.Lock()
+        self._local = None
 
     def _remote(self) -> LightningStoreClient:
         with self._client_lock:
@@ -361,15 +367,6 @@ class LightningStoreServer(ForwardingStore):
         store = self.store
         if store is None or os.getpid() != self._owner_pid:
             return await getattr(self._remote(), method)(*args, **kwargs)
-        loop = self._loop
-        if loop is None or store.capabilities.get("thread_safe", False):
-            return await getattr(store, method)(*args, **kwargs)
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop or loop.is_closed():
-            return await getattr(store, method)(*args, **kwargs)
-        # Run on the server's loop so that a store made for one loop is only ever used from it.
-        future = asyncio.run_coroutine_threadsafe(getattr(store, method)(*args, **kwargs), loop)
-        return await asyncio.wrap_future(future)
+        # While serving, a store made for one loop is only ever used from the server's loop.
+        local = self._local if self._local is not None else store
+        return await getattr(local, method)(*args, **kwargs)

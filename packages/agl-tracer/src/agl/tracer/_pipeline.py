@@ -1,13 +1,14 @@
 """The span pipeline: finished spans of a trace session are batched to the store in the background.
 
 Per trace session (one ``trace_context``): spans are queued as they end (cheap, never blocking, never raising),
-and one drain task per session ships whatever has accumulated in one batch: sequence ids for the whole batch
-with ``get_many_span_sequence_ids``, then ``add_many_spans``. While a batch is in flight the next one
-accumulates, so batches grow with the load and a lone span goes out at once (spans are also the heartbeat
-of the attempt). Closing a session waits, up to a bound, until everything queued is written.
+and one drain task per session ships whatever has accumulated in one ``add_spans_in_order`` call (the store
+numbers the spans and writes them: one round trip). While a batch is in flight the next one accumulates, so
+batches grow with the load and a lone span goes out at once (spans are also the heartbeat of the attempt).
+Closing a session waits, up to a bound, until everything queued is written.
 
-The drain runs on the pipeline's own event loop thread when the store is thread-safe (so spans flow even
-while a synchronous agent blocks the runner's loop), otherwise on the loop that opened the session.
+The drain runs on the pipeline's own export thread (so spans flow even while a synchronous agent blocks the
+runner's loop), except for a store that is not thread-safe: that one is only used from the loop that opened
+the session.
 Memory is bounded: at most ``max_pending_spans`` spans wait across all sessions; more are dropped and
 counted, with a warning. Store errors are retried a few times (``ValueError``s such as an unknown rollout
 are not: they will not get better) and then logged; the spans stay available through ``get_last_trace``.
@@ -19,7 +20,6 @@ import asyncio
 import concurrent.futures
 import logging
 import os
-import sys
 import threading
 import time
 from collections import deque
@@ -47,19 +47,6 @@ DUMMY_ROLLOUT_ID = "rollout-dummy"
 DUMMY_ATTEMPT_ID = "attempt-dummy"
 
 SpanItem = Union["ReadableSpan", SpanCoreFields, Span]
-
-
-def to_span(item: SpanItem, rollout_id: str, attempt_id: str, sequence_id: int) -> Span:
-    """Convert anything a tracer records into a stored ``Span``."""
-    if isinstance(item, Span):
-        return item.model_copy(
-            update={"rollout_id": rollout_id, "attempt_id": attempt_id, "sequence_id": sequence_id}
-        )
-    if isinstance(item, SpanCoreFields):
-        return Span.from_core_fields(
-            item, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id
-        )
-    return Span.from_opentelemetry(item, rollout_id, attempt_id, sequence_id)
 
 
 class TraceSession:
@@ -94,6 +81,7 @@ class TraceSession:
         self.drained = False
         self.signaled = False
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.loop_thread: int | None = None  # ident of the thread running ``loop``
         self.event: asyncio.Event | None = None
         self.drain_future: concurrent.futures.Future[None] | None = None
         self.backend_state: Any = None  # what a tracer backend keeps per context (e.g. an AgentOps trace)
@@ -138,8 +126,9 @@ class TraceSession:
             leftovers = [*self.inflight, *self.pending]
             spans = list(self.recorded)
             local = list(self.local_items)
-        spans.extend(to_span(item, self.rollout_id, self.attempt_id, seq) for item, seq in local)
-        spans.extend(to_span(item, self.rollout_id, self.attempt_id, 0) for item in leftovers)
+        rid, aid = self.rollout_id, self.attempt_id
+        spans.extend(Span.from_item(i, rollout_id=rid, attempt_id=aid, sequence_id=seq) for i, seq in local)
+        spans.extend(Span.from_item(i, rollout_id=rid, attempt_id=aid) for i in leftovers)
         return spans
 
 
@@ -202,7 +191,7 @@ class SpanPipeline:
         self._loop_thread: _LoopThread | None = None
         self._pid = os.getpid()
         self._sessions: set[TraceSession] = set()
-        self._export_stores: dict[int, LightningStore] = {}
+        self._export_stores: dict[int, LightningStore] = {}  # stores the export thread has used
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -219,8 +208,12 @@ class SpanPipeline:
         """Start a session; with a store, its drain task starts at once."""
         session = TraceSession(tracer, name, store, rollout_id, attempt_id, self.max_recorded_spans)
         if session.store is not None:
-            loop = self._choose_loop(session.store, caller_loop)
-            if self._loop_thread is not None and loop is self._loop_thread.loop:
+            thread_safe = bool(session.store.capabilities.get("thread_safe"))
+            if caller_loop is not None and not thread_safe:
+                loop, session.loop_thread = caller_loop, threading.get_ident()
+            else:
+                loop = self._export_loop()
+                session.loop_thread = self._loop_thread.thread.ident if self._loop_thread else None
                 with self._lock:
                     self._export_stores[id(session.store)] = session.store
             session.loop = loop
@@ -228,18 +221,6 @@ class SpanPipeline:
             with self._lock:
                 self._sessions.add(session)
         return session
-
-    def _choose_loop(
-        self, store: LightningStore, caller_loop: asyncio.AbstractEventLoop | None
-    ) -> asyncio.AbstractEventLoop:
-        thread_safe = bool(store.capabilities.get("thread_safe"))
-        if thread_safe or caller_loop is None:
-            if not thread_safe:
-                logger.debug(
-                    "store %s is not thread-safe but no event loop is running; using the export loop", store
-                )
-            return self._export_loop()
-        return caller_loop
 
     def _export_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -285,7 +266,10 @@ class SpanPipeline:
             if restart:  # a late span, after the context closed: drain it once more
                 self._restart_drain(session)
             elif wake and session.loop is not None:
-                session.loop.call_soon_threadsafe(_wake, session)
+                if session.loop_thread == threading.get_ident():
+                    session.loop.call_soon(_wake, session)  # no self-pipe write from the loop's own thread
+                else:
+                    session.loop.call_soon_threadsafe(_wake, session)
         except Exception:  # a span must never break the agent
             logger.exception("could not queue a span for %s/%s", session.rollout_id, session.attempt_id)
 
@@ -347,20 +331,14 @@ class SpanPipeline:
         store = session.store
         assert store is not None
         rid, aid = session.rollout_id, session.attempt_id
-        spans: list[Span] | None = None
+        spans = [Span.from_item(item, rollout_id=rid, attempt_id=aid) for item in batch]
         for attempt in range(self.max_retries + 1):
             try:
-                if spans is None:
-                    sequence_ids = await asyncio.wait_for(
-                        store.get_many_span_sequence_ids([(rid, aid)] * len(batch)), self.store_timeout
-                    )
-                    spans = [
-                        to_span(item, rid, aid, seq) for item, seq in zip(batch, sequence_ids, strict=True)
-                    ]
-                await asyncio.wait_for(store.add_many_spans(spans), self.store_timeout)
-                session.record(spans)
-                session.written += len(spans)
-                self.stats.written += len(spans)
+                # A retry after a lost answer cannot store a span twice: duplicates (same span id) are skipped.
+                stored = await asyncio.wait_for(store.add_spans_in_order(spans), self.store_timeout)
+                session.record(stored)
+                session.written += len(stored)
+                self.stats.written += len(stored)
                 self.stats.batches += 1
                 return
             except asyncio.CancelledError:
@@ -389,8 +367,8 @@ class SpanPipeline:
                         type(exc).__name__,
                         exc,
                     )
-        if spans is None:
-            spans = [to_span(item, rid, aid, session.next_local_sequence()) for item in batch]
+        for span in spans:
+            span.sequence_id = session.next_local_sequence()
         session.record(spans)
         session.failed += len(spans)
         self.stats.failed += len(spans)
@@ -489,12 +467,9 @@ class SpanPipeline:
 
 
 async def _release_loop_resources(stores: list[LightningStore]) -> None:
-    """Close the HTTP sessions that store clients opened for the export loop (the clients stay usable)."""
-    client_module = sys.modules.get("agl.store.client")
-    client_cls = getattr(client_module, "LightningStoreClient", None)
+    """Release what the stores hold for the export loop (HTTP sessions, say); the stores stay usable."""
     for store in stores:
-        if client_cls is not None and isinstance(store, client_cls):
-            await store.close()  # closes only this loop's session
+        await store.release_loop_resources()
 
 
 def _wake(session: TraceSession) -> None:

@@ -186,6 +186,31 @@ class Span(BaseModel):
         )
 
     @classmethod
+    def from_item(
+        cls,
+        item: Span | SpanCoreFields | ReadableSpan,
+        *,
+        rollout_id: str,
+        attempt_id: str,
+        sequence_id: int = 0,
+    ) -> Span:
+        """Any span-like thing a tracer, an emitter or an agent produces, as a ``Span`` of this attempt.
+
+        A ``Span`` is copied with the new ids; :class:`SpanCoreFields` go through :meth:`from_core_fields`;
+        anything else is taken for an OpenTelemetry ``ReadableSpan``. ``sequence_id=0`` is the placeholder
+        for spans whose id the store assigns (``LightningStore.add_spans_in_order``).
+        """
+        if isinstance(item, Span):
+            return item.model_copy(
+                update={"rollout_id": rollout_id, "attempt_id": attempt_id, "sequence_id": sequence_id}
+            )
+        if isinstance(item, SpanCoreFields):
+            return cls.from_core_fields(
+                item, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id
+            )
+        return cls.from_opentelemetry(item, rollout_id, attempt_id, sequence_id)
+
+    @classmethod
     def from_opentelemetry(
         cls, src: ReadableSpan, rollout_id: str, attempt_id: str, sequence_id: int
     ) -> Span:

@@ -7,6 +7,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Literal
 
+from agl.store import as_thread_safe
+
 from ..env import resolve_bool_env_var
 from .base import (
     AlgorithmBundle,
@@ -66,11 +68,7 @@ class SharedMemoryExecutionStrategy(ExecutionStrategy):
         self.managed_store = resolve_bool_env_var("AGL_MANAGED_STORE", managed_store, fallback=True)
 
     def execute(self, algorithm: AlgorithmBundle, runner: RunnerBundle, store: LightningStore) -> None:
-        shared = store
-        if self.managed_store and not store.capabilities.get("thread_safe", False):
-            from ._threaded import LoopBoundStore
-
-            shared = LoopBoundStore(store)  # pyright: ignore[reportAbstractUsage]  # methods are generated
+        shared = as_thread_safe(store) if self.managed_store else store
         event = threading.Event()
         errors: list[tuple[str, BaseException]] = []
 

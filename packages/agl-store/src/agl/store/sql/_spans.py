@@ -125,9 +125,22 @@ def _insert_spans_sqlite(
         cursor.close()
 
 
-def add_spans(conn: sa.Connection, ctx: Ctx, eff: Effects, spans: Sequence[Span]) -> list[int]:
+def add_spans_in_order(
+    conn: sa.Connection, ctx: Ctx, eff: Effects, spans: Sequence[Span]
+) -> tuple[list[Span], list[int]]:
+    """Give each span the next sequence id of its rollout (in list order), then insert them as
+    :func:`add_spans` does, in the same transaction: ``(numbered spans, indexes of those stored)``."""
+    return add_spans(conn, ctx, eff, spans, allocate=True)
+
+
+def add_spans(
+    conn: sa.Connection, ctx: Ctx, eff: Effects, spans: Sequence[Span], *, allocate: bool = False
+) -> Any:
     """Insert spans, skipping duplicates; the indexes of those stored. All are validated first: an unknown
-    rollout or attempt stores nothing. Each (rollout, attempt) that got a span has a heartbeat."""
+    rollout or attempt stores nothing. Each (rollout, attempt) that got a span has a heartbeat.
+
+    With ``allocate``, the spans' sequence ids are allocated after the rollouts are locked (the lock order
+    of every writer: rollouts, then counters) and ``(numbered spans, indexes)`` is returned."""
     now = ctx.clock()
     groups = list(dict.fromkeys((span.rollout_id, span.attempt_id) for span in spans))
     rollouts: dict[str, dict[str, Any]] = {}
@@ -139,12 +152,16 @@ def add_spans(conn: sa.Connection, ctx: Ctx, eff: Effects, spans: Sequence[Span]
         rollouts.setdefault(rid, r)
         attempts[(rid, aid)] = row
 
-    highest: dict[str, int] = {}
-    for span in spans:
-        if span.sequence_id > highest.get(span.rollout_id, 0):
-            highest[span.rollout_id] = span.sequence_id
-    if highest:
-        _raise_counters(conn, ctx, highest)
+    if allocate:
+        ids = allocate_sequence_ids(conn, ctx, [(s.rollout_id, s.attempt_id) for s in spans])
+        spans = [s.model_copy(update={"sequence_id": seq}) for s, seq in zip(spans, ids, strict=True)]
+    else:
+        highest: dict[str, int] = {}
+        for span in spans:
+            if span.sequence_id > highest.get(span.rollout_id, 0):
+                highest[span.rollout_id] = span.sequence_id
+        if highest:
+            _raise_counters(conn, ctx, highest)
 
     inserted = _insert_spans(conn, ctx, spans)
     stored: list[int] = []
@@ -157,7 +174,7 @@ def add_spans(conn: sa.Connection, ctx: Ctx, eff: Effects, spans: Sequence[Span]
             touched[key[:2]] = None
     for rid, aid in touched:
         _heartbeat(conn, ctx, eff, rollouts[rid], attempts[(rid, aid)], now)
-    return stored
+    return (list(spans), stored) if allocate else stored
 
 
 def _heartbeat(

@@ -423,6 +423,12 @@ class SqlLightningStore(LightningStore):
         stored = await self._write(_spans.add_spans, batch)
         return [batch[i] for i in stored]
 
+    async def add_spans_in_order(self, spans: Sequence[Span]) -> list[Span]:
+        if not spans:
+            return []
+        numbered, stored = await self._write(_spans.add_spans_in_order, list(spans))
+        return [numbered[i] for i in stored]
+
     async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
         (value,) = await self._db.write(_spans.allocate_sequence_ids, self._ctx, [(rollout_id, attempt_id)])
         return value
