@@ -52,7 +52,7 @@ async def multi_turn_agent(task: dict[str, Any], llm: LLM, rollout: Rollout) -> 
     context = "Context: " + "the quick brown fox jumps over the lazy dog. " * 40
     messages: list[dict[str, Any]] = [{"role": "system", "content": context}]
     async with httpx.AsyncClient(timeout=httpx.Timeout(120.0, connect=60.0)) as http:
-        client = AsyncOpenAI(base_url=llm.get_base_url(), api_key="unused", http_client=http, max_retries=0)
+        client = AsyncOpenAI(base_url=llm.get_base_url(), api_key="unused", http_client=http, max_retries=2)
         for turn in range(BARRIER_TURNS):
             messages.append({"role": "user", "content": f"{rollout.rollout_id} turn {turn}"})
             completion = await client.chat.completions.create(model=llm.model, messages=messages)

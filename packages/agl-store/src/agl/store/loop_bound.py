@@ -51,7 +51,9 @@ class LoopBoundStore(ForwardingStore):
 
     @property
     def capabilities(self) -> LightningStoreCapabilities:
-        return LightningStoreCapabilities(**{**self.store.capabilities, "thread_safe": True, "async_safe": True})
+        return LightningStoreCapabilities(
+            **{**self.store.capabilities, "thread_safe": True, "async_safe": True}
+        )
 
     def otlp_traces_endpoint(self) -> str:
         return self.store.otlp_traces_endpoint()
