@@ -204,7 +204,7 @@ class ProxyApp:
             if call is not None and not call.committed:  # failed or cut off: recorded, nobody waits for it
                 call.finish()
                 call.committed = True
-                self.recorder.write(call)
+                self.recorder.submit(call)
 
     async def _commit(self, call: CallRecord | None) -> None:
         """Store the call's span; the proxy calls this before the client can see the end of the answer."""

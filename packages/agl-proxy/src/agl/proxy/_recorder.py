@@ -33,51 +33,92 @@ logger = logging.getLogger(__name__)
 
 class SpanRecorder:
     """Writes call spans to the store in batches. Lives on the proxy's loop; the store must be usable from it
-    (wrap it with ``agl.store.as_thread_safe`` when it is not thread-safe)."""
+    (wrap it with ``agl.store.as_thread_safe`` when it is not thread-safe).
+
+    A call arriving while nothing is being written writes at once, in its own coroutine (no task hop: a lone
+    call pays one store call and nothing else); calls arriving while a write is in flight queue up and are
+    written together by one drain task as soon as it is done.
+    """
 
     def __init__(self, store: LightningStore, *, max_batch: int = 512, max_retries: int = 5) -> None:
         self.store = store
         self._max_batch = max_batch
         self._max_retries = max_retries
-        self._queue: list[tuple[CallRecord, asyncio.Future[None]]] = []
+        self._queue: list[tuple[Span, asyncio.Future[None] | None]] = []
+        self._busy = False  # a write (inline or the drain task) is in flight
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
         self.spans_written = 0
         self.spans_dropped = 0
 
-    def write(self, call: CallRecord) -> asyncio.Future[None]:
-        """Queue ``call``'s span; the future is done once it is stored or given up (it never fails)."""
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append((call, done))
+    def _span_of(self, call: CallRecord) -> Span | None:
+        try:
+            return call.to_span(0)
+        except Exception:
+            self.spans_dropped += 1
+            logger.exception("could not build the span of a call to rollout %s", call.rollout_id)
+            return None
+
+    async def write(self, call: CallRecord) -> None:
+        """Store ``call``'s span; returns once it is stored or given up (never raises but CancelledError)."""
+        span = self._span_of(call)
+        if span is None:
+            return
+        loop = asyncio.get_running_loop()
+        if self._busy:
+            done = loop.create_future()
+            self._queue.append((span, done))
+            await asyncio.shield(done)  # cancelled or not, the drain writes it
+            return
+        self._busy = True
         self._idle.clear()
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._drain())
-        return done
+        try:
+            await self._write([span])
+        except asyncio.CancelledError:
+            self._queue.append((span, None))  # the client went away mid-write: the drain finishes it
+            raise
+        finally:
+            self._after_write(loop)
+
+    def submit(self, call: CallRecord) -> None:
+        """Queue ``call``'s span and return at once (for calls nobody waits for: failed or cut off)."""
+        span = self._span_of(call)
+        if span is None:
+            return
+        self._queue.append((span, None))
+        if not self._busy:
+            self._busy = True
+            self._idle.clear()
+            self._after_write(asyncio.get_running_loop())
+
+    def _after_write(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._queue:
+            if self._task is None:
+                self._task = loop.create_task(self._drain())
+        elif self._task is None:
+            self._busy = False
+            self._idle.set()
 
     async def _drain(self) -> None:
         try:
             while self._queue:
                 batch = self._queue[: self._max_batch]
                 del self._queue[: self._max_batch]
-                spans: list[Span] = []
-                for call, done in batch:
-                    try:
-                        spans.append(call.to_span(0))
-                    except Exception:
-                        self.spans_dropped += 1
-                        logger.exception("could not build the span of a call to rollout %s", call.rollout_id)
-                        _resolve(done)
                 try:
-                    if spans:
-                        await self._write(spans)
+                    await self._write([span for span, _ in batch])
                 finally:
                     for _, done in batch:
-                        _resolve(done)
+                        if done is not None and not done.done():
+                            done.set_result(None)
         finally:
             self._task = None
-            if not self._queue:
-                self._idle.set()
+            self._busy = False
+            self._idle.set()
+            if self._queue:  # only when the drain itself was cancelled: hand the rest on
+                self._busy = True
+                self._idle.clear()
+                self._after_write(asyncio.get_running_loop())
 
     async def _write(self, spans: list[Span]) -> None:
         delay = 0.05
@@ -115,12 +156,5 @@ class SpanRecorder:
 
     async def flush(self) -> None:
         """Wait until every queued span has been written (or dropped)."""
-        while not self._idle.is_set() or self._task is not None:
+        while not self._idle.is_set():
             await self._idle.wait()
-            if self._task is not None:
-                await asyncio.shield(self._task)
-
-
-def _resolve(done: asyncio.Future[None]) -> None:
-    if not done.done():
-        done.set_result(None)
