@@ -1,0 +1,76 @@
+"""A call's span is stored before its answer ends, and a call the store refuses costs only itself."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import openai
+import pytest
+from _proxy_helpers import model_list
+from agl.proxy import LLMProxy
+from agl.store import InMemoryLightningStore, LightningStore, SqlLightningStore
+from agl.types.semconv import AGL_LLM_CALL
+
+from tests.support.openai_standin import StandinServer
+
+
+async def _call_spans(store: LightningStore, rollout_id: str) -> int:
+    return (await store.query_spans(rollout_id, name=AGL_LLM_CALL, limit=0)).total
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_the_span_is_stored_when_the_client_has_the_answer(
+    standin: StandinServer, tmp_path: Path, stream: bool
+) -> None:
+    store = SqlLightningStore(f"sqlite:///{tmp_path / 'store.db'}")
+    rollouts = [await store.start_rollout(input=i) for i in range(16)]
+    proxy = LLMProxy(model_list(standin), store=store)
+    await proxy.start()
+    try:
+
+        async def agent(index: int) -> None:
+            rollout = rollouts[index]
+            llm = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id)
+            client = openai.AsyncOpenAI(base_url=llm.endpoint, api_key="x")
+            for turn in range(3):
+                messages = [{"role": "user", "content": f"agent {index} turn {turn}"}]
+                if stream:
+                    chunks = await client.chat.completions.create(model="m", messages=messages, stream=True)
+                    async for _ in chunks:
+                        pass
+                else:
+                    await client.chat.completions.create(model="m", messages=messages)
+                # No flush: the answer is complete, so its span is in the store already.
+                assert await _call_spans(store, rollout.rollout_id) == turn + 1
+            await client.close()
+
+        await asyncio.gather(*(agent(i) for i in range(len(rollouts))))
+    finally:
+        await proxy.stop()
+        await store.close()
+
+
+async def test_a_call_for_an_unknown_rollout_costs_only_its_own_span(standin: StandinServer) -> None:
+    store = InMemoryLightningStore()
+    rollout = await store.start_rollout(input=None)
+    proxy = LLMProxy(model_list(standin), store=store)
+    await proxy.start()
+    try:
+        good = openai.AsyncOpenAI(
+            base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint, api_key="x"
+        )
+        bad = openai.AsyncOpenAI(base_url=proxy.as_resource("ro-unknown", "at-unknown").endpoint, api_key="x")
+
+        async def call(client: openai.AsyncOpenAI, i: int) -> str | None:
+            reply = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"{i}"}])
+            return reply.choices[0].message.content
+
+        answers = await asyncio.gather(*(call(good, i) for i in range(60)), call(bad, 60))
+        assert answers[-1] == "echo: 60"  # the agent of the unknown rollout still gets its answer
+        assert await _call_spans(store, rollout.rollout_id) == 60
+        assert proxy.stats["spans_dropped"] == 1
+        await good.close()
+        await bad.close()
+    finally:
+        await proxy.stop()
