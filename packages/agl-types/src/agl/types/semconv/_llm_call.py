@@ -451,6 +451,8 @@ def _proxy_read(r: _Reader) -> LLMCall:
     else:
         finish = r.get(G.RESPONSE_FINISH_REASONS.value, (list, tuple), "a list of strings") or []
         for i, message in enumerate(messages):
+            if not isinstance(message, dict):
+                r.problem(L.RESPONSE_MESSAGES.value, f"item {i} must be a message object")
             call.choices.append(
                 LLMChoice(
                     index=i,
