@@ -404,14 +404,14 @@ def _base_url(resource: Any) -> str | None:
 
 def _as_dict(obj: Any) -> dict[str, Any]:
     if isinstance(obj, Mapping):
-        return dict(obj)  # type: ignore[arg-type]
+        return dict(obj)
     dump = getattr(obj, "model_dump", None)
     if callable(dump):
         try:
             dumped = dump(exclude_none=True)
         except Exception:
             return {}
-        return dict(dumped) if isinstance(dumped, Mapping) else {}  # type: ignore[arg-type]
+        return dict(dumped) if isinstance(dumped, Mapping) else {}
     return {}
 
 
@@ -445,13 +445,13 @@ def request_call(kwargs: Mapping[str, Any], base_url: str | None = None) -> LLMC
             continue
         if isinstance(value, (str, bool, int, float)):
             params[key] = value
-        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):  # type: ignore[misc]
-            params[key] = list(value)  # type: ignore[arg-type]
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+            params[key] = list(value)
     extra_body = kwargs.get("extra_body")
     if isinstance(extra_body, Mapping):
-        for key, value in extra_body.items():  # type: ignore[misc]
+        for key, value in extra_body.items():
             if isinstance(value, (str, bool, int, float)):
-                params[str(key)] = value  # type: ignore[misc]
+                params[str(key)] = value
     stream = kwargs.get("stream")
     model = kwargs.get("model")
     return LLMCall(
@@ -551,7 +551,7 @@ def response_call(response: Any) -> LLMCall | None:
     if first_ids is None:  # older vLLM patches: response_token_ids as a list per choice
         legacy = _extra(response, "response_token_ids")
         if isinstance(legacy, (list, tuple)) and legacy and _is_int_list(legacy[0]):
-            first_ids = list(legacy[0])  # type: ignore[arg-type]
+            first_ids = list(legacy[0])
     call.response_token_ids = first_ids
     call.usage = _usage(getattr(response, "usage", None))
     return call

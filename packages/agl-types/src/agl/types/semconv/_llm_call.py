@@ -218,8 +218,10 @@ def _is_number(value: Any) -> bool:
 
 
 def _int_list(value: Any) -> list[int] | None:
-    if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return list(value)  # type: ignore[arg-type]
+    if isinstance(value, (list, tuple)) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        return list(value)
     return None
 
 
@@ -228,8 +230,8 @@ def _str_or_none(value: Any) -> str | None:
 
 
 def _floats(value: Any) -> list[float] | None:
-    if isinstance(value, (list, tuple)) and all(_is_number(x) for x in value):  # type: ignore[misc]
-        return [float(x) for x in value]  # type: ignore[misc]
+    if isinstance(value, (list, tuple)) and all(_is_number(x) for x in value):
+        return [float(x) for x in value]
     return None
 
 
@@ -303,7 +305,11 @@ class _Reader:
     def under(self, prefix: str) -> dict[str, Any]:
         """``{rest: value}`` of the attributes ``<prefix>.<rest>``."""
         dotted = prefix + "."
-        return {k[len(dotted) :]: v for k, v in self.attributes.items() if isinstance(k, str) and k.startswith(dotted)}
+        return {
+            k[len(dotted) :]: v
+            for k, v in self.attributes.items()
+            if isinstance(k, str) and k.startswith(dotted)
+        }
 
 
 def _indexed(flat: Mapping[str, Any]) -> list[tuple[int, dict[str, Any]]]:
@@ -339,7 +345,7 @@ def _proxy_request(call: LLMCall) -> dict[str, Any]:
     stop = call.params.get("stop")
     if isinstance(stop, str):
         attrs[G.REQUEST_STOP_SEQUENCES.value] = [stop]
-    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):  # type: ignore[misc]
+    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
         attrs[G.REQUEST_STOP_SEQUENCES.value] = stop
     if call.messages is not None:
         attrs[L.REQUEST_MESSAGES.value] = _dumps(call.messages)
@@ -439,9 +445,10 @@ def _proxy_read(r: _Reader) -> LLMCall:
             if not isinstance(detail, Mapping):
                 r.problem(L.RESPONSE_CHOICES.value, f"item {i} must be an object")
                 continue
+            index = detail.get("index")
             call.choices.append(
                 LLMChoice(
-                    index=detail.get("index") if isinstance(detail.get("index"), int) else i,  # type: ignore[arg-type]
+                    index=index if isinstance(index, int) else i,
                     message=messages[i] if i < len(messages) and isinstance(messages[i], dict) else {},
                     finish_reason=_str_or_none(detail.get("finish_reason")),
                     token_ids=_int_list(detail.get("token_ids")),
@@ -462,8 +469,13 @@ def _proxy_read(r: _Reader) -> LLMCall:
             )
         if call.choices:
             call.choices[0].token_ids = call.response_token_ids
-            call.choices[0].logprobs = _floats(r.get(L.RESPONSE_LOGPROBS.value, (list, tuple), "a list of numbers"))
-    usage = LLMUsage(input_tokens=r.integer(G.USAGE_INPUT_TOKENS.value), output_tokens=r.integer(G.USAGE_OUTPUT_TOKENS.value))
+            call.choices[0].logprobs = _floats(
+                r.get(L.RESPONSE_LOGPROBS.value, (list, tuple), "a list of numbers")
+            )
+    usage = LLMUsage(
+        input_tokens=r.integer(G.USAGE_INPUT_TOKENS.value),
+        output_tokens=r.integer(G.USAGE_OUTPUT_TOKENS.value),
+    )
     if usage.input_tokens is not None or usage.output_tokens is not None:
         call.usage = usage
     return call
@@ -502,8 +514,8 @@ def _genai_request(call: LLMCall) -> dict[str, Any]:
     for key, value in call.params.items():
         if isinstance(value, (str, bool, int, float)):
             attrs[f"{request}.{key}"] = value
-        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):  # type: ignore[misc]
-            attrs[f"{request}.{key}"] = list(value)  # type: ignore[arg-type]
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+            attrs[f"{request}.{key}"] = list(value)
     if call.stream is not None:
         attrs[f"{request}.stream"] = call.stream
     for i, message in enumerate(call.messages or []):
@@ -580,7 +592,9 @@ def _genai_message(fields: Mapping[str, Any]) -> dict[str, Any]:
         if key in fields:
             message[key] = fields[key]
     calls = []
-    for _, call in _indexed({k.removeprefix("tool_calls."): v for k, v in fields.items() if k.startswith("tool_calls.")}):
+    for _, call in _indexed(
+        {k.removeprefix("tool_calls."): v for k, v in fields.items() if k.startswith("tool_calls.")}
+    ):
         calls.append(
             {
                 "id": call.get("id"),
