@@ -13,6 +13,7 @@ from agl.types.semconv import AGL_LLM_CALL, LLMCallAttributes
 
 L = LLMCallAttributes
 DEEP = "[" * 100_000 + "]" * 100_000
+DECODABLE_BUT_DEEP = "[" * 300 + "]" * 300  # json decodes it; pydantic cannot serialise a triplet holding it
 
 
 def span(attributes: dict[str, Any], name: str, span_id: str = "s1", seq: int = 1) -> Span:
@@ -53,7 +54,9 @@ def genai_call(**attributes: Any) -> Span:
     return span({**base, **attributes}, "openai.chat.completion")
 
 
-@pytest.mark.parametrize("field", ["REQUEST_MESSAGES", "RESPONSE_MESSAGES", "REQUEST_TOOLS", "REQUEST_PARAMS"])
+@pytest.mark.parametrize(
+    "field", ["REQUEST_MESSAGES", "RESPONSE_MESSAGES", "REQUEST_TOOLS", "REQUEST_PARAMS"]
+)
 def test_deeply_nested_json_in_a_proxy_span_is_skipped_with_a_warning(
     field: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -81,3 +84,12 @@ def test_messages_say_which_attribute_is_too_deep() -> None:
 def test_reference_payloads_nested_too_deeply_are_ignored() -> None:
     call = extract_llm_call({"llm.hosted_vllm.prompt_token_ids": DEEP, "llm.hosted_vllm.choices": DEEP})
     assert (call.prompt_token_ids, call.response_token_ids) == ([], [])
+
+
+def test_decodable_json_deeper_than_the_limit_is_skipped_too(caplog: pytest.LogCaptureFixture) -> None:
+    [triplet] = LlmProxyTraceToTriplet().adapt([proxy_call(REQUEST_MESSAGES=DECODABLE_BUT_DEEP)])
+    assert triplet.prompt["raw_content"] is None
+    triplet.model_dump_json()
+    assert "more than 128 levels" in caplog.text
+    [triplet] = TracerTraceToTriplet().adapt([genai_call(**{"gen_ai.prompt.0.content": DECODABLE_BUT_DEEP})])
+    triplet.model_dump_json()

@@ -61,7 +61,9 @@ def tool_calls(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 @st.composite
 def genai_messages(draw: st.DrawFn, *, answer: bool = False) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": draw(st.sampled_from(["assistant"] if answer else ["user", "system", "tool"]))}
+    message: dict[str, Any] = {
+        "role": draw(st.sampled_from(["assistant"] if answer else ["user", "system", "tool"]))
+    }
     if draw(st.booleans()):
         message["content"] = draw(text)
     if not answer:
@@ -86,7 +88,9 @@ def genai_tools(draw: st.DrawFn) -> dict[str, Any]:
 @st.composite
 def usages(draw: st.DrawFn, *, total: bool) -> LLMUsage:
     counts = st.integers(min_value=0, max_value=10**6)
-    usage = LLMUsage(draw(optional(counts)), draw(optional(counts)), draw(optional(counts)) if total else None)
+    usage = LLMUsage(
+        draw(optional(counts)), draw(optional(counts)), draw(optional(counts)) if total else None
+    )
     return usage if usage != LLMUsage() else LLMUsage(input_tokens=1)
 
 
@@ -224,7 +228,9 @@ def test_the_same_call_reads_back_the_same_from_either_layout(call: LLMCall) -> 
 
 
 def test_request_and_response_attributes_split_the_layout() -> None:
-    call = LLMCall(model="m", messages=[{"role": "user", "content": "hi"}], response_id="r", choices=[LLMChoice()])
+    call = LLMCall(
+        model="m", messages=[{"role": "user", "content": "hi"}], response_id="r", choices=[LLMChoice()]
+    )
     for layout in LLMCallFormat:
         request, response = call.request_attributes(layout), call.response_attributes(layout)
         assert not set(request) & set(response)
@@ -286,4 +292,7 @@ def test_parse_json_text_leaves_undecodable_text_alone() -> None:
     assert parse_json_text('{"a": [1]}') == {"a": [1]}
     assert parse_json_text("[not json") == "[not json"
     assert parse_json_text(DEEP) == DEEP
+    too_deep = "[" * 129 + "]" * 129
+    assert parse_json_text(too_deep) == too_deep
+    assert parse_json_text("[" * 128 + "]" * 128) != "[" * 128 + "]" * 128
     assert parse_json_text(5) == 5

@@ -1,7 +1,7 @@
 """Names of the spans and attributes that carry agl's meaning inside OpenTelemetry traces, and the typed
 LLM-call record (:class:`LLMCall`) that proxy, tracer instrumentation and adapters write and read."""
 
-from ._llm_call import LLMCall, LLMCallFormat, LLMChoice, LLMUsage, parse_json_text
+from ._llm_call import MAX_JSON_DEPTH, LLMCall, LLMCallFormat, LLMChoice, LLMUsage, parse_json_text
 from ._names import (
     AGL_ANNOTATION,
     AGL_EXCEPTION,
@@ -33,6 +33,7 @@ __all__ = [
     "FINAL_REWARD_METADATA_KEY",
     "GenAIAttributes",
     "InstrumentedLLMAttributes",
+    "MAX_JSON_DEPTH",
     "LLMCall",
     "LLMCallAttributes",
     "LLMCallFormat",

@@ -26,9 +26,13 @@ from ._names import GenAIAttributes as G
 from ._names import InstrumentedLLMAttributes as I
 from ._names import LLMCallAttributes as L
 
-__all__ = ["LLMCall", "LLMCallFormat", "LLMChoice", "LLMUsage", "parse_json_text"]
+__all__ = ["MAX_JSON_DEPTH", "LLMCall", "LLMCallFormat", "LLMChoice", "LLMUsage", "parse_json_text"]
 
 logger = logging.getLogger(__name__)
+
+MAX_JSON_DEPTH = 128
+"""JSON payloads nested deeper than this are not decoded: deeper values break recursive consumers (pydantic
+serialises at most about 250 levels, Python's ``json`` about 1000)."""
 
 CHAT = "chat.completions"
 COMPLETIONS = "completions"
@@ -195,14 +199,28 @@ class LLMCall:
 def parse_json_text(value: Any) -> Any:
     """``value`` decoded as JSON when it is a string that holds JSON; otherwise ``value`` unchanged.
 
-    JSON nested too deeply to decode counts as text (never a ``RecursionError``).
+    JSON nested deeper than :data:`MAX_JSON_DEPTH` counts as text (never a ``RecursionError``).
     """
     if isinstance(value, str):
         try:
-            return json.loads(value)
+            decoded = json.loads(value)
         except (ValueError, RecursionError):
             return value
+        return value if _too_deep(decoded) else decoded
     return value
+
+
+def _too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``value`` nests lists/dicts more than ``limit`` levels (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth >= limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _dumps(value: Any) -> str:
@@ -296,6 +314,9 @@ class _Reader:
                 return None
             except ValueError as exc:
                 self.problem(key, f"is not valid JSON ({exc})")
+                return None
+            if _too_deep(value):
+                self.problem(key, f"holds JSON nested too deeply (more than {MAX_JSON_DEPTH} levels)")
                 return None
         if kind is not None and not isinstance(value, kind):
             self.problem(key, f"must be {what}, got {type(value).__name__}")
