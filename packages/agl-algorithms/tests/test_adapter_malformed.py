@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 import pytest
-from agl.algorithms import LlmProxyTraceToTriplet, TraceToMessages, TracerTraceToTriplet
+from agl.algorithms import LlmProxyTraceToTriplet, TracerTraceToTriplet, TraceToMessages
 from agl.algorithms.adapter import extract_llm_call
 from agl.types import Span
 from agl.types.semconv import AGL_LLM_CALL, LLMCallAttributes
