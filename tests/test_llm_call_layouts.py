@@ -59,4 +59,6 @@ def test_proxy_and_traced_client_spans_of_one_call_read_back_the_same(agent: Any
     for response_id in proxy:
         assert LLMCall.detect_format(proxy[response_id].to_attributes()) is LLMCallFormat.PROXY
         assert proxy[response_id].response_token_ids, "the stand-in returns token ids"
-        assert comparable(proxy[response_id], streamed=stream) == comparable(traced[response_id], streamed=stream)
+        assert comparable(proxy[response_id], streamed=stream) == comparable(
+            traced[response_id], streamed=stream
+        )
