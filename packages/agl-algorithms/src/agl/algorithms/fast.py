@@ -18,7 +18,9 @@ from agl.types import (
     RolloutConfig,
     RolloutMode,
     RolloutStatus,
+    Unset,
 )
+from agl.types.semconv import FINAL_REWARD_METADATA_KEY
 
 from .base import Algorithm, SupportsLLMProxy
 
@@ -28,9 +30,6 @@ if TYPE_CHECKING:
 __all__ = ["FINAL_REWARD_METADATA_KEY", "Baseline", "BaselineSummary", "FastAlgorithm"]
 
 logger = logging.getLogger(__name__)
-
-FINAL_REWARD_METADATA_KEY = "final_reward"
-"""Attempt metadata key under which runners record the final reward they found in the attempt's spans."""
 
 SpanVerbosity = Literal["keys", "key_values", "none"]
 
@@ -198,20 +197,15 @@ class Baseline(FastAlgorithm):
         status: RolloutStatus = rollout.status
         summary.by_status[status] = summary.by_status.get(status, 0) + 1
         attempt = rollout.attempt if isinstance(rollout, AttemptedRollout) else None
-        reward = None
-        if attempt is not None and attempt.metadata and FINAL_REWARD_METADATA_KEY in attempt.metadata:
-            reward = attempt.metadata[FINAL_REWARD_METADATA_KEY]
-            need_spans_for_reward = False
-        else:
-            need_spans_for_reward = attempt is not None
+        from agl.tracer import final_reward_of, recorded_final_reward
+
+        # The runner recorded the final reward in the attempt; spans only for attempts written without it.
+        need_spans_for_reward = attempt is not None and isinstance(recorded_final_reward(attempt), Unset)
         verbose = logger.isEnabledFor(logging.INFO)
         spans = []
         if attempt is not None and (verbose or need_spans_for_reward):
             spans = list(await store.query_spans(rollout.rollout_id, attempt.attempt_id))
-            if need_spans_for_reward:
-                from agl.tracer import find_final_reward
-
-                reward = find_final_reward(spans)
+        reward = final_reward_of(attempt, spans) if attempt is not None else None
         if isinstance(reward, (int, float)) and not isinstance(reward, bool):
             summary.rewards.append(float(reward))
         if not verbose:

@@ -2,32 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from agl.types import OtelResource, Span, SpanContext, TraceStatus, new_span_id, new_trace_id
-from agl.types.semconv import AGL_LLM_CALL, GenAIAttributes, LLMCallAttributes
+from agl.types.semconv import AGL_LLM_CALL, LLMCall, LLMCallFormat, LLMChoice, LLMUsage
 
 from ._assemble import ResponseAssembler
 
 __all__ = ["CallRecord", "parse_traceparent"]
 
-_G = {m.name: m.value for m in GenAIAttributes}
-_L = {m.name: m.value for m in LLMCallAttributes}
-
-# Request fields mapped onto GenAI attributes; everything else goes to the params JSON.
-_REQUEST_PARAM_ATTRS = {
-    "temperature": _G["REQUEST_TEMPERATURE"],
-    "top_p": _G["REQUEST_TOP_P"],
-    "max_tokens": _G["REQUEST_MAX_TOKENS"],
-    "max_completion_tokens": _G["REQUEST_MAX_TOKENS"],
-    "seed": _G["REQUEST_SEED"],
-    "frequency_penalty": _G["REQUEST_FREQUENCY_PENALTY"],
-    "presence_penalty": _G["REQUEST_PRESENCE_PENALTY"],
-    "n": _G["REQUEST_CHOICE_COUNT"],
-}
+# Request fields kept out of the params JSON (they have attributes of their own).
 _NOT_PARAMS = {"messages", "tools", "prompt", "model", "stream"}
 _RESOURCE = OtelResource(attributes={"service.name": "agl.proxy"})
 
@@ -112,104 +98,72 @@ class CallRecord:
         )
 
     def attributes(self) -> dict[str, Any]:
-        request = self.request
-        attrs: dict[str, Any] = {
-            _G["OPERATION_NAME"]: "chat" if self.endpoint == "chat.completions" else "text_completion",
-            _L["ENDPOINT"]: self.endpoint,
-            _L["STREAM"]: self.stream,
-            _L["ROUTE"]: self.route,
-        }
-        if self.provider:
-            attrs[_G["SYSTEM"]] = self.provider
-        if isinstance(request.get("model"), str):
-            attrs[_G["REQUEST_MODEL"]] = request["model"]
-        for key, name in _REQUEST_PARAM_ATTRS.items():
-            value = request.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                attrs[name] = value
-        stop = request.get("stop")
-        if isinstance(stop, str):
-            attrs[_G["REQUEST_STOP_SEQUENCES"]] = [stop]
-        elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-            attrs[_G["REQUEST_STOP_SEQUENCES"]] = stop
-        if "messages" in request:
-            attrs[_L["REQUEST_MESSAGES"]] = _dumps(request["messages"])
-        if "prompt" in request:
-            attrs[_L["REQUEST_PROMPT"]] = _dumps(request["prompt"])
-        if request.get("tools"):
-            attrs[_L["REQUEST_TOOLS"]] = _dumps(request["tools"])
-        params = {k: v for k, v in request.items() if k not in _NOT_PARAMS}
-        if params:
-            attrs[_L["REQUEST_PARAMS"]] = _dumps(params)
-        if self.deployment_model:
-            attrs[_L["DEPLOYMENT_MODEL"]] = self.deployment_model
-        if self.api_base:
-            attrs[_L["DEPLOYMENT_API_BASE"]] = self.api_base
-        if self.http_status is not None:
-            attrs[_L["HTTP_STATUS"]] = self.http_status
-        if self.latency_ms is not None:
-            attrs[_L["LATENCY_MS"]] = round(self.latency_ms, 3)
-        if self.first_chunk_ms is not None:
-            attrs[_L["TIME_TO_FIRST_CHUNK_MS"]] = round(self.first_chunk_ms, 3)
-        if self.client_disconnected:
-            attrs[_L["CLIENT_DISCONNECTED"]] = True
-        if self.error_type:
-            attrs[_G["ERROR_TYPE"]] = self.error_type
-        if self.error_message:
-            attrs[_L["ERROR_MESSAGE"]] = self.error_message[:4000]
-        if self.assembler is not None:
-            self._response_attributes(attrs, self.assembler)
-        return attrs
+        """The span's attributes (the :data:`~agl.types.semconv.LLMCallFormat.PROXY` layout)."""
+        return self.to_llm_call().to_attributes(LLMCallFormat.PROXY)
 
-    def _response_attributes(self, attrs: dict[str, Any], result: ResponseAssembler) -> None:
-        if result.id:
-            attrs[_G["RESPONSE_ID"]] = result.id
-        if result.model:
-            attrs[_G["RESPONSE_MODEL"]] = result.model
+    def to_llm_call(self) -> LLMCall:
+        """This call as the typed record the span stores."""
+        request = self.request
+        call = LLMCall(
+            endpoint=self.endpoint,
+            system=self.provider or None,
+            model=request["model"] if isinstance(request.get("model"), str) else None,
+            stream=self.stream,
+            params={k: v for k, v in request.items() if k not in _NOT_PARAMS},
+            messages=request.get("messages"),
+            prompt=request.get("prompt"),
+            tools=request["tools"] if request.get("tools") else None,
+            api_base=self.api_base or None,
+            route=self.route,
+            deployment_model=self.deployment_model or None,
+            http_status=self.http_status,
+            latency_ms=round(self.latency_ms, 3) if self.latency_ms is not None else None,
+            time_to_first_chunk_ms=round(self.first_chunk_ms, 3) if self.first_chunk_ms is not None else None,
+            client_disconnected=self.client_disconnected,
+            error_type=self.error_type or None,
+            error_message=self.error_message[:4000] if self.error_message else None,
+        )
+        if self.assembler is not None:
+            self._add_response(call, self.assembler)
+        return call
+
+    def _add_response(self, call: LLMCall, result: ResponseAssembler) -> None:
+        call.response_id = result.id or None
+        call.response_model = result.model or None
         choices = result.ordered_choices()
         if not choices and result.prompt_token_ids is None:
             return
-        if result.prompt_token_ids is not None:
-            attrs[_L["PROMPT_TOKEN_IDS"]] = result.prompt_token_ids
-        finish = [c.finish_reason for c in choices if c.finish_reason]
-        if finish:
-            attrs[_G["RESPONSE_FINISH_REASONS"]] = finish
+        call.prompt_token_ids = result.prompt_token_ids
+        for c in choices:
+            message = (
+                c.message()
+                if self.endpoint == "chat.completions"
+                else {"role": "assistant", "content": "".join(c.text)}
+            )
+            call.choices.append(
+                LLMChoice(
+                    index=c.index,
+                    message=message,
+                    finish_reason=c.finish_reason,
+                    token_ids=c.token_ids,
+                    logprobs=c.logprobs,
+                )
+            )
         if choices:
-            first = choices[0]
-            if first.token_ids is not None:
-                attrs[_L["RESPONSE_TOKEN_IDS"]] = first.token_ids
-            if first.logprobs is not None:
-                attrs[_L["RESPONSE_LOGPROBS"]] = first.logprobs
-            if self.endpoint == "chat.completions":
-                attrs[_L["RESPONSE_MESSAGES"]] = _dumps([c.message() for c in choices])
-            else:
-                attrs[_L["RESPONSE_MESSAGES"]] = _dumps(
-                    [{"role": "assistant", "content": "".join(c.text)} for c in choices]
-                )
-            if len(choices) > 1:
-                attrs[_L["RESPONSE_CHOICES"]] = _dumps(
-                    [
-                        {
-                            "index": c.index,
-                            "finish_reason": c.finish_reason,
-                            "token_ids": c.token_ids,
-                            "logprobs": c.logprobs,
-                        }
-                        for c in choices
-                    ]
-                )
+            call.response_token_ids = choices[0].token_ids
         usage = result.usage
         if isinstance(usage, dict):
-            if isinstance(usage.get("prompt_tokens"), int):
-                attrs[_G["USAGE_INPUT_TOKENS"]] = usage["prompt_tokens"]
-            if isinstance(usage.get("completion_tokens"), int):
-                attrs[_G["USAGE_OUTPUT_TOKENS"]] = usage["completion_tokens"]
+            prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            call.usage = LLMUsage(
+                input_tokens=prompt if isinstance(prompt, int) else None,
+                output_tokens=completion if isinstance(completion, int) else None,
+            )
         else:
-            if result.prompt_token_ids is not None:
-                attrs[_G["USAGE_INPUT_TOKENS"]] = len(result.prompt_token_ids)
-            if choices and choices[0].token_ids is not None:
-                attrs[_G["USAGE_OUTPUT_TOKENS"]] = sum(len(c.token_ids or []) for c in choices)
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
+            call.usage = LLMUsage(
+                input_tokens=len(result.prompt_token_ids) if result.prompt_token_ids is not None else None,
+                output_tokens=(
+                    sum(len(c.token_ids or []) for c in choices)
+                    if choices and choices[0].token_ids is not None
+                    else None
+                ),
+            )

@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
-from agl.algorithms import FINAL_REWARD_METADATA_KEY
-from agl.types import FINISHED_STATUSES, QUEUED_STATUSES, AttemptedRollout
+from agl.tracer import recorded_final_reward
+from agl.types import FINISHED_STATUSES, QUEUED_STATUSES, Unset
 
 if TYPE_CHECKING:
     from agl.store import LightningStore
@@ -201,9 +201,5 @@ class ProgressMonitor:
 
 
 def _reward_of(rollout: Any) -> float | None:
-    if not isinstance(rollout, AttemptedRollout) or not rollout.attempt.metadata:
-        return None
-    value = rollout.attempt.metadata.get(FINAL_REWARD_METADATA_KEY)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return None
+    reward = recorded_final_reward(rollout)
+    return None if isinstance(reward, Unset) else reward

@@ -12,7 +12,6 @@ from abc import abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from agl.algorithms import FINAL_REWARD_METADATA_KEY
 from agl.types import (
     AttemptedRollout,
     NamedResources,
@@ -23,6 +22,7 @@ from agl.types import (
     Span,
     TaskInput,
 )
+from agl.types.semconv import FINAL_REWARD_METADATA_KEY
 
 from ._results import record_returned_reward, rollout_result_to_spans
 from ._snapshot import system_snapshot
@@ -372,6 +372,7 @@ class LitAgentRunner(Runner[T]):
             if error is None:
                 from agl.tracer import find_final_reward
 
+                # The one place the final reward is computed; readers use agl.tracer.final_reward_of.
                 reward = find_final_reward(spans)
                 metadata[FINAL_REWARD_METADATA_KEY] = reward
                 logger.debug(

@@ -36,6 +36,7 @@ from .emitters import (
     reward,
 )
 from .rewards import (
+    final_reward_of,
     find_final_reward,
     find_reward_spans,
     get_message_value,
@@ -43,6 +44,7 @@ from .rewards import (
     get_reward_value,
     get_rewards_from_span,
     is_reward_span,
+    recorded_final_reward,
 )
 
 if TYPE_CHECKING:
@@ -90,6 +92,7 @@ __all__ = [
     "extract_tags_from_attributes",
     "filter_and_unflatten_attributes",
     "filter_attributes",
+    "final_reward_of",
     "find_final_reward",
     "find_reward_spans",
     "flatten_attributes",
@@ -104,6 +107,7 @@ __all__ = [
     "make_tag_attributes",
     "operation",
     "query_linked_spans",
+    "recorded_final_reward",
     "reward",
     "sanitize_attributes",
     "set_active_tracer",

@@ -14,12 +14,13 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from agl.types import LightningSpanAttributes, RewardPydanticModel
-from agl.types.semconv import AGL_ANNOTATION, AGL_REWARD
+from agl.types import UNSET, Attempt, AttemptedRollout, LightningSpanAttributes, RewardPydanticModel, Unset
+from agl.types.semconv import AGL_ANNOTATION, AGL_REWARD, FINAL_REWARD_METADATA_KEY
 
 from .attributes import filter_and_unflatten_attributes, filter_attributes
 
 __all__ = [
+    "final_reward_of",
     "find_final_reward",
     "find_reward_spans",
     "get_message_value",
@@ -27,6 +28,7 @@ __all__ = [
     "get_reward_value",
     "get_rewards_from_span",
     "is_reward_span",
+    "recorded_final_reward",
 ]
 
 logger = logging.getLogger(__name__)
@@ -132,6 +134,41 @@ def find_final_reward(spans: Sequence[Any]) -> float | None:
         if value is not None:
             return value
     return None
+
+
+def recorded_final_reward(source: Any) -> float | Unset | None:
+    """The final reward the runner recorded for an attempt (``metadata[FINAL_REWARD_METADATA_KEY]``).
+
+    ``source`` is an ``AttemptedRollout`` (its latest attempt is read), an ``Attempt`` or a metadata mapping.
+    Returns the reward, ``None`` when the runner found no reward, or ``UNSET`` when nothing usable is recorded
+    (a rollout without its attempt, an attempt that did not succeed, or one written before runners recorded it).
+    """
+    if isinstance(source, AttemptedRollout):
+        source = source.attempt
+    if isinstance(source, Attempt):
+        source = source.metadata
+    if not isinstance(source, Mapping) or FINAL_REWARD_METADATA_KEY not in source:
+        return UNSET
+    value = source[FINAL_REWARD_METADATA_KEY]
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return UNSET
+
+
+def final_reward_of(source: Any, spans: Sequence[Any] | None = None) -> float | None:
+    """The final reward of a rollout: the one in its attempt's metadata, else ``find_final_reward(spans)``.
+
+    The runner that ran the attempt is the one owner of the final reward: it computes it once over the
+    attempt's spans and records it (:data:`~agl.types.semconv.FINAL_REWARD_METADATA_KEY`). Readers (algorithms,
+    progress displays) take it from there; ``spans`` (the attempt's) are the fallback for rollouts written
+    without it, and ``None`` is returned when neither is available.
+    """
+    recorded = recorded_final_reward(source)
+    if not isinstance(recorded, Unset):
+        return recorded
+    return find_final_reward(spans) if spans is not None else None
 
 
 def get_message_value(span: Any) -> str | None:

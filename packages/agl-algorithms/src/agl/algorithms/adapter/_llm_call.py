@@ -8,6 +8,11 @@ Three shapes are understood:
 - operation spans (``agentlightning.operation.input.*`` / ``.output.*``, e.g. Weave);
 
 plus the reference proxy's ``llm.hosted_vllm.*`` payloads (Python-literal strings).
+
+The first two are agl's own layouts: their fields are read with :meth:`agl.types.semconv.LLMCall.from_attributes`
+(the one reader of what the proxy and the OpenAI instrumentation write). The GenAI prompt, completion and
+request groups are passed on as recorded (raw), since other instrumentations put more in them than agl does.
+A malformed payload (invalid JSON, JSON nested too deeply, a wrong type) is skipped with a warning.
 """
 
 from __future__ import annotations
@@ -19,18 +24,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agl.tracer import filter_and_unflatten_attributes, filter_attributes
-from agl.types.semconv import LLMCallAttributes
+from agl.types.semconv import GenAIAttributes as G
+from agl.types.semconv import LLMCall as LLMCallRecord
+from agl.types.semconv import LLMCallFormat, parse_json_text
 
-__all__ = ["LLMCall", "extract_llm_call", "image_urls", "int_list", "response_id_of"]
+__all__ = ["LLMCall", "extract_llm_call", "image_urls", "int_list", "parse_json_text", "response_id_of"]
 
-_L = {m.name: m.value for m in LLMCallAttributes}
 _OP_IN = "agentlightning.operation.input"
 _OP_OUT = "agentlightning.operation.output"
 
 
 @dataclass
 class LLMCall:
-    """What an adapter needs of one LLM call."""
+    """What an adapter needs of one LLM call (the span's typed record is :class:`agl.types.semconv.LLMCall`)."""
 
     prompt_token_ids: list[int] = field(default_factory=list)
     response_token_ids: list[int] = field(default_factory=list)
@@ -59,20 +65,12 @@ def _literal(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         pass
+    except RecursionError:
+        return None
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return None
-
-
-def parse_json_text(value: Any) -> Any:
-    """``value`` decoded as JSON when it is a string that holds JSON; otherwise ``value`` unchanged."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
 
 
 def _group(attributes: Mapping[str, Any], prefix: str) -> Any:
@@ -85,7 +83,8 @@ def _group(attributes: Mapping[str, Any], prefix: str) -> Any:
 
 
 def response_id_of(attributes: Mapping[str, Any]) -> str | None:
-    for key in ("gen_ai.response.id", f"{_OP_OUT}.id", "llm.hosted_vllm.id"):
+    """The response id of the call in ``attributes`` (GenAI, operation span or reference proxy), if any."""
+    for key in (G.RESPONSE_ID.value, f"{_OP_OUT}.id", "llm.hosted_vllm.id"):
         value = attributes.get(key)
         if isinstance(value, str) and value:
             return value
@@ -94,30 +93,24 @@ def response_id_of(attributes: Mapping[str, Any]) -> str | None:
 
 def extract_llm_call(attributes: Mapping[str, Any]) -> LLMCall:
     """Everything recognisable about the LLM call recorded in ``attributes``."""
-    if (
-        _L["RESPONSE_MESSAGES"] in attributes
-        or _L["REQUEST_MESSAGES"] in attributes
-        or _L["PROMPT_TOKEN_IDS"] in attributes
-    ):
-        return _from_proxy(attributes)
+    layout = LLMCallRecord.detect_format(attributes)
+    record = LLMCallRecord.from_attributes(attributes, layout)
+    if layout is LLMCallFormat.PROXY:
+        return _from_proxy(record)
     call = LLMCall(response_id=response_id_of(attributes))
     call.prompt_token_ids = (
-        int_list(attributes.get("prompt_token_ids"))
+        record.prompt_token_ids
         or int_list(attributes.get(f"{_OP_OUT}.prompt_token_ids"))
         or int_list(attributes.get("llm.hosted_vllm.prompt_token_ids"))
         or []
     )
-    call.response_token_ids = _response_ids(attributes)
-    logprobs = attributes.get("logprobs.content")
-    if logprobs is not None:
-        parsed = parse_json_text(logprobs)
-        if isinstance(parsed, list):
-            call.logprobs = [float(e["logprob"]) for e in parsed if isinstance(e, Mapping) and "logprob" in e]
-    prompt = _group(attributes, "gen_ai.prompt")
+    call.response_token_ids = _response_ids(attributes, record)
+    call.logprobs = record.logprobs
+    prompt = _group(attributes, G.PROMPT.value)
     call.prompt_messages = prompt if prompt is not None else _group(attributes, f"{_OP_IN}.messages")
-    completion = _group(attributes, "gen_ai.completion")
+    completion = _group(attributes, G.COMPLETION.value)
     call.completion = completion if completion is not None else _group(attributes, f"{_OP_OUT}.choices")
-    request = _group(attributes, "gen_ai.request")
+    request = _group(attributes, G.REQUEST.value)
     if not isinstance(request, dict):
         request = _group(attributes, _OP_IN)
     call.request = (
@@ -134,18 +127,21 @@ def extract_llm_call(attributes: Mapping[str, Any]) -> LLMCall:
     return call
 
 
-def _response_ids(attributes: Mapping[str, Any]) -> list[int]:
+def _response_ids(attributes: Mapping[str, Any], record: LLMCallRecord) -> list[int]:
+    if record.response_token_ids is not None:
+        return record.response_token_ids
     for key in (
-        "response_token_ids",
         f"{_OP_OUT}.response_token_ids.0",
         f"{_OP_OUT}.response_token_ids",
         f"{_OP_OUT}.choices.0.token_ids",
         f"{_OP_OUT}.choices.0.provider_specific_fields.token_ids",
-        "gen_ai.completion.0.token_ids",
     ):
         ids = int_list(attributes.get(key))
         if ids is not None:
             return ids
+    first = next((c for c in record.choices if c.index == 0), None)
+    if first is not None and first.token_ids is not None:
+        return first.token_ids
     raw = attributes.get("llm.hosted_vllm.response_token_ids")
     if isinstance(raw, str):
         raw = _literal(raw)
@@ -159,35 +155,35 @@ def _response_ids(attributes: Mapping[str, Any]) -> list[int]:
     return []
 
 
-def _from_proxy(attributes: Mapping[str, Any]) -> LLMCall:
-    params = parse_json_text(attributes.get(_L["REQUEST_PARAMS"])) or {}
-    request = dict(params) if isinstance(params, dict) else {}
-    for key in ("gen_ai.request.model",):
-        if key in attributes:
-            request["model"] = attributes[key]
-    response = {
-        k.removeprefix("gen_ai.response."): v
-        for k, v in attributes.items()
-        if k.startswith("gen_ai.response.")
-    }
-    for key in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"):
-        if key in attributes:
-            response[key.removeprefix("gen_ai.")] = attributes[key]
-    logprobs = attributes.get(_L["RESPONSE_LOGPROBS"])
-    tools = parse_json_text(attributes.get(_L["REQUEST_TOOLS"]))
-    messages = parse_json_text(attributes.get(_L["REQUEST_MESSAGES"]))
-    if messages is None and _L["REQUEST_PROMPT"] in attributes:
-        messages = [{"role": "user", "content": parse_json_text(attributes[_L["REQUEST_PROMPT"]])}]
+def _from_proxy(record: LLMCallRecord) -> LLMCall:
+    request = dict(record.params)
+    if record.model is not None:
+        request["model"] = record.model
+    response: dict[str, Any] = {}
+    if record.response_id:
+        response["id"] = record.response_id
+    if record.response_model:
+        response["model"] = record.response_model
+    if record.finish_reasons:
+        response["finish_reasons"] = record.finish_reasons
+    if record.usage is not None:
+        if record.usage.input_tokens is not None:
+            response["usage.input_tokens"] = record.usage.input_tokens
+        if record.usage.output_tokens is not None:
+            response["usage.output_tokens"] = record.usage.output_tokens
+    messages = record.messages
+    if messages is None and record.prompt is not None:
+        messages = [{"role": "user", "content": record.prompt}]
     return LLMCall(
-        prompt_token_ids=int_list(attributes.get(_L["PROMPT_TOKEN_IDS"])) or [],
-        response_token_ids=int_list(attributes.get(_L["RESPONSE_TOKEN_IDS"])) or [],
-        logprobs=[float(x) for x in logprobs] if isinstance(logprobs, list) else None,
+        prompt_token_ids=record.prompt_token_ids or [],
+        response_token_ids=record.response_token_ids or [],
+        logprobs=record.logprobs,
         prompt_messages=messages,
-        completion=parse_json_text(attributes.get(_L["RESPONSE_MESSAGES"])),
-        tools=tools if isinstance(tools, list) else None,
+        completion=[c.message for c in record.choices] or None,
+        tools=record.tools,
         request=request,
         response=response,
-        response_id=response_id_of(attributes),
+        response_id=record.response_id,
     )
 
 

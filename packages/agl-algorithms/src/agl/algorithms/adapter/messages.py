@@ -7,9 +7,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
 from agl.types import Span
-from agl.types.semconv import LLMCallAttributes
+from agl.types.semconv import LLMCall as LLMCallRecord
+from agl.types.semconv import LLMCallAttributes, LLMCallFormat
 
-from ._llm_call import extract_llm_call, parse_json_text
+from ._llm_call import parse_json_text
 from .base import TraceAdapter, as_spans
 
 __all__ = ["OpenAIMessages", "TraceToMessages", "group_genai_dict"]
@@ -134,14 +135,16 @@ class TraceToMessages(TraceAdapter[list[OpenAIMessages]]):
         return records
 
     def _from_proxy(self, span: Span) -> OpenAIMessages:
-        call = extract_llm_call(span.attributes)
-        prompt = call.prompt_messages or []
-        if not isinstance(prompt, list):
-            raise ValueError(f"span {span.span_id}: the request messages are not a list")
+        try:
+            call = LLMCallRecord.from_attributes(span.attributes, LLMCallFormat.PROXY, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"span {span.span_id}: {exc}") from None
+        prompt = call.messages
+        if prompt is None:
+            prompt = [{"role": "user", "content": call.prompt}] if call.prompt is not None else []
         messages = [_message(m, f"span {span.span_id} prompt message {i}") for i, m in enumerate(prompt)]
-        completion = call.completion or []
-        if isinstance(completion, list) and completion:
-            messages.append(_message(completion[0], f"span {span.span_id} answer"))
+        if call.choices:
+            messages.append(_message(call.choices[0].message, f"span {span.span_id} answer"))
         return OpenAIMessages(messages=messages, tools=_tools(call.tools))
 
     def _from_genai(self, span: Span, children: list[Span]) -> OpenAIMessages:

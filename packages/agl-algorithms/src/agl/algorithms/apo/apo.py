@@ -267,17 +267,20 @@ class APO(Algorithm, Generic[T_task]):
             pending = [rid for rid in pending if rid not in finished]
             if pending and time.monotonic() < deadline:
                 logger.info("waiting for %d of %d rollouts", len(pending), len(rollout_ids))
+        if finished:  # again with their latest attempts, where each runner recorded the final reward
+            page = await store.query_rollouts(rollout_id_in=list(finished))
+            finished.update((r.rollout_id, r) for r in page)
         return [finished[rid] for rid in rollout_ids if rid in finished], pending
 
     async def _result_of(self, rollout: Rollout) -> RolloutResultForAPO:
-        from agl.tracer import find_final_reward
+        from agl.tracer import final_reward_of
 
         spans = (await self.get_store().query_spans(rollout.rollout_id, "latest")).items
         records = self.get_adapter().adapt(spans) if spans else []
         return RolloutResultForAPO(
             rollout_id=rollout.rollout_id,
             status=rollout.status,
-            final_reward=find_final_reward(spans),
+            final_reward=final_reward_of(rollout, spans),
             messages=[m for conv in conversations(records) for m in conv],
             records=list(records),
         )

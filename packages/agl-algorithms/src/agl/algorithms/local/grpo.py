@@ -217,7 +217,9 @@ class LocalGRPO(Algorithm):
             pending = [i for i in ids if i not in finished]
             for rollout in await store.wait_for_rollouts(rollout_ids=pending, timeout=min(remaining, 5.0)):
                 finished[rollout.rollout_id] = rollout
-        rollouts = [finished[i] for i in ids]
+        # Again with their latest attempts, where each runner recorded the final reward.
+        attempted = {r.rollout_id: r for r in await store.query_rollouts(rollout_id_in=ids)}
+        rollouts = [attempted.get(i, finished[i]) for i in ids]
         spans = await asyncio.gather(*(store.query_spans(i, "latest") for i in ids))
         return rollouts, [list(page.items) for page in spans]
 
@@ -230,10 +232,10 @@ class LocalGRPO(Algorithm):
         return self._default_adapter
 
     def _episode(self, rollout: Rollout, spans: list[Any]) -> tuple[float, list[Triplet]]:
-        from agl.tracer import find_final_reward
+        from agl.tracer import final_reward_of
 
         triplets: list[Triplet] = list(self._adapter().adapt(spans)) if spans else []
-        reward = find_final_reward(spans)
+        reward = final_reward_of(rollout, spans)
         if reward is None:
             rewards = [t.reward for t in triplets if t.reward is not None]
             reward = rewards[-1] if rewards else 0.0

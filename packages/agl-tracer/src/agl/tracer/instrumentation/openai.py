@@ -22,13 +22,14 @@ import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import json
 import logging
 import sys
 import threading
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
+
+from agl.types.semconv import LLMCall, LLMCallFormat, LLMChoice, LLMUsage
 
 from .._context import get_active_tracer
 from ..base import OpenSpan
@@ -261,36 +262,37 @@ class _ChunkAccumulator:
                 acc["token_ids"].extend(ids)
 
     def attributes(self) -> dict[str, Any]:
-        attributes: dict[str, Any] = {}
-        if self.id:
-            attributes["gen_ai.response.id"] = self.id
-        if self.model:
-            attributes["gen_ai.response.model"] = self.model
-        finish_reasons = []
+        return self.llm_call().response_attributes(LLMCallFormat.GEN_AI)
+
+    def llm_call(self) -> LLMCall:
+        """The response assembled so far."""
+        call = LLMCall(response_id=self.id or None, response_model=self.model or None)
         for index in sorted(self.choices):
             acc = self.choices[index]
-            prefix = f"gen_ai.completion.{index}"
-            attributes[f"{prefix}.role"] = acc["role"] or "assistant"
-            attributes[f"{prefix}.content"] = acc["content"]
-            if acc["finish_reason"]:
-                attributes[f"{prefix}.finish_reason"] = acc["finish_reason"]
-                finish_reasons.append(acc["finish_reason"])
-            for j in sorted(acc["tool_calls"]):
-                call = acc["tool_calls"][j]
-                for key in ("id", "name", "arguments"):
-                    if call[key]:
-                        attributes[f"{prefix}.tool_calls.{j}.{key}"] = call[key]
-            if acc["token_ids"]:
-                attributes[f"{prefix}.token_ids"] = list(acc["token_ids"])
-        if finish_reasons:
-            attributes["gen_ai.response.finish_reasons"] = finish_reasons
-        if self.prompt_token_ids is not None:
-            attributes["prompt_token_ids"] = self.prompt_token_ids
-        first = self.choices.get(min(self.choices)) if self.choices else None
-        if first is not None and first["token_ids"]:
-            attributes["response_token_ids"] = list(first["token_ids"])
-        attributes.update(_usage_attributes(self.usage))
-        return attributes
+            tool_calls = [
+                {
+                    "id": c["id"] or None,
+                    "type": "function",
+                    "function": {"name": c["name"] or None, "arguments": c["arguments"] or None},
+                }
+                for _, c in sorted(acc["tool_calls"].items())
+            ]
+            message: dict[str, Any] = {"role": acc["role"] or "assistant", "content": acc["content"]}
+            if tool_calls:
+                message["tool_calls"] = tool_calls
+            call.choices.append(
+                LLMChoice(
+                    index=index,
+                    message=message,
+                    finish_reason=acc["finish_reason"] or None,
+                    token_ids=list(acc["token_ids"]) or None,
+                )
+            )
+        call.prompt_token_ids = self.prompt_token_ids
+        if call.choices:
+            call.response_token_ids = call.choices[0].token_ids
+        call.usage = _usage(self.usage)
+        return call
 
 
 class _StreamSpan:
@@ -413,72 +415,59 @@ def _as_dict(obj: Any) -> dict[str, Any]:
     return {}
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    return json.dumps(content, default=str)
-
-
-def _tool_call_attributes(prefix: str, tool_calls: Sequence[Any]) -> dict[str, Any]:
-    attributes: dict[str, Any] = {}
-    for j, call in enumerate(tool_calls):
+def _plain_tool_calls(tool_calls: Sequence[Any]) -> list[dict[str, Any]]:
+    calls = []
+    for call in tool_calls:
         call_dict = _as_dict(call)
         function = _as_dict(call_dict.get("function") or {})
-        if call_dict.get("id"):
-            attributes[f"{prefix}.tool_calls.{j}.id"] = str(call_dict["id"])
-        if function.get("name"):
-            attributes[f"{prefix}.tool_calls.{j}.name"] = str(function["name"])
-        if function.get("arguments") is not None:
-            attributes[f"{prefix}.tool_calls.{j}.arguments"] = _text(function["arguments"])
-    return attributes
+        calls.append({**call_dict, "function": function})
+    return calls
 
 
-def request_attributes(kwargs: Mapping[str, Any], base_url: str | None = None) -> dict[str, Any]:
-    """GenAI attributes of a ``chat.completions.create`` request."""
-    attributes: dict[str, Any] = {
-        "gen_ai.system": "openai",
-        "gen_ai.operation.name": "chat",
-        "llm.request.type": "chat",
-    }
-    if base_url:
-        attributes["gen_ai.openai.api_base"] = base_url
-    model = kwargs.get("model")
-    if isinstance(model, str):
-        attributes["gen_ai.request.model"] = model
+def _plain_message(message: Any) -> dict[str, Any]:
+    msg = _as_dict(message)
+    if msg.get("tool_calls"):
+        msg["tool_calls"] = _plain_tool_calls(msg["tool_calls"])
+    return msg
+
+
+def _plain_tool(tool: Any) -> dict[str, Any]:
+    tool_dict = _as_dict(tool)
+    return {**tool_dict, "function": _as_dict(tool_dict.get("function") or {})}
+
+
+def request_call(kwargs: Mapping[str, Any], base_url: str | None = None) -> LLMCall:
+    """The typed record of a ``chat.completions.create`` request (no response yet)."""
+    params: dict[str, Any] = {}
     for key in _REQUEST_SCALARS:
         value = kwargs.get(key)
+        if key == "stream":
+            continue
         if isinstance(value, (str, bool, int, float)):
-            attributes[f"gen_ai.request.{key}"] = value
+            params[key] = value
         elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
-            attributes[f"gen_ai.request.{key}"] = list(value)
+            params[key] = list(value)
     extra_body = kwargs.get("extra_body")
     if isinstance(extra_body, Mapping):
         for key, value in extra_body.items():
             if isinstance(value, (str, bool, int, float)):
-                attributes[f"gen_ai.request.{key}"] = value
-    for i, message in enumerate(kwargs.get("messages") or []):
-        msg = _as_dict(message)
-        prefix = f"gen_ai.prompt.{i}"
-        if msg.get("role") is not None:
-            attributes[f"{prefix}.role"] = str(msg["role"])
-        if msg.get("content") is not None:
-            attributes[f"{prefix}.content"] = _text(msg["content"])
-        for key in ("name", "tool_call_id"):
-            if msg.get(key):
-                attributes[f"{prefix}.{key}"] = str(msg[key])
-        if msg.get("tool_calls"):
-            attributes.update(_tool_call_attributes(prefix, msg["tool_calls"]))
-    for i, tool in enumerate(kwargs.get("tools") or []):
-        tool_dict = _as_dict(tool)
-        function = _as_dict(tool_dict.get("function") or {})
-        prefix = f"gen_ai.request.functions.{i}"
-        if function.get("name"):
-            attributes[f"{prefix}.name"] = str(function["name"])
-        if function.get("description"):
-            attributes[f"{prefix}.description"] = str(function["description"])
-        if function.get("parameters") is not None:
-            attributes[f"{prefix}.parameters"] = _text(function["parameters"])
-    return attributes
+                params[str(key)] = value
+    stream = kwargs.get("stream")
+    model = kwargs.get("model")
+    return LLMCall(
+        system="openai",
+        model=model if isinstance(model, str) else None,
+        stream=stream if isinstance(stream, bool) else None,
+        params=params,
+        messages=[_plain_message(m) for m in kwargs.get("messages") or []] or None,
+        tools=[_plain_tool(t) for t in kwargs.get("tools") or []] or None,
+        api_base=base_url or None,
+    )
+
+
+def request_attributes(kwargs: Mapping[str, Any], base_url: str | None = None) -> dict[str, Any]:
+    """GenAI attributes of a ``chat.completions.create`` request."""
+    return request_call(kwargs, base_url).request_attributes(LLMCallFormat.GEN_AI)
 
 
 def _extra(obj: Any, name: str) -> Any:
@@ -496,22 +485,17 @@ def _is_int_list(value: Any) -> bool:
     )
 
 
-def _usage_attributes(usage: Any) -> dict[str, Any]:
+def _usage(usage: Any) -> LLMUsage | None:
     if usage is None:
-        return {}
-    attributes: dict[str, Any] = {}
+        return None
     prompt = getattr(usage, "prompt_tokens", None)
     completion = getattr(usage, "completion_tokens", None)
     total = getattr(usage, "total_tokens", None)
-    if isinstance(prompt, int):
-        attributes["gen_ai.usage.prompt_tokens"] = prompt
-        attributes["gen_ai.usage.input_tokens"] = prompt
-    if isinstance(completion, int):
-        attributes["gen_ai.usage.completion_tokens"] = completion
-        attributes["gen_ai.usage.output_tokens"] = completion
-    if isinstance(total, int):
-        attributes["llm.usage.total_tokens"] = total
-    return attributes
+    return LLMUsage(
+        input_tokens=prompt if isinstance(prompt, int) else None,
+        output_tokens=completion if isinstance(completion, int) else None,
+        total_tokens=total if isinstance(total, int) else None,
+    )
 
 
 def _choice_token_ids(choice: Any) -> list[int] | None:
@@ -524,53 +508,56 @@ def _choice_token_ids(choice: Any) -> list[int] | None:
     return None
 
 
-def response_attributes(response: Any) -> dict[str, Any]:
-    """GenAI attributes of a ``ChatCompletion`` (anything else, e.g. a raw response, gives ``{}``)."""
+def response_call(response: Any) -> LLMCall | None:
+    """The typed record of a ``ChatCompletion``'s response part (``None`` for anything else)."""
     choices = getattr(response, "choices", None)
     if choices is None:
-        return {}
-    attributes: dict[str, Any] = {}
-    if getattr(response, "id", None):
-        attributes["gen_ai.response.id"] = str(response.id)
-    if getattr(response, "model", None):
-        attributes["gen_ai.response.model"] = str(response.model)
-    finish_reasons: list[str] = []
+        return None
+    call = LLMCall(
+        response_id=str(response.id) if getattr(response, "id", None) else None,
+        response_model=str(response.model) if getattr(response, "model", None) else None,
+    )
     first_ids: list[int] | None = None
     for position, choice in enumerate(choices):
-        index = getattr(choice, "index", position)
-        prefix = f"gen_ai.completion.{index}"
         message = getattr(choice, "message", None)
+        plain: dict[str, Any] = {}
         if message is not None:
-            attributes[f"{prefix}.role"] = str(getattr(message, "role", None) or "assistant")
+            plain["role"] = str(getattr(message, "role", None) or "assistant")
             content = getattr(message, "content", None)
             if content is not None:
-                attributes[f"{prefix}.content"] = _text(content)
+                plain["content"] = content
             if getattr(message, "tool_calls", None):
-                attributes.update(_tool_call_attributes(prefix, message.tool_calls))
+                plain["tool_calls"] = _plain_tool_calls(message.tool_calls)
         finish = getattr(choice, "finish_reason", None)
-        if finish:
-            attributes[f"{prefix}.finish_reason"] = str(finish)
-            finish_reasons.append(str(finish))
         ids = _choice_token_ids(choice)
-        if ids is not None:
-            attributes[f"{prefix}.token_ids"] = ids
-            if first_ids is None:
-                first_ids = ids
+        if ids is not None and first_ids is None:
+            first_ids = ids
+        entry = LLMChoice(
+            index=getattr(choice, "index", position),
+            message=plain,
+            finish_reason=str(finish) if finish else None,
+            token_ids=ids,
+        )
         if position == 0:
             logprobs = getattr(choice, "logprobs", None)
             content_logprobs = getattr(logprobs, "content", None) if logprobs is not None else None
             if content_logprobs:
-                attributes["logprobs.content"] = json.dumps([_as_dict(lp) for lp in content_logprobs])
-    if finish_reasons:
-        attributes["gen_ai.response.finish_reasons"] = finish_reasons
+                entry.logprobs_content = [_as_dict(lp) for lp in content_logprobs]
+                entry.logprobs = [float(e["logprob"]) for e in entry.logprobs_content if "logprob" in e]
+        call.choices.append(entry)
     prompt_ids = _extra(response, "prompt_token_ids")
     if _is_int_list(prompt_ids):
-        attributes["prompt_token_ids"] = list(prompt_ids)
+        call.prompt_token_ids = list(prompt_ids)
     if first_ids is None:  # older vLLM patches: response_token_ids as a list per choice
         legacy = _extra(response, "response_token_ids")
         if isinstance(legacy, (list, tuple)) and legacy and _is_int_list(legacy[0]):
             first_ids = list(legacy[0])
-    if first_ids is not None:
-        attributes["response_token_ids"] = first_ids
-    attributes.update(_usage_attributes(getattr(response, "usage", None)))
-    return attributes
+    call.response_token_ids = first_ids
+    call.usage = _usage(getattr(response, "usage", None))
+    return call
+
+
+def response_attributes(response: Any) -> dict[str, Any]:
+    """GenAI attributes of a ``ChatCompletion`` (anything else, e.g. a raw response, gives ``{}``)."""
+    call = response_call(response)
+    return call.response_attributes(LLMCallFormat.GEN_AI) if call is not None else {}

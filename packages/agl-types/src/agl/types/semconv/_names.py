@@ -1,4 +1,4 @@
-"""Names of the spans and attributes that carry agl's meaning inside OpenTelemetry traces."""
+"""Names of the spans, attributes and metadata keys that carry agl's meaning."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ __all__ = [
     "AGL_OPERATION",
     "AGL_REWARD",
     "AGL_VIRTUAL",
+    "FINAL_REWARD_METADATA_KEY",
     "GenAIAttributes",
+    "InstrumentedLLMAttributes",
     "LLMCallAttributes",
     "LightningResourceAttributes",
     "LightningSpanAttributes",
@@ -32,6 +34,13 @@ AGL_REWARD = "agentlightning.reward"
 AGL_VIRTUAL = "agentlightning.virtual"
 AGL_LLM_CALL = "agentlightning.llm_call"
 """Span name of one LLM call recorded by the agl LLM proxy."""
+
+FINAL_REWARD_METADATA_KEY = "final_reward"
+"""Key of an attempt's ``metadata`` holding the rollout's final reward (a float, or ``None`` for no reward).
+
+The runner that ran the attempt writes it once, with ``agl.tracer.find_final_reward`` over the attempt's
+spans, when the attempt succeeds. Read it with ``agl.tracer.final_reward_of``.
+"""
 
 
 class LightningResourceAttributes(str, Enum):
@@ -79,7 +88,36 @@ class GenAIAttributes(str, Enum):
     RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
     USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
     USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+    USAGE_PROMPT_TOKENS = "gen_ai.usage.prompt_tokens"
+    """Older name of :attr:`USAGE_INPUT_TOKENS`, still read by many tools."""
+    USAGE_COMPLETION_TOKENS = "gen_ai.usage.completion_tokens"
+    """Older name of :attr:`USAGE_OUTPUT_TOKENS`."""
+    PROMPT = "gen_ai.prompt"
+    """Prefix: ``.<i>.role`` / ``.content`` / ``.name`` / ``.tool_call_id`` / ``.tool_calls.<j>.id|name|arguments``."""
+    COMPLETION = "gen_ai.completion"
+    """Prefix: ``.<choice index>.role`` / ``.content`` / ``.finish_reason`` / ``.token_ids`` / ``.tool_calls...``."""
+    REQUEST = "gen_ai.request"
+    """Prefix: ``.<parameter>`` per scalar request parameter."""
+    REQUEST_FUNCTIONS = "gen_ai.request.functions"
+    """Prefix: ``.<i>.name`` / ``.description`` / ``.parameters`` (JSON text) per offered tool."""
+    OPENAI_API_BASE = "gen_ai.openai.api_base"
     ERROR_TYPE = "error.type"
+
+
+class InstrumentedLLMAttributes(str, Enum):
+    """Attributes outside the GenAI conventions that OpenAI instrumentations write on LLM-call spans.
+
+    ``llm.*`` are OpenLLMetry's; the token ids and logprobs are the reference's vLLM names, read by its
+    adapters.
+    """
+
+    REQUEST_TYPE = "llm.request.type"
+    USAGE_TOTAL_TOKENS = "llm.usage.total_tokens"
+    PROMPT_TOKEN_IDS = "prompt_token_ids"
+    RESPONSE_TOKEN_IDS = "response_token_ids"
+    """Token ids of the first choice's completion."""
+    LOGPROBS_CONTENT = "logprobs.content"
+    """JSON list of the first choice's ``logprobs.content`` entries (``{token, logprob, ...}``)."""
 
 
 class LLMCallAttributes(str, Enum):
