@@ -63,7 +63,9 @@ async def test_a_call_for_an_unknown_rollout_costs_only_its_own_span(standin: St
         bad = openai.AsyncOpenAI(base_url=proxy.as_resource("ro-unknown", "at-unknown").endpoint, api_key="x")
 
         async def call(client: openai.AsyncOpenAI, i: int) -> str | None:
-            reply = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"{i}"}])
+            reply = await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": f"{i}"}]
+            )
             return reply.choices[0].message.content
 
         answers = await asyncio.gather(*(call(good, i) for i in range(60)), call(bad, 60))
