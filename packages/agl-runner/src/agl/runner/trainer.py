@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from agl.algorithms import Algorithm, Baseline, FastAlgorithm, SupportsAdapt, SupportsLLMProxy
 from agl.types import Dataset, NamedResources
+from agl.types.env import DEFAULT_STORE_PORT
 
 from .build import build_component
 from .env import LightningEnvVar, resolve_int_env_var, resolve_str_env_var
@@ -179,7 +180,7 @@ class Trainer:
             from agl.store.client import LightningStoreClient
 
             host = resolve_str_env_var(LightningEnvVar.AGL_SERVER_HOST, fallback="127.0.0.1")
-            port = resolve_int_env_var(LightningEnvVar.AGL_SERVER_PORT, fallback=4747)
+            port = resolve_int_env_var(LightningEnvVar.AGL_SERVER_PORT, fallback=DEFAULT_STORE_PORT)
             return LightningStoreClient(f"http://{host}:{port}")
         from agl.store import InMemoryLightningStore
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import threading
 import uuid
 import weakref
@@ -13,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from agl.types import AglError, ConflictError, InvalidRequestError, NotFoundError
+from agl.types.env import STORE_TOKEN
 from pydantic import TypeAdapter
 
 from ._http_models import API_PREFIX, IDEMPOTENCY_HEADER
@@ -107,7 +107,7 @@ class HttpTransport:
         if not address.startswith(("http://", "https://")):
             raise ValueError(f"store address must start with http:// or https://, got {address!r}")
         self.address = address.rstrip("/")
-        self.token = token if token is not None else (os.environ.get("AGL_STORE_TOKEN") or None)
+        self.token = STORE_TOKEN.get(token)
         self.retry_delays = tuple(retry_delays)
         self.health_retry_delays = tuple(health_retry_delays)
         self.request_timeout = request_timeout

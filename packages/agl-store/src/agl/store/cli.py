@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
+
+from agl.types.env import STORE_BACKEND
 
 from .base import LightningStore
 
@@ -91,7 +92,7 @@ def _store_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default: {DEFAULT_PORT})")
     parser.add_argument(
         "--backend",
-        default=os.environ.get("AGL_STORE_BACKEND", "memory"),
+        default=STORE_BACKEND.get(),
         help="memory | sqlite:///path/to/file.db | postgresql://user:pw@host/db (default: memory, or AGL_STORE_BACKEND)",
     )
     parser.add_argument(

@@ -17,6 +17,8 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from agl.types.env import DEFAULT_STORE_PORT
+
 from ..env import LightningEnvVar, resolve_bool_env_var, resolve_int_env_var, resolve_str_env_var
 from ._signals import ChildStopEvent, ParentStopEvent
 from .base import AlgorithmBundle, ExecutionStrategy, RunnerBundle, StrategyError, run_until_stopped
@@ -33,7 +35,7 @@ __all__ = ["ClientServerExecutionStrategy", "LostRunner"]
 logger = logging.getLogger(__name__)
 
 Role = Literal["algorithm", "runner", "both"]
-DEFAULT_PORT = 4747
+DEFAULT_PORT = DEFAULT_STORE_PORT
 
 
 @dataclass
