@@ -15,10 +15,11 @@ from agl.types.env import DEFAULT_STORE_PORT
 
 from .build import build_component
 from .env import LightningEnvVar, resolve_int_env_var, resolve_str_env_var
+from .events import ExecutionEvent
 from .hooks import Hook
 from .litagent import LitAgent
 from .progress import ProgressMonitor
-from .runner import ExecutionEvent, LitAgentRunner, Runner
+from .runner import LitAgentRunner, Runner
 from .strategies import STRATEGY_REGISTRY, ExecutionStrategy
 from .strategies.base import call_sync_in_daemon_thread, wait_event
 

@@ -2,20 +2,22 @@
 
 from typing import TYPE_CHECKING, Any
 
+from ._open import open_store
 from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
+from .errors import (
+    OTLPIngestError,
+    StoreAuthenticationError,
+    StoreClientError,
+    StoreConflictError,
+    StoreConnectionError,
+    StoreInvalidRequestError,
+    StoreNotFoundError,
+    StoreServerError,
+)
 from .memory import InMemoryLightningStore
 
 if TYPE_CHECKING:
-    from .client import (
-        LightningStoreClient,
-        StoreAuthenticationError,
-        StoreClientError,
-        StoreConflictError,
-        StoreConnectionError,
-        StoreInvalidRequestError,
-        StoreNotFoundError,
-        StoreServerError,
-    )
+    from .client import LightningStoreClient
     from .server import LightningStoreServer
     from .sql import SqlLightningStore
 
@@ -23,13 +25,6 @@ if TYPE_CHECKING:
 _LAZY = {
     "LightningStoreServer": ".server",
     "LightningStoreClient": ".client",
-    "StoreAuthenticationError": ".client",
-    "StoreClientError": ".client",
-    "StoreConflictError": ".client",
-    "StoreConnectionError": ".client",
-    "StoreInvalidRequestError": ".client",
-    "StoreNotFoundError": ".client",
-    "StoreServerError": ".client",
     "SqlLightningStore": ".sql",
 }
 
@@ -54,6 +49,7 @@ __all__ = [
     "LightningStoreClient",
     "LightningStoreServer",
     "LightningStoreStatistics",
+    "OTLPIngestError",
     "SqlLightningStore",
     "StoreAuthenticationError",
     "StoreClientError",
@@ -62,4 +58,5 @@ __all__ = [
     "StoreInvalidRequestError",
     "StoreNotFoundError",
     "StoreServerError",
+    "open_store",
 ]

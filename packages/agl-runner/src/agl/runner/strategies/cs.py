@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from agl.store import LightningStore
 
-    from ..runner import ExecutionEvent
+    from ..events import ExecutionEvent
 
 __all__ = ["ClientServerExecutionStrategy", "LostRunner"]
 

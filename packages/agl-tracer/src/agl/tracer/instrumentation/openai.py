@@ -30,8 +30,7 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
-from .._context import get_active_tracer
-from ..base import OpenSpan
+from ..base import OpenSpan, get_active_tracer
 
 __all__ = ["instrument_openai", "is_openai_instrumented", "uninstrument_openai"]
 
