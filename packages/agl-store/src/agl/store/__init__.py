@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING, Any
 
-from ._open import open_store
+from ._open import is_store_url, open_store
 from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
 from .errors import (
     OTLPIngestError,
@@ -58,5 +58,6 @@ __all__ = [
     "StoreInvalidRequestError",
     "StoreNotFoundError",
     "StoreServerError",
+    "is_store_url",
     "open_store",
 ]
