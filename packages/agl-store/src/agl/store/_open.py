@@ -84,7 +84,7 @@ def open_store(
         from .sql import SqlLightningStore
 
         return SqlLightningStore(text, **local, **options)
-    raise ValueError(f"cannot open a store from {_redact(text)!r}; use one of: {', '.join(STORE_URL_FORMS)}")
+    raise ValueError(f"unknown store backend {_redact(text)!r}: use one of {', '.join(STORE_URL_FORMS)}")
 
 
 def _redact(url: str) -> str:
