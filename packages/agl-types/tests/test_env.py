@@ -13,7 +13,6 @@ from agl.types.env import (
     parse_bool,
     parse_choice,
     parse_float,
-    resolve_float_env_var,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -57,7 +56,7 @@ def test_numbers_and_choices(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="must be a number"):
         parse_float("AGL_X", "fast")
     monkeypatch.setenv("AGL_RATE", "0.25")
-    assert resolve_float_env_var("AGL_RATE", fallback=1.0) == 0.25
+    assert EnvVar("AGL_RATE", "a test variable", 1.0, parse_float).get() == 0.25
     role = parse_choice(["algorithm", "runner", "both"])
     assert role("AGL_CURRENT_ROLE", "Runner") == "runner"
     with pytest.raises(

@@ -5,7 +5,6 @@ from __future__ import annotations
 from agl.types.env import (
     LightningEnvVar,
     resolve_bool_env_var,
-    resolve_float_env_var,
     resolve_int_env_var,
     resolve_str_env_var,
 )
@@ -13,7 +12,6 @@ from agl.types.env import (
 __all__ = [
     "LightningEnvVar",
     "resolve_bool_env_var",
-    "resolve_float_env_var",
     "resolve_int_env_var",
     "resolve_str_env_var",
 ]

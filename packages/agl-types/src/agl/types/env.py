@@ -60,7 +60,6 @@ __all__ = [
     "parse_str",
     "read_env",
     "resolve_bool_env_var",
-    "resolve_float_env_var",
     "resolve_int_env_var",
     "resolve_str_env_var",
 ]
@@ -257,21 +256,6 @@ def resolve_int_env_var(
 ) -> int | None:
     """``override`` if given, else the variable parsed as an integer, else ``fallback``."""
     return _resolve(name, override, fallback, parse_int)
-
-
-@overload
-def resolve_float_env_var(
-    name: str | LightningEnvVar, override: float | None = None, *, fallback: float
-) -> float: ...
-@overload
-def resolve_float_env_var(
-    name: str | LightningEnvVar, override: float | None = None, *, fallback: None = None
-) -> float | None: ...
-def resolve_float_env_var(
-    name: str | LightningEnvVar, override: float | None = None, *, fallback: float | None = None
-) -> float | None:
-    """``override`` if given, else the variable parsed as a number, else ``fallback``."""
-    return _resolve(name, override, fallback, parse_float)
 
 
 @overload
