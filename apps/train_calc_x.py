@@ -84,19 +84,12 @@ def load_tasks(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dic
 def make_store(spec: str | None, out_dir: Path) -> Any:
     if spec is None:
         spec = f"sqlite:///{out_dir / 'store.sqlite'}"
-    if spec == "memory":
-        from agl.store import InMemoryLightningStore
+    from agl.store import open_store
 
-        return InMemoryLightningStore()
-    if spec.startswith(("sqlite:", "postgresql:", "postgres:")):
-        from agl.store import SqlLightningStore
-
-        return SqlLightningStore(spec)
-    if spec.startswith(("http://", "https://")):
-        from agl.store import LightningStoreClient
-
-        return LightningStoreClient(spec)
-    raise SystemExit(f"--store {spec!r}: use sqlite:///path.sqlite, memory or http://host:port")
+    try:
+        return open_store(spec)
+    except ValueError as exc:
+        raise SystemExit(f"--store: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

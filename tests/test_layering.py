@@ -9,7 +9,9 @@ through the distributions' file lists). Every import must be declared by the imp
 a module-level import in a module that ``import agl.<x>`` loads needs a base dependency; an import inside a
 function, inside a ``try:`` that handles ``ImportError``, or at module level in an opt-in submodule that the
 package only imports lazily, may use an extra. Imports under ``if TYPE_CHECKING:`` never run: they need no
-declaration. Every declared dependency must be imported somewhere, except the few loaded by name.
+declaration. Every declared dependency must be imported somewhere, except the few loaded by name; for the
+agl-* packages themselves that includes imports under ``if TYPE_CHECKING:`` (their types appear in the
+importing package's signatures), so a declared agl-* package that no module names at all fails the test.
 """
 
 from __future__ import annotations
@@ -361,6 +363,41 @@ def test_every_declared_dependency_is_imported(name: str) -> None:
         declared |= deps
     unused = sorted(declared - provided - set(LOADED_BY_NAME))
     assert not unused, f"{name} declares {unused} but no module under {package.root / 'src'} imports them"
+
+
+def unused_workspace_dependencies(package: Package, imports: list[Import]) -> list[str]:
+    """The agl-* packages ``package`` declares that none of ``imports`` names (type-only imports count)."""
+    named = {
+        f"agl-{i.module.split('.')[1]}" for i in imports if i.module.startswith("agl.") and "." in i.module
+    }
+    declared = {d for d in package.base if d in LAYERS}
+    for deps in package.extras.values():
+        declared |= deps & set(LAYERS)
+    return sorted(declared - named - {package.name})
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_every_declared_agl_dependency_is_imported(name: str) -> None:
+    package = packages()[name]
+    unused = unused_workspace_dependencies(package, imports_of(package))
+    assert not unused, (
+        f"{name} declares {unused} but no module under {package.root / 'src'} imports them: drop the "
+        "declaration (packages that need them declare them themselves)"
+    )
+
+
+def test_the_unused_workspace_dependency_check_fails_on_a_declared_but_unused_package() -> None:
+    proxy = Package(
+        "agl-proxy", ROOT / "packages" / "agl-proxy", {"agl-types", "agl-store", "agl-tracer"}, {}
+    )
+    collector = _ImportCollector("x.py", "agl.proxy.x")
+    collector.visit(
+        ast.parse(
+            "from typing import TYPE_CHECKING\nfrom agl.types import Span\nif TYPE_CHECKING:\n"
+            "    from agl.store import LightningStore\n"
+        )
+    )
+    assert unused_workspace_dependencies(proxy, collector.found) == ["agl-tracer"]
 
 
 def test_the_checker_sees_lazy_and_eager_imports() -> None:

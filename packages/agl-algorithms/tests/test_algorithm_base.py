@@ -16,6 +16,7 @@ from agl.algorithms import (
     FunctionalAlgorithm,
     algo,
     batch_iter_over_dataset,
+    running_proxy,
     with_llm_proxy,
     with_store,
 )
@@ -134,8 +135,13 @@ class CountingProxy:
     async def start(self) -> None:
         self.running, self.starts = True, self.starts + 1
 
-    def stop(self) -> None:  # sync on purpose: both kinds are accepted
+    async def stop(self) -> None:
         self.running, self.stops = False, self.stops + 1
+
+
+class SyncStopProxy(CountingProxy):
+    def stop(self) -> None:  # type: ignore[override]  # the protocol's stop is async
+        self.running = False
 
 
 async def test_with_llm_proxy_stops_only_what_it_started() -> None:
@@ -147,6 +153,26 @@ async def test_with_llm_proxy_stops_only_what_it_started() -> None:
     algorithm.set_llm_proxy(busy)
     assert await algorithm.run() is True
     assert (busy.starts, busy.stops, busy.running) == (0, 0, True)
+
+
+async def test_running_proxy_starts_and_stops_only_an_idle_proxy_even_when_the_block_raises() -> None:
+    idle, busy = CountingProxy(), CountingProxy(running=True)
+    with pytest.raises(RuntimeError, match="boom"):
+        async with running_proxy(idle) as yielded:
+            assert yielded is idle and idle.running
+            raise RuntimeError("boom")
+    assert (idle.starts, idle.stops, idle.running) == (1, 1, False)
+    async with running_proxy(busy):
+        pass
+    assert (busy.starts, busy.stops, busy.running) == (0, 0, True)
+    async with running_proxy(None) as nothing:
+        assert nothing is None
+
+
+async def test_running_proxy_refuses_a_sync_stop_with_a_clear_error() -> None:
+    with pytest.raises(TypeError, match=r"SyncStopProxy.stop\(\) must be a coroutine"):
+        async with running_proxy(SyncStopProxy()):
+            pass
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from .base import Algorithm, SupportsAdapt, SupportsLLMProxy
 from .decorator import FunctionalAlgorithm, algo
 from .fast import FINAL_REWARD_METADATA_KEY, Baseline, BaselineSummary, FastAlgorithm
-from .utils import batch_iter_over_dataset, with_llm_proxy, with_store
+from .utils import batch_iter_over_dataset, running_proxy, with_llm_proxy, with_store
 
 if TYPE_CHECKING:
     from .adapter import (
@@ -45,6 +45,7 @@ __all__ = [
     "TracerTraceToTriplet",
     "algo",
     "batch_iter_over_dataset",
+    "running_proxy",
     "with_llm_proxy",
     "with_store",
 ]

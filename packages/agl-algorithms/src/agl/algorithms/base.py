@@ -27,16 +27,17 @@ class SupportsAdapt(Protocol):
 class SupportsLLMProxy(Protocol):
     """What an algorithm needs of the LLM proxy (``agl.proxy.LLMProxy`` implements it).
 
-    ``start`` and ``stop`` may be plain methods or coroutines.
+    ``start`` and ``stop`` are coroutines. :func:`agl.algorithms.running_proxy` keeps a proxy running for a
+    block (starting and stopping it only when it was not running already).
     """
 
     def set_store(self, store: LightningStore, /) -> None: ...
 
     def is_running(self) -> bool: ...
 
-    def start(self) -> Any: ...
+    async def start(self) -> None: ...
 
-    def stop(self) -> Any: ...
+    async def stop(self) -> None: ...
 
 
 def _deref(ref: weakref.ReferenceType[Any] | None, what: str, setter: str) -> Any:

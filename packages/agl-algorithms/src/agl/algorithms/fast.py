@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -22,7 +20,8 @@ from agl.types import (
 )
 from agl.types.semconv import FINAL_REWARD_METADATA_KEY
 
-from .base import Algorithm, SupportsLLMProxy
+from .base import Algorithm
+from .utils import running_proxy
 
 if TYPE_CHECKING:
     from agl.store import LightningStore
@@ -67,23 +66,6 @@ class BaselineSummary:
             f"{self.total} rollouts in {self.duration:.2f}s ({rate:.1f}/s): {statuses}; "
             f"mean reward {mean} over {len(self.rewards)} rewarded"
         )
-
-
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
-
-
-@asynccontextmanager
-async def _running_proxy(proxy: SupportsLLMProxy | None) -> AsyncIterator[None]:
-    """Start the proxy for the duration of the block if it is not running yet."""
-    if proxy is None or proxy.is_running():
-        yield
-        return
-    await _maybe_await(proxy.start())
-    try:
-        yield
-    finally:
-        await _maybe_await(proxy.stop())
 
 
 class Baseline(FastAlgorithm):
@@ -148,7 +130,7 @@ class Baseline(FastAlgorithm):
         if not work:
             logger.error("Baseline has nothing to do: both train_dataset and val_dataset are empty or None")
             return
-        async with _running_proxy(self.get_llm_proxy()):
+        async with running_proxy(self.get_llm_proxy()):
             resources_id: str | None = None
             initial = self.get_initial_resources()
             if initial:

@@ -5,14 +5,15 @@ from __future__ import annotations
 import functools
 import inspect
 import random
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from agl.types import Dataset
 
 from .base import Algorithm, SupportsLLMProxy
 
-__all__ = ["batch_iter_over_dataset", "with_llm_proxy", "with_store"]
+__all__ = ["batch_iter_over_dataset", "running_proxy", "with_llm_proxy", "with_store"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -69,8 +70,31 @@ def with_store(
     return wrapper
 
 
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
+async def _lifecycle_call(proxy: SupportsLLMProxy, method: str) -> None:
+    result = getattr(proxy, method)()
+    if not inspect.isawaitable(result):
+        raise TypeError(
+            f"{type(proxy).__name__}.{method}() must be a coroutine function (async def): "
+            "SupportsLLMProxy.start and stop are async"
+        )
+    await result
+
+
+@asynccontextmanager
+async def running_proxy(proxy: SupportsLLMProxy | None) -> AsyncIterator[SupportsLLMProxy | None]:
+    """Keep ``proxy`` running for the block and yield it.
+
+    A proxy that is not running is started on entry and stopped on exit (also when the block raises); one
+    that is already running, or ``None``, is left as it is. ``TypeError`` if ``start``/``stop`` is not async.
+    """
+    if proxy is None or proxy.is_running():
+        yield proxy
+        return
+    await _lifecycle_call(proxy, "start")
+    try:
+        yield proxy
+    finally:
+        await _lifecycle_call(proxy, "stop")
 
 
 def with_llm_proxy(
@@ -99,15 +123,10 @@ def with_llm_proxy(
                     f"{type(self).__name__} needs an LLM proxy: pass llm_proxy=... to the Trainer "
                     "or call set_llm_proxy()"
                 )
-            started = False
-            if proxy is not None and auto_start and not proxy.is_running():
-                await _maybe_await(proxy.start())
-                started = True
-            try:
+            if not auto_start:
                 return await func(self, proxy, *args, **kwargs)
-            finally:
-                if started and proxy is not None:
-                    await _maybe_await(proxy.stop())
+            async with running_proxy(proxy):
+                return await func(self, proxy, *args, **kwargs)
 
         return wrapper
 

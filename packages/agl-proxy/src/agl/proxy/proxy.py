@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from agl.types import LLM, ProxyLLM
+from agl.types.env import PROXY_TOKEN
 
 from ._app import ProxyApp, ProxySettings
 from ._recorder import SpanRecorder
@@ -83,7 +83,7 @@ class LLMProxy:
             return_token_ids=return_token_ids,
             request_logprobs=request_logprobs,
             direct_forwarding=direct_forwarding,
-            auth_token=auth_token if auth_token is not None else os.environ.get("AGL_PROXY_TOKEN") or None,
+            auth_token=PROXY_TOKEN.get(auth_token),
             max_request_bytes=max_request_bytes,
             request_timeout_s=request_timeout_s,
         )

@@ -7,10 +7,11 @@ Write an agent as a :class:`LitAgent` subclass or a function decorated with :fun
 from .build import build_component, load_object
 from .decorators import FunctionalLitAgent, llm_rollout, prompt_rollout, rollout
 from .env import LightningEnvVar, resolve_bool_env_var, resolve_int_env_var, resolve_str_env_var
+from .events import ExecutionEvent
 from .hooks import Hook
 from .litagent import LitAgent, RolloutRawResult
 from .progress import ProgressMonitor, ProgressSnapshot
-from .runner import ExecutionEvent, LitAgentRunner, Runner
+from .runner import LitAgentRunner, Runner
 from .strategies import (
     ClientServerExecutionStrategy,
     ExecutionStrategy,

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from urllib.parse import urlsplit
+
+from agl.types.env import SERVER_HOST, SERVER_PORT
 
 __all__ = ["runner_command"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    default_store = f"http://{os.environ.get('AGL_SERVER_HOST') or '127.0.0.1'}:{os.environ.get('AGL_SERVER_PORT') or 4747}"
+    default_store = f"http://{SERVER_HOST.get()}:{SERVER_PORT.get()}"
     parser = argparse.ArgumentParser(
         prog="agl runner",
         description="Execute an agent on the rollouts of a store (e.g. one served by 'agl store').",

@@ -10,7 +10,7 @@ import time
 import traceback
 from abc import abstractmethod
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from agl.types import (
     AttemptedRollout,
@@ -26,6 +26,7 @@ from agl.types.semconv import FINAL_REWARD_METADATA_KEY
 
 from ._results import record_returned_reward, rollout_result_to_spans
 from ._snapshot import system_snapshot
+from .events import ExecutionEvent
 from .hooks import Hook
 from .litagent import LitAgent, RolloutRawResult
 
@@ -38,14 +39,6 @@ __all__ = ["ExecutionEvent", "LitAgentRunner", "Runner"]
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class ExecutionEvent(Protocol):
-    """The cooperative stop signal shared by an algorithm and its runners (threading or multiprocessing)."""
-
-    def set(self) -> None: ...
-
-    def is_set(self) -> bool: ...
 
 
 def _stopped(event: ExecutionEvent | None) -> bool:

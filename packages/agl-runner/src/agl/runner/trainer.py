@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from agl.algorithms import Algorithm, Baseline, FastAlgorithm, SupportsAdapt, SupportsLLMProxy
 from agl.types import Dataset, NamedResources
+from agl.types.env import SERVER_HOST, SERVER_PORT
 
 from .build import build_component
-from .env import LightningEnvVar, resolve_int_env_var, resolve_str_env_var
+from .events import ExecutionEvent
 from .hooks import Hook
 from .litagent import LitAgent
 from .progress import ProgressMonitor
-from .runner import ExecutionEvent, LitAgentRunner, Runner
+from .runner import LitAgentRunner, Runner
 from .strategies import STRATEGY_REGISTRY, ExecutionStrategy
 from .strategies.base import call_sync_in_daemon_thread, wait_event
 
@@ -64,7 +65,8 @@ class Trainer:
     Args:
         algorithm: What drives training (``None``: only runners work, e.g. under ``AGL_CURRENT_ROLE=runner``).
         n_runners: Runner threads or processes (default 1; a strategy instance's own count wins).
-        store: Default ``InMemoryLightningStore``; with ``AGL_MANAGED_STORE=0`` a client of the store at
+        store: A store, or a URL that :func:`agl.store.open_store` opens (``memory``, ``sqlite:///…``,
+            ``postgresql://…``, ``http://…``). Default ``InMemoryLightningStore``; with ``AGL_MANAGED_STORE=0`` a client of the store at
             ``AGL_SERVER_HOST:AGL_SERVER_PORT`` (e.g. ``agl store``).
         tracer: Default ``OtelTracer``.
         adapter: Given to the algorithm (default ``TracerTraceToTriplet`` when available).
@@ -124,8 +126,10 @@ class Trainer:
             tracer, Tracer, spec_name="tracer", default_factory=_default_tracer, registry=TRACER_REGISTRY
         )
 
-        from agl.store import LightningStore
+        from agl.store import LightningStore, is_store_url, open_store
 
+        if isinstance(store, str) and is_store_url(store):
+            store = open_store(store)
         self.store: LightningStore = build_component(
             store,
             LightningStore,
@@ -175,15 +179,11 @@ class Trainer:
     def _default_store(self) -> LightningStore:
         managed = getattr(self.strategy, "managed_store", True)
         role = getattr(self.strategy, "role", "both")
+        from agl.store import open_store
+
         if not managed and role in ("algorithm", "runner"):
-            from agl.store.client import LightningStoreClient
-
-            host = resolve_str_env_var(LightningEnvVar.AGL_SERVER_HOST, fallback="127.0.0.1")
-            port = resolve_int_env_var(LightningEnvVar.AGL_SERVER_PORT, fallback=4747)
-            return LightningStoreClient(f"http://{host}:{port}")
-        from agl.store import InMemoryLightningStore
-
-        return InMemoryLightningStore()
+            return open_store(f"http://{SERVER_HOST.get()}:{SERVER_PORT.get()}")
+        return open_store("memory")
 
     # -- running -------------------------------------------------------------------------------
 

@@ -2,21 +2,23 @@
 
 from typing import TYPE_CHECKING, Any
 
+from ._open import is_store_url, open_store
 from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
+from .errors import (
+    OTLPIngestError,
+    StoreAuthenticationError,
+    StoreClientError,
+    StoreConflictError,
+    StoreConnectionError,
+    StoreInvalidRequestError,
+    StoreNotFoundError,
+    StoreServerError,
+)
 from .loop_bound import LoopBoundStore, as_thread_safe
 from .memory import InMemoryLightningStore
 
 if TYPE_CHECKING:
-    from .client import (
-        LightningStoreClient,
-        StoreAuthenticationError,
-        StoreClientError,
-        StoreConflictError,
-        StoreConnectionError,
-        StoreInvalidRequestError,
-        StoreNotFoundError,
-        StoreServerError,
-    )
+    from .client import LightningStoreClient
     from .server import LightningStoreServer
     from .sql import SqlLightningStore
 
@@ -24,13 +26,6 @@ if TYPE_CHECKING:
 _LAZY = {
     "LightningStoreServer": ".server",
     "LightningStoreClient": ".client",
-    "StoreAuthenticationError": ".client",
-    "StoreClientError": ".client",
-    "StoreConflictError": ".client",
-    "StoreConnectionError": ".client",
-    "StoreInvalidRequestError": ".client",
-    "StoreNotFoundError": ".client",
-    "StoreServerError": ".client",
     "SqlLightningStore": ".sql",
 }
 
@@ -56,6 +51,7 @@ __all__ = [
     "LightningStoreServer",
     "LightningStoreStatistics",
     "LoopBoundStore",
+    "OTLPIngestError",
     "SqlLightningStore",
     "StoreAuthenticationError",
     "StoreClientError",
@@ -65,4 +61,6 @@ __all__ = [
     "StoreNotFoundError",
     "StoreServerError",
     "as_thread_safe",
+    "is_store_url",
+    "open_store",
 ]

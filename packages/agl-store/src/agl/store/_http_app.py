@@ -7,10 +7,7 @@ hot routes share their implementation with the ASGI fast path in :mod:`._http_op
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from agl.types import (
@@ -83,6 +80,7 @@ from ._http_ops import (
     send_reply,
     validation_reply,
 )
+from ._http_options import AppOptions
 from .base import LightningStore
 
 __all__ = ["AppOptions", "create_app", "create_asgi_app"]
@@ -90,17 +88,6 @@ __all__ = ["AppOptions", "create_app", "create_asgi_app"]
 logger = logging.getLogger("agl.store.server")
 
 _JSON = "application/json"
-
-
-@dataclass
-class AppOptions:
-    token: str | None = None
-    cors_allow_origins: Sequence[str] = ()
-    max_body_bytes: int = 64 * 1024 * 1024
-    max_wait_seconds: float = 30.0
-    debug: bool = False
-    shutdown: asyncio.Event | None = field(default=None, repr=False)
-    """Set when the server stops: long polls end early with what they have."""
 
 
 def _json(value: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:

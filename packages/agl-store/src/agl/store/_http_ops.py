@@ -34,7 +34,7 @@ from ._http_models import (
 from .base import LightningStore
 
 if TYPE_CHECKING:
-    from ._http_app import AppOptions
+    from ._http_options import AppOptions
 
 __all__ = [
     "FastPathMiddleware",

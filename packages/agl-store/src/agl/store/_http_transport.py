@@ -5,17 +5,25 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import threading
 import uuid
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from agl.types import AglError, ConflictError, InvalidRequestError, NotFoundError
+from agl.types.env import STORE_TOKEN
 from pydantic import TypeAdapter
 
 from ._http_models import API_PREFIX, IDEMPOTENCY_HEADER
+from .errors import (
+    StoreAuthenticationError,
+    StoreClientError,
+    StoreConflictError,
+    StoreConnectionError,
+    StoreInvalidRequestError,
+    StoreNotFoundError,
+    StoreServerError,
+)
 
 if TYPE_CHECKING:
     import aiohttp
@@ -34,49 +42,6 @@ __all__ = [
 logger = logging.getLogger("agl.store.client")
 
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)
-
-
-class StoreClientError(AglError):
-    """A store call over HTTP failed. ``method`` is the store method, ``status`` the HTTP status (if any)."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        method: str,
-        status: int | None = None,
-        server_message: str | None = None,
-        error_type: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.method = method
-        self.status = status
-        self.server_message = server_message
-        self.error_type = error_type
-
-
-class StoreNotFoundError(StoreClientError, NotFoundError):
-    """HTTP 404: an unknown id."""
-
-
-class StoreConflictError(StoreClientError, ConflictError):
-    """HTTP 409: the request conflicts with the store's state."""
-
-
-class StoreInvalidRequestError(StoreClientError, InvalidRequestError):
-    """HTTP 400, 413 or 422: the request is malformed, too large or does not match the schema."""
-
-
-class StoreAuthenticationError(StoreClientError):
-    """HTTP 401/403: missing or wrong bearer token."""
-
-
-class StoreServerError(StoreClientError):
-    """HTTP 5xx (or 408) that persisted through every retry."""
-
-
-class StoreConnectionError(StoreClientError, ConnectionError):
-    """The server could not be reached (or timed out) through every retry."""
 
 
 _STATUS_ERRORS: dict[int, type[StoreClientError]] = {
@@ -107,7 +72,7 @@ class HttpTransport:
         if not address.startswith(("http://", "https://")):
             raise ValueError(f"store address must start with http:// or https://, got {address!r}")
         self.address = address.rstrip("/")
-        self.token = token if token is not None else (os.environ.get("AGL_STORE_TOKEN") or None)
+        self.token = STORE_TOKEN.get(token)
         self.retry_delays = tuple(retry_delays)
         self.health_retry_delays = tuple(health_retry_delays)
         self.request_timeout = request_timeout

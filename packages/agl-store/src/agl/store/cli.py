@@ -10,11 +10,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 
+from agl.types.env import STORE_BACKEND
+
+from ._open import _redact, open_store
 from .base import LightningStore
 
 __all__ = ["main", "open_store_backend", "store_command"]
@@ -51,33 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def open_store_backend(backend: str, *, watchdog_interval: float | None = None) -> LightningStore:
-    """A store from a backend string: ``memory``, ``sqlite:///path/to/file`` or ``postgresql://user:pw@host/db``."""
-    interval = 10.0 if watchdog_interval is None else watchdog_interval
-    if backend == "memory":
-        from .memory import InMemoryLightningStore
-
-        return InMemoryLightningStore(scan_debounce_seconds=interval)
-    if backend.startswith(("sqlite:", "postgresql:", "postgresql+asyncpg:", "postgres:")):
-        from .sql import SqlLightningStore
-
-        return SqlLightningStore(backend, scan_debounce_seconds=interval)
-    raise ValueError(
-        f"unknown store backend {backend!r}; use 'memory', 'sqlite:///path/to/file.db' or "
-        "'postgresql://user:password@host:5432/database'"
-    )
-
-
-def _redact(backend: str) -> str:
-    """The backend string without a password."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    if "://" not in backend:
-        return backend
-    parts = urlsplit(backend)
-    if parts.password is None:
-        return backend
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc))
+    """The store ``backend`` names (see :func:`agl.store.open_store`); kept for the ``agl store`` command."""
+    return open_store(backend, scan_debounce_seconds=watchdog_interval)
 
 
 def _store_parser() -> argparse.ArgumentParser:
@@ -91,7 +68,7 @@ def _store_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default: {DEFAULT_PORT})")
     parser.add_argument(
         "--backend",
-        default=os.environ.get("AGL_STORE_BACKEND", "memory"),
+        default=STORE_BACKEND.get(),
         help="memory | sqlite:///path/to/file.db | postgresql://user:pw@host/db (default: memory, or AGL_STORE_BACKEND)",
     )
     parser.add_argument(

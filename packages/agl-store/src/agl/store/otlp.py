@@ -30,6 +30,8 @@ from agl.types import (
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from .errors import OTLPIngestError
+
 if TYPE_CHECKING:
     from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
@@ -46,14 +48,6 @@ _SEQUENCE = LightningResourceAttributes.SPAN_SEQUENCE_ID.value
 _STATUS_CODES = {0: "UNSET", 1: "OK", 2: "ERROR"}
 # google.rpc.Code values used in error bodies.
 _RPC_CODE = {400: 3, 404: 5, 409: 6, 413: 8, 415: 3, 500: 13}
-
-
-class OTLPIngestError(Exception):
-    """A request that cannot be ingested; ``status`` is the HTTP status to answer with."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def _any_value(value: AnyValue) -> Any:

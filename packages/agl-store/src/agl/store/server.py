@@ -21,6 +21,8 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from agl.types.env import DEFAULT_STORE_PORT, STORE_TOKEN
+
 from ._forwarding import ForwardingStore
 from ._http_models import API_PREFIX
 from ._uvicorn import coalescing_protocol_class
@@ -38,9 +40,9 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_PORT", "LightningStoreServer"]
 
 logger = logging.getLogger("agl.store.server")
 
-DEFAULT_PORT = 4747
+DEFAULT_PORT = DEFAULT_STORE_PORT
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
-TOKEN_ENV = "AGL_STORE_TOKEN"
+TOKEN_ENV = STORE_TOKEN.name
 
 
 def _fast_http_impl() -> str:
@@ -100,7 +102,7 @@ class LightningStoreServer(ForwardingStore):
         self.store: LightningStore | None = store
         self.host = host
         self.port = port
-        self.token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
+        self.token = STORE_TOKEN.get(token)
         if isinstance(cors_allow_origins, str):
             cors_allow_origins = [cors_allow_origins]
         self.cors_allow_origins = [o.strip() for o in (cors_allow_origins or []) if o and o.strip()]

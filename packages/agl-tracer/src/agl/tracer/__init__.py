@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._context import clear_active_tracer, get_active_tracer, set_active_tracer
 from ._pipeline import PipelineStats, SpanPipeline
 from .attributes import (
     extract_links_from_attributes,
@@ -23,7 +22,7 @@ from .attributes import (
     sanitize_attributes,
     unflatten_attributes,
 )
-from .base import OpenSpan, Tracer
+from .base import OpenSpan, Tracer, clear_active_tracer, get_active_tracer, set_active_tracer
 from .dummy import DummyTracer
 from .emitters import (
     OperationContext,

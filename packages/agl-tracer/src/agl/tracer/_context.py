@@ -12,22 +12,37 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from contextvars import ContextVar, Token
+from typing import Any
 
-if TYPE_CHECKING:
-    from ._pipeline import TraceSession
-    from .base import Tracer
+__all__ = [
+    "activate",
+    "active_tracer",
+    "current_session",
+    "current_tracer",
+    "deactivate",
+    "enter_session",
+    "exit_session",
+    "is_suppressed",
+    "last_trace",
+    "live_session_count",
+    "session_for",
+    "set_last_trace",
+    "set_suppressed",
+    "suppress_tracing",
+]
 
-__all__ = ["clear_active_tracer", "get_active_tracer", "set_active_tracer"]
-
-_active_tracer: ContextVar[Tracer | None] = ContextVar("agl_active_tracer", default=None)
-_current_session: ContextVar[TraceSession | None] = ContextVar("agl_trace_session", default=None)
+# Tracers and trace sessions are typed ``Any`` here so that this module needs neither ``base`` nor
+# ``_pipeline`` (both import it); :mod:`.base` wraps the public functions with their types. Only the
+# functions of this module touch these variables.
+_active_tracer: ContextVar[Any] = ContextVar("agl_active_tracer", default=None)
+_current_session: ContextVar[Any] = ContextVar("agl_trace_session", default=None)
 _suppressed: ContextVar[bool] = ContextVar("agl_trace_suppressed", default=False)
 _last_trace: ContextVar[tuple[Any, list[Any]] | None] = ContextVar("agl_last_trace", default=None)
 
 _live_lock = threading.Lock()
-_live_sessions: list[TraceSession] = []
+_live_sessions: list[Any] = []
 
 
 def _forget_parent_sessions() -> None:
@@ -41,7 +56,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_parent_sessions)
 
 
-def get_active_tracer() -> Tracer | None:
+def active_tracer() -> Any:
     """The tracer active in this context (thread or task), or ``None``.
 
     Outside any context that set one (e.g. in a thread the agent started itself), the tracer of the only live
@@ -56,12 +71,13 @@ def get_active_tracer() -> Tracer | None:
     return None
 
 
-def set_active_tracer(tracer: Tracer) -> None:
-    """Make ``tracer`` the active tracer of this context.
+def current_tracer() -> Any:
+    """The tracer this context set (no fallback to the process's only live session), or ``None``."""
+    return _active_tracer.get()
 
-    Raises ``ValueError`` when another tracer is already active here (tracing contexts do not nest).
-    Other threads and tasks are not affected.
-    """
+
+def activate(tracer: Any) -> None:
+    """Make ``tracer`` the active tracer of this context; ``ValueError`` if another one already is."""
     current = _active_tracer.get()
     if current is not None and current is not tracer:
         raise ValueError(
@@ -71,16 +87,65 @@ def set_active_tracer(tracer: Tracer) -> None:
     _active_tracer.set(tracer)
 
 
-def clear_active_tracer() -> None:
+def deactivate() -> None:
     """No tracer is active in this context any more."""
     _active_tracer.set(None)
 
 
-def current_session() -> TraceSession | None:
+def current_session() -> Any:
+    """The trace session open in this context, or ``None``."""
     return _current_session.get()
 
 
-def session_for(tracer: Any) -> TraceSession | None:
+def enter_session(tracer: Any, session: Any) -> tuple[Token[Any], Token[Any]]:
+    """Open ``session`` of ``tracer`` in this context (and count it live); give the tokens to :func:`exit_session`."""
+    tokens = (_active_tracer.set(tracer), _current_session.set(session))
+    register_live(session)
+    return tokens
+
+
+def exit_session(session: Any, tracer_token: Token[Any], session_token: Token[Any]) -> None:
+    """Undo :func:`enter_session`, also when called from another context (then the variables are cleared)."""
+    unregister_live(session)
+    for var, token in ((_current_session, session_token), (_active_tracer, tracer_token)):
+        try:
+            var.reset(token)
+        except ValueError:  # exited in another context (e.g. a generator finalised elsewhere)
+            var.set(None)
+
+
+def set_last_trace(tracer: Any, spans: list[Any]) -> None:
+    """Remember ``spans`` as the last finished trace of ``tracer`` in this context."""
+    _last_trace.set((tracer, spans))
+
+
+def last_trace(tracer: Any) -> list[Any] | None:
+    """The spans of ``tracer``'s last finished trace in this context, or ``None``."""
+    last = _last_trace.get()
+    return list(last[1]) if last is not None and last[0] is tracer else None
+
+
+def is_suppressed() -> bool:
+    """Whether spans started in this context are kept out of every trace session."""
+    return _suppressed.get()
+
+
+def set_suppressed(value: bool = True) -> None:
+    """Keep spans started from now on in this context (and tasks it starts) out of every trace session."""
+    _suppressed.set(value)
+
+
+@contextlib.contextmanager
+def suppress_tracing() -> Iterator[None]:
+    """Within the block, spans started in this context go to no trace session."""
+    token = _suppressed.set(True)
+    try:
+        yield
+    finally:
+        _suppressed.reset(token)
+
+
+def session_for(tracer: Any) -> Any:
     """The trace session that a span started now by ``tracer`` belongs to."""
     if _suppressed.get():
         return None
@@ -93,12 +158,12 @@ def session_for(tracer: Any) -> TraceSession | None:
     return None
 
 
-def register_live(session: TraceSession) -> None:
+def register_live(session: Any) -> None:
     with _live_lock:
         _live_sessions.append(session)
 
 
-def unregister_live(session: TraceSession) -> None:
+def unregister_live(session: Any) -> None:
     with _live_lock, contextlib.suppress(ValueError):
         _live_sessions.remove(session)
 

@@ -307,7 +307,7 @@ class SpanPipeline:
 
     async def _drain(self, session: TraceSession) -> None:
         # The store's own calls (an HTTP client, say) must not be traced back into the pipeline.
-        _context._suppressed.set(True)
+        _context.set_suppressed(True)
         otel_context.attach(otel_context.set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
         if session.event is None:
             session.event = asyncio.Event()

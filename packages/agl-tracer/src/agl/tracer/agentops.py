@@ -15,8 +15,9 @@ are recorded by agl's instrumentation, which also captures token ids.
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING, Any
+
+from agl.types.env import AGENTOPS_SERVICE
 
 from ._pipeline import TraceSession
 from .otel import OtelTracer
@@ -69,7 +70,7 @@ def _local_setup_telemetry(
 
 
 def service_enabled_by_env() -> bool:
-    return os.environ.get("AGL_AGENTOPS_SERVICE", "").strip().lower() in ("1", "true", "yes", "on")
+    return AGENTOPS_SERVICE.get()
 
 
 class AgentOpsTracer(OtelTracer):

@@ -33,7 +33,7 @@ from .attributes import format_exception_attributes, sanitize_attributes
 if TYPE_CHECKING:
     from agl.store import LightningStore
 
-__all__ = ["OpenSpan", "Tracer"]
+__all__ = ["OpenSpan", "Tracer", "clear_active_tracer", "get_active_tracer", "set_active_tracer"]
 
 logger = logging.getLogger(__name__)
 
@@ -171,39 +171,29 @@ class Tracer(ParallelWorkerBase):
             raise ValueError(
                 f"trace_context for rollout {rollout_id!r} needs a store: call init_worker(worker_id, store) first"
             )
-        open_session = _context._current_session.get()
+        open_session = _context.current_session()
         if open_session is not None:
             raise ValueError(
                 f"a trace context of {type(open_session.tracer).__name__} is already open in this context; "
                 "trace contexts do not nest"
             )
-        active = _context._active_tracer.get()
+        active = _context.current_tracer()
         if active is not None and active is not self:
             raise ValueError(f"another tracer ({type(active).__name__}) is active in this context")
         self._check_ready()
         session = self.pipeline.open_session(
             self, name, store, rollout_id, attempt_id, caller_loop=caller_loop
         )
-        tracer_token = _context._active_tracer.set(self)
-        session_token = _context._current_session.set(session)
-        _context.register_live(session)
+        tracer_token, session_token = _context.enter_session(self, session)
         return session, tracer_token, session_token
 
     def _close_vars(self, session: TraceSession, tracer_token: Token[Any], session_token: Token[Any]) -> None:
-        _context.unregister_live(session)
-        for var, token in (
-            (_context._current_session, session_token),
-            (_context._active_tracer, tracer_token),
-        ):
-            try:
-                var.reset(token)
-            except ValueError:  # exited in another context (e.g. a generator finalised elsewhere)
-                var.set(None)
+        _context.exit_session(session, tracer_token, session_token)
 
     def _finish(self, session: TraceSession) -> None:
         spans = session.final_spans()
         self._last_trace = spans
-        _context._last_trace.set((self, spans))
+        _context.set_last_trace(self, spans)
 
     def _check_ready(self) -> None:
         """Raise ``RuntimeError`` when the tracer cannot record yet (e.g. ``init_worker`` not called)."""
@@ -290,10 +280,8 @@ class Tracer(ParallelWorkerBase):
 
     def get_last_trace(self) -> list[Span]:
         """Spans of the most recently finished ``trace_context`` (of this thread or task, if it had one)."""
-        last = _context._last_trace.get()
-        if last is not None and last[0] is self:
-            return list(last[1])
-        return list(self._last_trace)
+        last = _context.last_trace(self)
+        return last if last is not None else list(self._last_trace)
 
     # -- recording -------------------------------------------------------------------------------
 
@@ -328,6 +316,29 @@ class Tracer(ParallelWorkerBase):
         """A LangChain callback handler that records into this tracer; ``None`` when the tracer has none."""
         warnings.warn(f"{type(self).__name__} has no LangChain handler", stacklevel=2)
         return None
+
+
+def get_active_tracer() -> Tracer | None:
+    """The tracer active in this context (thread or task), or ``None``.
+
+    Outside any context that set one (e.g. in a thread the agent started itself), the tracer of the only live
+    trace session of the process is returned when there is exactly one; otherwise ``None``.
+    """
+    return _context.active_tracer()
+
+
+def set_active_tracer(tracer: Tracer) -> None:
+    """Make ``tracer`` the active tracer of this context.
+
+    Raises ``ValueError`` when another tracer is already active here (tracing contexts do not nest).
+    Other threads and tasks are not affected.
+    """
+    _context.activate(tracer)
+
+
+def clear_active_tracer() -> None:
+    """No tracer is active in this context any more."""
+    _context.deactivate()
 
 
 class RecordedSpan(OpenSpan):

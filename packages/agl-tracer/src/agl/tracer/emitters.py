@@ -22,7 +22,6 @@ from typing import Any, TypeVar, overload
 from agl.types import LightningSpanAttributes, SpanCoreFields, SpanRecordingContext, TraceStatus
 from agl.types.semconv import AGL_ANNOTATION, AGL_EXCEPTION, AGL_MESSAGE, AGL_OBJECT, AGL_OPERATION
 
-from ._context import get_active_tracer
 from .attributes import (
     check_attributes_sanity,
     flatten_attributes,
@@ -31,7 +30,7 @@ from .attributes import (
     sanitize_attribute_value,
     sanitize_attributes,
 )
-from .base import Tracer
+from .base import Tracer, get_active_tracer
 from .dummy import DummyTracer
 
 __all__ = [

@@ -10,7 +10,29 @@ __all__ = ["AglError", "ConflictError", "InvalidRequestError", "NotFoundError"]
 
 
 class AglError(Exception):
-    """Base class of every error raised on purpose by an agl package."""
+    """Base class of every error raised on purpose by an agl package.
+
+    The hierarchy (second bases in brackets: catching those keeps working too)::
+
+        AglError
+        ├── NotFoundError [ValueError]                  agl.types: an unknown id (HTTP 404)
+        │   └── StoreNotFoundError [StoreClientError]   agl.store.errors: the same, over HTTP
+        ├── ConflictError [ValueError]                  agl.types: conflicts with the state (HTTP 409)
+        │   └── StoreConflictError [StoreClientError]
+        ├── InvalidRequestError [ValueError]            agl.types: malformed request (HTTP 400)
+        │   └── StoreInvalidRequestError [StoreClientError]
+        ├── StoreClientError                            agl.store.errors: a store call over HTTP failed
+        │   ├── StoreNotFoundError, StoreConflictError, StoreInvalidRequestError (above)
+        │   ├── StoreAuthenticationError                missing or wrong bearer token (401/403)
+        │   ├── StoreServerError                        5xx through every retry
+        │   └── StoreConnectionError [ConnectionError]  unreachable through every retry
+        ├── OTLPIngestError                             agl.store.errors: an OTLP/HTTP request refused
+        ├── LLMCallFailed                               agl.algorithms.apo: a critic/editor call gave up
+        └── StrategyError [RuntimeError]                agl.runner: a runner or the algorithm failed
+
+    Bad arguments are still plain ``ValueError``/``TypeError`` as in the reference system. A few private
+    exceptions carry control flow inside one module and never reach users.
+    """
 
 
 class NotFoundError(AglError, ValueError):

@@ -9,12 +9,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agl.types import AglError
+
 __all__ = ["LLMCallFailed", "LLMCallStats", "RetryPolicy", "chat_text"]
 
 logger = logging.getLogger("agl.algorithms.apo")
 
 
-class LLMCallFailed(Exception):
+class LLMCallFailed(AglError):
     """A critique or edit call gave no usable text; ``reason`` says why (for the log and the history)."""
 
     def __init__(self, reason: str) -> None:

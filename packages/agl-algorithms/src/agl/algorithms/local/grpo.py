@@ -9,8 +9,8 @@ tokens, swaps the new weights into the model server and publishes a new resource
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
-import inspect
 import logging
 import random
 import time
@@ -22,6 +22,7 @@ from typing import Any
 from agl.types import Dataset, EnqueueRolloutRequest, NamedResources, Rollout, Triplet
 
 from ..base import Algorithm
+from ..utils import running_proxy
 
 __all__ = ["GRPOConfig", "LocalGRPO"]
 
@@ -133,7 +134,9 @@ class LocalGRPO(Algorithm):
             max_batch_size=cfg.max_batch_size,
         )
         await asyncio.to_thread(self.server.start)
-        proxy, own_proxy = await self._start_proxy()
+        proxy = await self._prepare_proxy()
+        proxy_lifetime = contextlib.AsyncExitStack()
+        await proxy_lifetime.enter_async_context(running_proxy(proxy))
         optimizer = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         try:
             await self._validate(store, proxy, val_dataset, step=0)
@@ -150,8 +153,7 @@ class LocalGRPO(Algorithm):
             if cfg.checkpoint_dir:
                 await asyncio.to_thread(self.save, Path(cfg.checkpoint_dir) / "final")
         finally:
-            if own_proxy:
-                await _maybe_await(proxy.stop())
+            await proxy_lifetime.aclose()
             await asyncio.to_thread(self.server.stop)
 
     def save(self, directory: Path) -> Path:
@@ -163,8 +165,12 @@ class LocalGRPO(Algorithm):
 
     # -- pieces --------------------------------------------------------------------------------
 
-    async def _start_proxy(self) -> tuple[Any, bool]:
-        """Point the LLM proxy at the model server (creating a proxy when none was given) and start it."""
+    async def _prepare_proxy(self) -> Any:
+        """Point the LLM proxy at the model server, creating one when none was given.
+
+        A given proxy that is running is restarted so that it serves the new model list (and stays running
+        afterwards); any other is started and stopped around the run by :func:`running_proxy`.
+        """
         name = self.config.served_model_name
         model_list = [
             {
@@ -173,18 +179,16 @@ class LocalGRPO(Algorithm):
             }
         ]
         proxy = self.get_llm_proxy()
-        own = proxy is None
         if proxy is None:
             from agl.proxy import LLMProxy
 
-            proxy = LLMProxy(model_list=model_list, store=self.get_store())
-        else:
-            proxy.update_model_list(model_list)  # type: ignore[attr-defined]
-            proxy.set_store(self.get_store())
-            if proxy.is_running():
-                await _maybe_await(proxy.stop())
-        await _maybe_await(proxy.start())
-        return proxy, own
+            return LLMProxy(model_list=model_list, store=self.get_store())
+        proxy.update_model_list(model_list)  # type: ignore[attr-defined]
+        proxy.set_store(self.get_store())
+        if proxy.is_running():
+            await proxy.stop()
+            await proxy.start()
+        return proxy
 
     async def _publish(self, store: Any, proxy: Any, temperature: float, tag: str) -> str:
         llm = proxy.as_resource(
@@ -348,9 +352,3 @@ def _pad_id(tokenizer: Any) -> int:
     if tokenizer.pad_token_id is not None:
         return int(tokenizer.pad_token_id)
     return int(tokenizer.eos_token_id)
-
-
-async def _maybe_await(value: Any) -> Any:
-    if inspect.isawaitable(value):
-        return await value
-    return value

@@ -11,10 +11,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from agl.types import AglError
+
+from ..events import ExecutionEvent
+
 if TYPE_CHECKING:
     from agl.store import LightningStore
-
-    from ..runner import ExecutionEvent
 
 __all__ = ["AlgorithmBundle", "ExecutionStrategy", "RunnerBundle", "StrategyError"]
 
@@ -37,7 +39,7 @@ class RunnerBundle(Protocol):
     ) -> Coroutine[Any, Any, None]: ...
 
 
-class StrategyError(RuntimeError):
+class StrategyError(AglError, RuntimeError):
     """A runner or the algorithm failed; the message says which and why."""
 
 

@@ -17,6 +17,8 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from agl.types.env import DEFAULT_STORE_PORT
+
 from ..env import LightningEnvVar, resolve_bool_env_var, resolve_int_env_var, resolve_str_env_var
 from ._signals import ChildStopEvent, ParentStopEvent
 from .base import AlgorithmBundle, ExecutionStrategy, RunnerBundle, StrategyError, run_until_stopped
@@ -26,14 +28,14 @@ if TYPE_CHECKING:
 
     from agl.store import LightningStore
 
-    from ..runner import ExecutionEvent
+    from ..events import ExecutionEvent
 
 __all__ = ["ClientServerExecutionStrategy", "LostRunner"]
 
 logger = logging.getLogger(__name__)
 
 Role = Literal["algorithm", "runner", "both"]
-DEFAULT_PORT = 4747
+DEFAULT_PORT = DEFAULT_STORE_PORT
 
 
 @dataclass

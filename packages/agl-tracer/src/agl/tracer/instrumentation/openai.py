@@ -31,8 +31,7 @@ from typing import Any
 
 from agl.types.semconv import LLMCall, LLMCallFormat, LLMChoice, LLMUsage
 
-from .._context import get_active_tracer
-from ..base import OpenSpan
+from ..base import OpenSpan, get_active_tracer
 
 __all__ = ["instrument_openai", "is_openai_instrumented", "uninstrument_openai"]
 

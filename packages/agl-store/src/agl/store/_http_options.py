@@ -1,0 +1,22 @@
+"""``AppOptions``: how the store's HTTP app behaves (auth, CORS, limits), shared by the app and its routes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["AppOptions"]
+
+
+@dataclass
+class AppOptions:
+    """Settings of the HTTP app that :class:`~agl.store.LightningStoreServer` serves."""
+
+    token: str | None = None
+    cors_allow_origins: Sequence[str] = ()
+    max_body_bytes: int = 64 * 1024 * 1024
+    max_wait_seconds: float = 30.0
+    debug: bool = False
+    shutdown: asyncio.Event | None = field(default=None, repr=False)
+    """Set when the server stops: long polls end early with what they have."""

@@ -1,0 +1,273 @@
+"""Every ``AGL_*`` environment variable agl reads, and the one parser that reads them.
+
+Each variable is an :class:`EnvVar` constant with its name, meaning and default; :data:`ENV_VARS` lists them
+all and :class:`LightningEnvVar` names them (the reference system's enum). Values are stripped; an empty or
+blank value counts as unset. Explicit arguments always win over the environment (``override``).
+
+================================  ===========================================================  ==============
+Variable                          Meaning                                                      Default
+================================  ===========================================================  ==============
+``AGL_CURRENT_ROLE``              which side this process runs under the client-server         ``both``
+                                  strategy: ``algorithm``, ``runner`` or ``both``
+``AGL_MANAGED_STORE``             whether the strategy serves/wraps the store itself; with     true
+                                  false a Trainer without a store connects to
+                                  ``AGL_SERVER_HOST:AGL_SERVER_PORT``
+``AGL_SERVER_HOST``               where the store server listens or is reached                 ``127.0.0.1``
+``AGL_SERVER_PORT``               its port                                                     ``4747``
+``AGL_STORE_TOKEN``               bearer token of the store server (server and client)         none
+``AGL_STORE_BACKEND``             backend URL of ``agl store`` (see ``agl.store.open_store``)  ``memory``
+``AGL_PROXY_TOKEN``               bearer token of the LLM proxy                                none
+``AGL_AGENTOPS_SERVICE``          let ``AgentOpsTracer`` use AgentOps' hosted service          false
+``AGL_EMITTER_DEBUG``             kept for the reference system's enum; nothing reads it       false
+================================  ===========================================================  ==============
+
+Booleans accept ``1/true/yes/on`` and ``0/false/no/off`` in any case; anything else is a ``ValueError`` that
+names the variable, as is a malformed number or a value outside an enumeration.
+
+This module is the only place in ``packages/*/src`` that reads ``os.environ`` for agl's own variables.
+Documented exceptions, which are other libraries' variables and not agl's: ``agl.proxy`` sets LiteLLM's
+``LITELLM_LOCAL_MODEL_COST_MAP`` (``setdefault``) before importing LiteLLM, so that it does not fetch its
+cost map over the network.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Generic, TypeVar, overload
+
+__all__ = [
+    "AGENTOPS_SERVICE",
+    "CURRENT_ROLE",
+    "DEFAULT_STORE_HOST",
+    "DEFAULT_STORE_PORT",
+    "EMITTER_DEBUG",
+    "ENV_VARS",
+    "MANAGED_STORE",
+    "PROXY_TOKEN",
+    "SERVER_HOST",
+    "SERVER_PORT",
+    "STORE_BACKEND",
+    "STORE_TOKEN",
+    "EnvVar",
+    "LightningEnvVar",
+    "parse_bool",
+    "parse_choice",
+    "parse_float",
+    "parse_int",
+    "parse_str",
+    "read_env",
+    "resolve_bool_env_var",
+    "resolve_int_env_var",
+    "resolve_str_env_var",
+]
+
+T = TypeVar("T")
+
+DEFAULT_STORE_PORT = 4747
+"""Port of a store server when none is given (``agl store``, the client-server strategy, ``agl runner``)."""
+DEFAULT_STORE_HOST = "127.0.0.1"
+"""Interface a store server binds and clients reach when none is given."""
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+class LightningEnvVar(str, Enum):
+    """The names of agl's environment variables (each value is the variable's name)."""
+
+    AGL_CURRENT_ROLE = "AGL_CURRENT_ROLE"
+    AGL_MANAGED_STORE = "AGL_MANAGED_STORE"
+    AGL_SERVER_HOST = "AGL_SERVER_HOST"
+    AGL_SERVER_PORT = "AGL_SERVER_PORT"
+    AGL_EMITTER_DEBUG = "AGL_EMITTER_DEBUG"
+    AGL_STORE_TOKEN = "AGL_STORE_TOKEN"
+    AGL_STORE_BACKEND = "AGL_STORE_BACKEND"
+    AGL_PROXY_TOKEN = "AGL_PROXY_TOKEN"
+    AGL_AGENTOPS_SERVICE = "AGL_AGENTOPS_SERVICE"
+
+
+# -- the parser -------------------------------------------------------------------------------
+
+
+def _key(name: str | LightningEnvVar) -> str:
+    return name.value if isinstance(name, LightningEnvVar) else name
+
+
+def read_env(name: str | LightningEnvVar) -> str | None:
+    """The stripped value of the variable, or ``None`` when it is unset, empty or blank."""
+    value = os.environ.get(_key(name))
+    return None if value is None or not value.strip() else value.strip()
+
+
+def parse_str(name: str, value: str) -> str:
+    """``value`` as is (already stripped)."""
+    return value
+
+
+def parse_bool(name: str, value: str) -> bool:
+    """``1/true/yes/on`` → ``True``, ``0/false/no/off`` → ``False`` (any case); else ``ValueError``."""
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ValueError(f"{name}={value!r} is not a boolean; use one of 1/true/yes/on or 0/false/no/off")
+
+
+def parse_int(name: str, value: str) -> int:
+    """``value`` as an integer; else ``ValueError`` naming the variable."""
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r} must be an integer") from None
+
+
+def parse_float(name: str, value: str) -> float:
+    """``value`` as a number; else ``ValueError`` naming the variable."""
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r} must be a number") from None
+
+
+def parse_choice(choices: Sequence[str]) -> Callable[[str, str], str]:
+    """A parser accepting only ``choices`` (compared case-insensitively, answered in their spelling)."""
+    by_lower = {c.lower(): c for c in choices}
+
+    def parse(name: str, value: str) -> str:
+        try:
+            return by_lower[value.lower()]
+        except KeyError:
+            allowed = ", ".join(repr(c) for c in choices)
+            raise ValueError(f"{name}={value!r} is not one of {allowed}") from None
+
+    return parse
+
+
+@dataclass(frozen=True)
+class EnvVar(Generic[T]):
+    """One environment variable: its name, what it means, its default and how its text is parsed."""
+
+    name: str
+    meaning: str
+    default: T
+    parse: Callable[[str, str], T]
+
+    def get(self, override: T | None = None) -> T:
+        """``override`` if not ``None``, else the parsed variable, else :attr:`default`."""
+        if override is not None:
+            return override
+        value = read_env(self.name)
+        return self.default if value is None else self.parse(self.name, value)
+
+    def is_set(self) -> bool:
+        """Whether the variable has a non-blank value."""
+        return read_env(self.name) is not None
+
+
+CURRENT_ROLE: EnvVar[str] = EnvVar(
+    "AGL_CURRENT_ROLE",
+    "which side this process runs under the client-server strategy: algorithm, runner or both",
+    "both",
+    parse_str,  # the strategy validates it, so that explicit arguments get the same message
+)
+MANAGED_STORE: EnvVar[bool] = EnvVar(
+    "AGL_MANAGED_STORE",
+    "whether the execution strategy serves/wraps the store itself (false: the store is used as given)",
+    True,
+    parse_bool,
+)
+SERVER_HOST: EnvVar[str] = EnvVar(
+    "AGL_SERVER_HOST", "where the store server listens or is reached", DEFAULT_STORE_HOST, parse_str
+)
+SERVER_PORT: EnvVar[int] = EnvVar(
+    "AGL_SERVER_PORT", "port of the store server", DEFAULT_STORE_PORT, parse_int
+)
+STORE_TOKEN: EnvVar[str | None] = EnvVar(
+    "AGL_STORE_TOKEN", "bearer token of the store server (read by its server and its client)", None, parse_str
+)
+STORE_BACKEND: EnvVar[str] = EnvVar(
+    "AGL_STORE_BACKEND", "backend URL that 'agl store' serves (see agl.store.open_store)", "memory", parse_str
+)
+PROXY_TOKEN: EnvVar[str | None] = EnvVar(
+    "AGL_PROXY_TOKEN", "bearer token required by the LLM proxy on every route but /health", None, parse_str
+)
+AGENTOPS_SERVICE: EnvVar[bool] = EnvVar(
+    "AGL_AGENTOPS_SERVICE", "let AgentOpsTracer use AgentOps' hosted service", False, parse_bool
+)
+EMITTER_DEBUG: EnvVar[bool] = EnvVar(
+    "AGL_EMITTER_DEBUG", "kept for the reference system's enum; nothing reads it", False, parse_bool
+)
+
+ENV_VARS: tuple[EnvVar[Any], ...] = (
+    CURRENT_ROLE,
+    MANAGED_STORE,
+    SERVER_HOST,
+    SERVER_PORT,
+    STORE_TOKEN,
+    STORE_BACKEND,
+    PROXY_TOKEN,
+    AGENTOPS_SERVICE,
+    EMITTER_DEBUG,
+)
+"""Every variable, in the order of the table above."""
+
+
+# -- the reference system's functions ---------------------------------------------------------
+
+
+def _resolve(
+    name: str | LightningEnvVar, override: T | None, fallback: T | None, parse: Callable[[str, str], T]
+) -> T | None:
+    if override is not None:
+        return override
+    value = read_env(name)
+    return fallback if value is None else parse(_key(name), value)
+
+
+@overload
+def resolve_bool_env_var(
+    name: str | LightningEnvVar, override: bool | None = None, *, fallback: bool
+) -> bool: ...
+@overload
+def resolve_bool_env_var(
+    name: str | LightningEnvVar, override: bool | None = None, *, fallback: None = None
+) -> bool | None: ...
+def resolve_bool_env_var(
+    name: str | LightningEnvVar, override: bool | None = None, *, fallback: bool | None = None
+) -> bool | None:
+    """``override`` if given, else the variable (1/true/yes/on or 0/false/no/off, any case), else ``fallback``."""
+    return _resolve(name, override, fallback, parse_bool)
+
+
+@overload
+def resolve_int_env_var(
+    name: str | LightningEnvVar, override: int | None = None, *, fallback: int
+) -> int: ...
+@overload
+def resolve_int_env_var(
+    name: str | LightningEnvVar, override: int | None = None, *, fallback: None = None
+) -> int | None: ...
+def resolve_int_env_var(
+    name: str | LightningEnvVar, override: int | None = None, *, fallback: int | None = None
+) -> int | None:
+    """``override`` if given, else the variable parsed as an integer, else ``fallback``."""
+    return _resolve(name, override, fallback, parse_int)
+
+
+@overload
+def resolve_str_env_var(
+    name: str | LightningEnvVar, override: str | None = None, *, fallback: str
+) -> str: ...
+@overload
+def resolve_str_env_var(
+    name: str | LightningEnvVar, override: str | None = None, *, fallback: None = None
+) -> str | None: ...
+def resolve_str_env_var(
+    name: str | LightningEnvVar, override: str | None = None, *, fallback: str | None = None
+) -> str | None:
+    """``override`` if given, else the variable, else ``fallback``."""
+    return _resolve(name, override, fallback, parse_str)
