@@ -322,12 +322,13 @@ class LightningStore(ABC):
                 f"rollout_ids must be a list of rollout ids, not one string ({rollout_ids!r}); "
                 "use query_spans for a single rollout"
             )
-        query = SpanQuery.of({"rollout_id": rollout_ids, "attempt_id": attempt_id})
-        ids = query.rollout_ids
-        grouped: dict[str, list[Span]] = {rollout_id: [] for rollout_id in ids}
-        if ids:
-            for span in await self._query_spans(query):
-                grouped[span.rollout_id].append(span)
+        # validated even when there is nothing to query (a placeholder id stands in for none)
+        query = SpanQuery.of({"rollout_id": list(rollout_ids) or ["-"], "attempt_id": attempt_id})
+        if not rollout_ids:
+            return {}
+        grouped: dict[str, list[Span]] = {rollout_id: [] for rollout_id in query.rollout_ids}
+        for span in await self._query_spans(query):
+            grouped[span.rollout_id].append(span)
         return grouped
 
     @abstractmethod
