@@ -18,6 +18,7 @@ from agl.types import (
     RolloutConfig,
     RolloutMode,
     RolloutStatus,
+    Span,
 )
 
 from .base import Algorithm, SupportsLLMProxy
@@ -185,14 +186,27 @@ class Baseline(FastAlgorithm):
             finished = await store.wait_for_rollouts(rollout_ids=list(pending), timeout=self.polling_interval)
             finished_ids = [r.rollout_id for r in finished if pending.pop(r.rollout_id, None) is not None]
             if finished_ids:
-                # One query brings every finished rollout back with its latest attempt (and its reward).
-                for rollout in await store.query_rollouts(rollout_id_in=finished_ids):
-                    await self._harvest(store, rollout)
+                # One query brings every finished rollout back with its latest attempt (and its reward),
+                # one more the spans of those that need them.
+                rollouts = list(await store.query_rollouts(rollout_id_in=finished_ids))
+                wanted = [r.rollout_id for r in rollouts if self._needs_spans(r)]
+                spans = await store.query_spans_many(wanted, "latest") if wanted else {}
+                for rollout in rollouts:
+                    await self._harvest(store, rollout, spans.get(rollout.rollout_id, []))
             if finished:
                 logger.debug("Baseline: %d finished, %d pending", len(finished), len(pending))
 
-    async def _harvest(self, store: LightningStore, rollout: Rollout) -> None:
-        """Count a finished rollout and, at INFO level, log its attempts and spans."""
+    def _needs_spans(self, rollout: Rollout) -> bool:
+        """Whether :meth:`_harvest` reads the spans: to log them, or for a reward the runner did not record."""
+        attempt = rollout.attempt if isinstance(rollout, AttemptedRollout) else None
+        if attempt is None:
+            return False
+        if logger.isEnabledFor(logging.INFO):
+            return True
+        return not (attempt.metadata and FINAL_REWARD_METADATA_KEY in attempt.metadata)
+
+    async def _harvest(self, store: LightningStore, rollout: Rollout, spans: list[Span]) -> None:
+        """Count a finished rollout and, at INFO level, log its attempts and spans (of its latest attempt)."""
         summary = self.summary
         summary.total += 1
         status: RolloutStatus = rollout.status
@@ -205,13 +219,10 @@ class Baseline(FastAlgorithm):
         else:
             need_spans_for_reward = attempt is not None
         verbose = logger.isEnabledFor(logging.INFO)
-        spans = []
-        if attempt is not None and (verbose or need_spans_for_reward):
-            spans = list(await store.query_spans(rollout.rollout_id, attempt.attempt_id))
-            if need_spans_for_reward:
-                from agl.tracer import find_final_reward
+        if need_spans_for_reward:
+            from agl.tracer import find_final_reward
 
-                reward = find_final_reward(spans)
+            reward = find_final_reward(spans)
         if isinstance(reward, (int, float)) and not isinstance(reward, bool):
             summary.rewards.append(float(reward))
         if not verbose:

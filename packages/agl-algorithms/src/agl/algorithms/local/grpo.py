@@ -218,8 +218,8 @@ class LocalGRPO(Algorithm):
             for rollout in await store.wait_for_rollouts(rollout_ids=pending, timeout=min(remaining, 5.0)):
                 finished[rollout.rollout_id] = rollout
         rollouts = [finished[i] for i in ids]
-        spans = await asyncio.gather(*(store.query_spans(i, "latest") for i in ids))
-        return rollouts, [list(page.items) for page in spans]
+        spans = await store.query_spans_many(ids, "latest")  # one query (one request) for the whole batch
+        return rollouts, [spans[i] for i in ids]
 
     def _adapter(self) -> Any:
         if self.has_adapter():
