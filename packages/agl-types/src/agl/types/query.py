@@ -128,9 +128,9 @@ class Filter:
     must: bool = False
 
 
-@dataclass(frozen=True)
-class Condition:
-    """One filter of a query with its value, ready for a backend: ``attribute`` ``op`` ``value``."""
+class Condition(NamedTuple):
+    """One filter of a query with its value, ready for a backend: ``attribute`` ``op`` ``value``
+    (``within`` values are a frozenset)."""
 
     attribute: str
     op: FilterOp
@@ -247,9 +247,10 @@ class StoreQuery(BaseModel):
 
         Raises :class:`InvalidRequestError` naming each bad argument and what it accepts.
         """
-        values = {k: v for k, v in arguments.items() if k != "self"}
+        values = dict(arguments)
+        values.pop("self", None)
         try:
-            return cls.model_validate(values)
+            return cls.__pydantic_validator__.validate_python(values)
         except ValidationError as exc:
             raise InvalidRequestError(describe_errors(cls, exc)) from None
 
@@ -263,9 +264,12 @@ class StoreQuery(BaseModel):
             if value is None:
                 continue
             op = spec.op
-            if op == "within" or (op == "exact" and isinstance(value, list)):
+            if op == "within" or (op == "exact" and type(value) is list):
                 op, value = "within", frozenset(value)
-            (must if spec.must else optional).append(Condition(spec.attribute, op, value))
+            if spec.must:
+                must.append(Condition(spec.attribute, op, value))
+            else:
+                optional.append(Condition(spec.attribute, op, value))
         return Where(must, optional, values.get("filter_logic", "and"))
 
 
