@@ -27,8 +27,8 @@ from agl.types import (
     TaskInput,
     WorkerQuery,
 )
-from agl.types.query import MAX_PAGE
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
+from agl.types.query import MAX_PAGE, PageInt
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 __all__ = [
     "API_PREFIX",
@@ -77,16 +77,7 @@ RolloutOrAttempted = Union[AttemptedRollout, Rollout]  # noqa: UP007
 _MAX_PAGE = MAX_PAGE
 
 
-def _json_integer(value: Any) -> Any:
-    # JSON Schema's "integer" includes 3.0 but not true; strict validation alone would get both wrong.
-    if isinstance(value, bool):
-        raise ValueError("must be an integer, not a boolean")
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+JsonInt = PageInt
 
 
 def _not_null(default: Any = None) -> Any:

@@ -44,6 +44,7 @@ __all__ = [
     "FilterLogic",
     "FilterOp",
     "FilterOptions",
+    "PageInt",
     "PaginatedResult",
     "ResourcesQuery",
     "RolloutQuery",
