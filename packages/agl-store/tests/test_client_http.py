@@ -21,7 +21,7 @@ from agl.store import (
     StoreNotFoundError,
     StoreServerError,
 )
-from agl.types import UNSET, InvalidRequestError, NotFoundError
+from agl.types import UNSET, InvalidRequestError, NotFoundError, RolloutQuery
 
 
 class _CountingStore(InMemoryLightningStore):
@@ -66,8 +66,12 @@ async def test_errors_keep_their_in_process_types_and_say_which_call_failed() ->
             assert "update_attempt" in str(err) and "ro-missing" in str(err) and "404" in str(err)
             assert store.calls["update_attempt"] == 1  # a 4xx is never retried
 
-            with pytest.raises(InvalidRequestError) as invalid:
+            with pytest.raises(InvalidRequestError) as invalid:  # checked before sending, as in process
                 await client.query_rollouts(sort_by="colour")
+            assert "sort_by" in str(invalid.value)
+            unchecked = RolloutQuery.model_construct(sort_by="colour")  # the server checks it again
+            with pytest.raises(InvalidRequestError) as invalid:
+                await client._query_rollouts(unchecked)
             assert isinstance(invalid.value, StoreInvalidRequestError) and invalid.value.status == 422
             assert "sort_by" in str(invalid.value)
         finally:

@@ -10,6 +10,7 @@ from agl.types import (
     ROLLOUT_STATUSES,
     Attempt,
     AttemptedRollout,
+    AttemptQuery,
     EnqueueRolloutRequest,
     Event,
     Link,
@@ -18,17 +19,23 @@ from agl.types import (
     PaginatedResult,
     PromptTemplate,
     ProxyLLM,
+    ResourcesQuery,
     ResourcesUpdate,
     RewardPydanticModel,
     Rollout,
     RolloutConfig,
+    RolloutQuery,
     Span,
     SpanContext,
     SpanCoreFields,
+    SpanQuery,
+    StoreQuery,
     TraceStatus,
     Triplet,
     Worker,
+    WorkerQuery,
 )
+from agl.types.query import MAX_PAGE, sort_fields
 from hypothesis import strategies as st
 
 text = st.text(max_size=12)
@@ -226,6 +233,52 @@ def paginated_rollouts(draw: st.DrawFn) -> PaginatedResult[Rollout]:
     )
 
 
+_ids = st.text(min_size=1, max_size=8)
+
+
+def _page(model: type[StoreQuery]) -> dict[str, st.SearchStrategy[Any]]:
+    return {
+        "sort_by": st.none() | st.sampled_from(sort_fields(model.row_model)),
+        "sort_order": st.sampled_from(["asc", "desc"]),
+        "limit": st.integers(-1, MAX_PAGE),
+        "offset": st.integers(0, MAX_PAGE),
+    }
+
+
+def _query(model: type[StoreQuery], **fields: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Every field of ``model`` drawn: the filters (``None`` or a value), pooling, sort and page."""
+    if "filter_logic" in model.model_fields:
+        fields["filter_logic"] = st.sampled_from(["and", "or"])
+    return st.builds(model, **fields, **(_page(model) if hasattr(model, "row_model") else {}))
+
+
+store_queries = st.builds(StoreQuery, limit=st.integers(-1, 99), offset=st.integers(0, 99))
+rollout_queries = _query(
+    RolloutQuery,
+    status_in=st.none() | st.lists(st.sampled_from(list(ROLLOUT_STATUSES))),
+    rollout_id_in=st.none() | st.lists(_ids),
+    rollout_id_contains=st.none() | _ids,
+)
+attempt_queries = _query(AttemptQuery, rollout_id=_ids)
+resources_queries = _query(
+    ResourcesQuery, resources_id=st.none() | _ids, resources_id_contains=st.none() | _ids
+)
+span_queries = _query(
+    SpanQuery,
+    rollout_id=_ids | st.lists(_ids, min_size=1),
+    attempt_id=st.none() | st.just("latest") | _ids,
+    trace_id=st.none() | _ids,
+    span_id_contains=st.none() | _ids,
+    name=st.none() | _ids,
+    name_contains=st.none() | _ids,
+)
+worker_queries = _query(
+    WorkerQuery,
+    status_in=st.none() | st.lists(st.sampled_from(["idle", "busy", "unknown"])),
+    worker_id_contains=st.none() | _ids,
+)
+
+
 EVERY_MODEL: dict[str, st.SearchStrategy[Any]] = {
     "RolloutConfig": rollout_configs,
     "Attempt": attempts,
@@ -248,5 +301,11 @@ EVERY_MODEL: dict[str, st.SearchStrategy[Any]] = {
     "RewardPydanticModel": rewards,
     "LinkPydanticModel": link_models,
     "PaginatedResult[Rollout]": paginated_rollouts(),
+    "StoreQuery": store_queries,
+    "RolloutQuery": rollout_queries,
+    "AttemptQuery": attempt_queries,
+    "ResourcesQuery": resources_queries,
+    "SpanQuery": span_queries,
+    "WorkerQuery": worker_queries,
 }
 """Model name → a strategy of instances. A test checks every public model is listed."""

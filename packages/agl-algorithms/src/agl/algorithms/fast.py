@@ -16,6 +16,7 @@ from agl.types import (
     RolloutConfig,
     RolloutMode,
     RolloutStatus,
+    Span,
     Unset,
 )
 from agl.types.semconv import FINAL_REWARD_METADATA_KEY
@@ -166,27 +167,38 @@ class Baseline(FastAlgorithm):
             finished = await store.wait_for_rollouts(rollout_ids=list(pending), timeout=self.polling_interval)
             finished_ids = [r.rollout_id for r in finished if pending.pop(r.rollout_id, None) is not None]
             if finished_ids:
-                # One query brings every finished rollout back with its latest attempt (and its reward).
-                for rollout in await store.query_rollouts(rollout_id_in=finished_ids):
-                    await self._harvest(store, rollout)
+                # One query brings every finished rollout back with its latest attempt (and its reward),
+                # one more the spans of those that need them.
+                rollouts = list(await store.query_rollouts(rollout_id_in=finished_ids))
+                wanted = [r.rollout_id for r in rollouts if self._needs_spans(r)]
+                spans = await store.query_spans_many(wanted, "latest") if wanted else {}
+                for rollout in rollouts:
+                    await self._harvest(store, rollout, spans.get(rollout.rollout_id, []))
             if finished:
                 logger.debug("Baseline: %d finished, %d pending", len(finished), len(pending))
 
-    async def _harvest(self, store: LightningStore, rollout: Rollout) -> None:
-        """Count a finished rollout and, at INFO level, log its attempts and spans."""
+    def _needs_spans(self, rollout: Rollout) -> bool:
+        """Whether :meth:`_harvest` reads the spans: to log them, or for a reward the runner did not record."""
+        attempt = rollout.attempt if isinstance(rollout, AttemptedRollout) else None
+        if attempt is None:
+            return False
+        if logger.isEnabledFor(logging.INFO):
+            return True
+        from agl.tracer import recorded_final_reward
+
+        return isinstance(recorded_final_reward(attempt), Unset)
+
+    async def _harvest(self, store: LightningStore, rollout: Rollout, spans: list[Span]) -> None:
+        """Count a finished rollout and, at INFO level, log its attempts and spans (of its latest attempt)."""
         summary = self.summary
         summary.total += 1
         status: RolloutStatus = rollout.status
         summary.by_status[status] = summary.by_status.get(status, 0) + 1
         attempt = rollout.attempt if isinstance(rollout, AttemptedRollout) else None
-        from agl.tracer import final_reward_of, recorded_final_reward
+        from agl.tracer import final_reward_of
 
-        # The runner recorded the final reward in the attempt; spans only for attempts written without it.
-        need_spans_for_reward = attempt is not None and isinstance(recorded_final_reward(attempt), Unset)
         verbose = logger.isEnabledFor(logging.INFO)
-        spans = []
-        if attempt is not None and (verbose or need_spans_for_reward):
-            spans = list(await store.query_spans(rollout.rollout_id, attempt.attempt_id))
+        # The runner recorded the final reward in the attempt; spans only for attempts written without it.
         reward = final_reward_of(attempt, spans) if attempt is not None else None
         if isinstance(reward, (int, float)) and not isinstance(reward, bool):
             summary.rewards.append(float(reward))

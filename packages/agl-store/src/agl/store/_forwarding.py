@@ -9,22 +9,24 @@ from agl.types import (
     UNSET,
     Attempt,
     AttemptedRollout,
+    AttemptQuery,
     AttemptStatus,
     EnqueueRolloutRequest,
-    FilterLogic,
     NamedResources,
     PaginatedResult,
+    ResourcesQuery,
     ResourcesUpdate,
     Rollout,
     RolloutConfig,
     RolloutMode,
+    RolloutQuery,
     RolloutStatus,
-    SortOrder,
     Span,
+    SpanQuery,
     TaskInput,
     Unset,
     Worker,
-    WorkerStatus,
+    WorkerQuery,
 )
 
 from .base import LightningStore, LightningStoreStatistics
@@ -35,7 +37,8 @@ __all__ = ["ForwardingStore"]
 class ForwardingStore(LightningStore):
     """Implements the whole contract by calling ``self._call(method_name, *args, **kwargs)``.
 
-    Subclasses decide where a call goes (the wrapped store, another event loop, or HTTP).
+    Subclasses decide where a call goes (the wrapped store, another event loop, or HTTP). Queries are
+    validated here (``LightningStore.query_*``) and forwarded as query objects to ``_query_*``.
     """
 
     async def _call(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
@@ -81,45 +84,14 @@ class ForwardingStore(LightningStore):
     async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
         return await self._call("start_attempt", rollout_id, worker_id)
 
-    async def query_rollouts(
-        self,
-        *,
-        status_in: Sequence[RolloutStatus] | None = None,
-        rollout_id_in: Sequence[str] | None = None,
-        rollout_id_contains: str | None = None,
-        filter_logic: FilterLogic = "and",
-        sort_by: str | None = None,
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[Rollout | AttemptedRollout]:
-        return await self._call(
-            "query_rollouts",
-            status_in=status_in,
-            rollout_id_in=rollout_id_in,
-            rollout_id_contains=rollout_id_contains,
-            filter_logic=filter_logic,
-            sort_by=sort_by,
-            sort_order=sort_order,
-            limit=limit,
-            offset=offset,
-        )
+    async def _query_rollouts(self, query: RolloutQuery) -> PaginatedResult[Rollout | AttemptedRollout]:
+        return await self._call("_query_rollouts", query)
 
     async def get_rollout_by_id(self, rollout_id: str) -> Rollout | AttemptedRollout | None:
         return await self._call("get_rollout_by_id", rollout_id)
 
-    async def query_attempts(
-        self,
-        rollout_id: str,
-        *,
-        sort_by: str | None = "sequence_id",
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[Attempt]:
-        return await self._call(
-            "query_attempts", rollout_id, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset
-        )
+    async def _query_attempts(self, query: AttemptQuery) -> PaginatedResult[Attempt]:
+        return await self._call("_query_attempts", query)
 
     async def get_latest_attempt(self, rollout_id: str) -> Attempt | None:
         return await self._call("get_latest_attempt", rollout_id)
@@ -181,25 +153,8 @@ class ForwardingStore(LightningStore):
     async def get_latest_resources(self) -> ResourcesUpdate | None:
         return await self._call("get_latest_resources")
 
-    async def query_resources(
-        self,
-        *,
-        resources_id: str | None = None,
-        resources_id_contains: str | None = None,
-        sort_by: str | None = None,
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[ResourcesUpdate]:
-        return await self._call(
-            "query_resources",
-            resources_id=resources_id,
-            resources_id_contains=resources_id_contains,
-            sort_by=sort_by,
-            sort_order=sort_order,
-            limit=limit,
-            offset=offset,
-        )
+    async def _query_resources(self, query: ResourcesQuery) -> PaginatedResult[ResourcesUpdate]:
+        return await self._call("_query_resources", query)
 
     async def add_span(self, span: Span) -> Span | None:
         return await self._call("add_span", span)
@@ -219,65 +174,11 @@ class ForwardingStore(LightningStore):
     async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[tuple[str, str]]) -> list[int]:
         return await self._call("get_many_span_sequence_ids", rollout_attempt_ids)
 
-    async def query_spans(
-        self,
-        rollout_id: str,
-        attempt_id: str | Literal["latest"] | None = None,
-        *,
-        trace_id: str | None = None,
-        trace_id_contains: str | None = None,
-        span_id: str | None = None,
-        span_id_contains: str | None = None,
-        parent_id: str | None = None,
-        parent_id_contains: str | None = None,
-        name: str | None = None,
-        name_contains: str | None = None,
-        filter_logic: FilterLogic = "and",
-        limit: int = -1,
-        offset: int = 0,
-        sort_by: str | None = "sequence_id",
-        sort_order: SortOrder = "asc",
-    ) -> PaginatedResult[Span]:
-        return await self._call(
-            "query_spans",
-            rollout_id,
-            attempt_id,
-            trace_id=trace_id,
-            trace_id_contains=trace_id_contains,
-            span_id=span_id,
-            span_id_contains=span_id_contains,
-            parent_id=parent_id,
-            parent_id_contains=parent_id_contains,
-            name=name,
-            name_contains=name_contains,
-            filter_logic=filter_logic,
-            limit=limit,
-            offset=offset,
-            sort_by=sort_by,
-            sort_order=sort_order,
-        )
+    async def _query_spans(self, query: SpanQuery) -> PaginatedResult[Span]:
+        return await self._call("_query_spans", query)
 
-    async def query_workers(
-        self,
-        *,
-        status_in: Sequence[WorkerStatus] | None = None,
-        worker_id_contains: str | None = None,
-        filter_logic: FilterLogic = "and",
-        sort_by: str | None = None,
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[Worker]:
-        return await self._call(
-            "query_workers",
-            status_in=status_in,
-            worker_id_contains=worker_id_contains,
-            filter_logic=filter_logic,
-            sort_by=sort_by,
-            sort_order=sort_order,
-            limit=limit,
-            offset=offset,
-        )
+    async def _query_workers(self, query: WorkerQuery) -> PaginatedResult[Worker]:
+        return await self._call("_query_workers", query)
 
     async def get_worker_by_id(self, worker_id: str) -> Worker | None:
         return await self._call("get_worker_by_id", worker_id)

@@ -14,17 +14,23 @@ from agl.types import (
     UNSET,
     Attempt,
     AttemptedRollout,
+    AttemptQuery,
     InvalidRequestError,
     NamedResources,
     PaginatedResult,
+    ResourcesQuery,
     ResourcesUpdate,
     Rollout,
+    RolloutQuery,
     Span,
+    SpanQuery,
     Worker,
+    WorkerQuery,
 )
 from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ._http_middleware import (
@@ -43,7 +49,7 @@ from ._http_models import (
     AddSpansInOrderResponse,
     AddSpansRequest,
     AddSpansResponse,
-    AttemptQuery,
+    AttemptQueryBody,
     AttemptQueryParams,
     DequeueRequest,
     EnqueueRequest,
@@ -53,12 +59,9 @@ from ._http_models import (
     NextSequenceIdResponse,
     NextSequenceIdsRequest,
     NextSequenceIdsResponse,
-    ResourcesQuery,
     ResourcesQueryParams,
     RolloutOrAttempted,
-    RolloutQuery,
     RolloutQueryParams,
-    SpanQuery,
     SpanQueryParams,
     StartAttemptRequest,
     StartRolloutRequest,
@@ -66,7 +69,6 @@ from ._http_models import (
     UpdateRolloutRequest,
     UpdateWorkerRequest,
     WaitRequest,
-    WorkerQuery,
     WorkerQueryParams,
 )
 from ._http_ops import (
@@ -207,29 +209,15 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
     async def start_rollout(body: StartRolloutRequest) -> Response:
         return _reply(await ops.start_rollout(body))
 
-    async def _query_rollouts(q: RolloutQuery) -> Response:
-        return _json(
-            await store.query_rollouts(
-                status_in=q.status_in,
-                rollout_id_in=q.rollout_id_in,
-                rollout_id_contains=q.rollout_id_contains,
-                filter_logic=q.filter_logic,
-                sort_by=q.sort_by,
-                sort_order=q.sort_order,
-                limit=q.limit,
-                offset=q.offset,
-            )
-        )
-
     @app.get(prefix + "/rollouts", response_model=PaginatedResult[RolloutOrAttempted], tags=["rollouts"])
     async def query_rollouts(q: Annotated[RolloutQueryParams, Query()]) -> Response:
-        return await _query_rollouts(q)
+        return _json(await store._query_rollouts(q))
 
     @app.post(
         prefix + "/rollouts/search", response_model=PaginatedResult[RolloutOrAttempted], tags=["rollouts"]
     )
     async def search_rollouts(q: RolloutQuery) -> Response:
-        return await _query_rollouts(q)
+        return _json(await store._query_rollouts(q))
 
     @app.get(prefix + "/rollouts/{rollout_id}", response_model=RolloutOrAttempted | None, tags=["rollouts"])
     async def get_rollout(rollout_id: str) -> Response:
@@ -257,17 +245,17 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
         worker_id = body.worker_id if body is not None else None
         return _json(await store.start_attempt(rollout_id, worker_id=worker_id), 201)
 
-    async def _query_attempts(rollout_id: str, q: AttemptQuery) -> Response:
-        return _json(
-            await store.query_attempts(
-                rollout_id, sort_by=q.sort_by, sort_order=q.sort_order, limit=q.limit, offset=q.offset
-            )
-        )
+    async def _query_attempts(rollout_id: str, page: BaseModel) -> Response:
+        query = AttemptQuery.model_construct(rollout_id=rollout_id, **dict(page))
+        return _json(await store._query_attempts(query))
 
     @app.get(
         prefix + "/rollouts/{rollout_id}/attempts", response_model=PaginatedResult[Attempt], tags=["attempts"]
     )
-    async def query_attempts(rollout_id: str, q: Annotated[AttemptQueryParams, Query()]) -> Response:
+    async def query_attempts(
+        rollout_id: str,
+        q: Annotated[AttemptQueryParams, Query()],  # type: ignore[valid-type]
+    ) -> Response:
         return await _query_attempts(rollout_id, q)
 
     @app.post(
@@ -275,7 +263,7 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
         response_model=PaginatedResult[Attempt],
         tags=["attempts"],
     )
-    async def search_attempts(rollout_id: str, q: AttemptQuery) -> Response:
+    async def search_attempts(rollout_id: str, q: AttemptQueryBody) -> Response:  # type: ignore[valid-type]
         return await _query_attempts(rollout_id, q)
 
     @app.get(
@@ -307,27 +295,15 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
 
     # -- resources ------------------------------------------------------------------------------
 
-    async def _query_resources(q: ResourcesQuery) -> Response:
-        return _json(
-            await store.query_resources(
-                resources_id=q.resources_id,
-                resources_id_contains=q.resources_id_contains,
-                sort_by=q.sort_by,
-                sort_order=q.sort_order,
-                limit=q.limit,
-                offset=q.offset,
-            )
-        )
-
     @app.get(prefix + "/resources", response_model=PaginatedResult[ResourcesUpdate], tags=["resources"])
     async def query_resources(q: Annotated[ResourcesQueryParams, Query()]) -> Response:
-        return await _query_resources(q)
+        return _json(await store._query_resources(q))
 
     @app.post(
         prefix + "/resources/search", response_model=PaginatedResult[ResourcesUpdate], tags=["resources"]
     )
     async def search_resources(q: ResourcesQuery) -> Response:
-        return await _query_resources(q)
+        return _json(await store._query_resources(q))
 
     @app.post(prefix + "/resources", status_code=201, response_model=ResourcesUpdate, tags=["resources"])
     async def add_resources(resources: Annotated[NamedResources, Body()]) -> Response:
@@ -358,34 +334,15 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
         """Store many spans; answers with the positions of those stored (not the spans again)."""
         return _reply(await ops.add_many_spans(body))
 
-    async def _query_spans(q: SpanQuery) -> Response:
-        return _json(
-            await store.query_spans(
-                q.rollout_id,
-                q.attempt_id,
-                trace_id=q.trace_id,
-                trace_id_contains=q.trace_id_contains,
-                span_id=q.span_id,
-                span_id_contains=q.span_id_contains,
-                parent_id=q.parent_id,
-                parent_id_contains=q.parent_id_contains,
-                name=q.name,
-                name_contains=q.name_contains,
-                filter_logic=q.filter_logic,
-                limit=q.limit,
-                offset=q.offset,
-                sort_by=q.sort_by,
-                sort_order=q.sort_order,
-            )
-        )
-
     @app.get(prefix + "/spans", response_model=PaginatedResult[Span], tags=["spans"])
     async def query_spans(q: Annotated[SpanQueryParams, Query()]) -> Response:
-        return await _query_spans(q)
+        """Spans of one rollout, or of several (``rollout_id`` repeated)."""
+        return _json(await store._query_spans(q))
 
     @app.post(prefix + "/spans/search", response_model=PaginatedResult[Span], tags=["spans"])
     async def search_spans(q: SpanQuery) -> Response:
-        return await _query_spans(q)
+        """Spans of one rollout, or of several (``rollout_id`` a list): one request for a training step."""
+        return _json(await store._query_spans(q))
 
     @app.post(
         prefix + "/spans/in-order", status_code=201, response_model=AddSpansInOrderResponse, tags=["spans"]
@@ -405,26 +362,13 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
 
     # -- workers --------------------------------------------------------------------------------
 
-    async def _query_workers(q: WorkerQuery) -> Response:
-        return _json(
-            await store.query_workers(
-                status_in=q.status_in,
-                worker_id_contains=q.worker_id_contains,
-                filter_logic=q.filter_logic,
-                sort_by=q.sort_by,
-                sort_order=q.sort_order,
-                limit=q.limit,
-                offset=q.offset,
-            )
-        )
-
     @app.get(prefix + "/workers", response_model=PaginatedResult[Worker], tags=["workers"])
     async def query_workers(q: Annotated[WorkerQueryParams, Query()]) -> Response:
-        return await _query_workers(q)
+        return _json(await store._query_workers(q))
 
     @app.post(prefix + "/workers/search", response_model=PaginatedResult[Worker], tags=["workers"])
     async def search_workers(q: WorkerQuery) -> Response:
-        return await _query_workers(q)
+        return _json(await store._query_workers(q))
 
     @app.get(prefix + "/workers/{worker_id:path}", response_model=Worker | None, tags=["workers"])
     async def get_worker(worker_id: str) -> Response:

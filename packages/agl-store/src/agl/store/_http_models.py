@@ -1,32 +1,34 @@
 """Request and response bodies of the store's REST API (``/v1/agl``), shared by server and client.
 
-Each model mirrors the keyword arguments of one :class:`~agl.store.LightningStore` method. Update bodies
-distinguish "absent" (leave the field alone) from an explicit ``null`` through ``model_fields_set``.
+Each model mirrors the keyword arguments of one :class:`~agl.store.LightningStore` method; the queries are
+the query objects of :mod:`agl.types.query` themselves (and their query-string variants for ``GET``).
+Update bodies distinguish "absent" (leave the field alone) from an explicit ``null`` through
+``model_fields_set``.
 """
 
 from __future__ import annotations
 
-import types
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union
 
 from agl.types import (
-    Attempt,
     AttemptedRollout,
+    AttemptQuery,
     AttemptStatus,
     EnqueueRolloutRequest,
-    FilterLogic,
-    ResourcesUpdate,
+    ResourcesQuery,
     Rollout,
     RolloutConfig,
     RolloutMode,
+    RolloutQuery,
     RolloutStatus,
-    SortOrder,
     Span,
+    SpanQuery,
+    StoreQuery,
     TaskInput,
-    Worker,
-    WorkerStatus,
+    WorkerQuery,
 )
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from agl.types.query import MAX_PAGE, PageInt
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 __all__ = [
     "API_PREFIX",
@@ -36,6 +38,7 @@ __all__ = [
     "AddSpansRequest",
     "AddSpansResponse",
     "AttemptQuery",
+    "AttemptQueryBody",
     "AttemptQueryParams",
     "DequeueRequest",
     "EnqueueRequest",
@@ -72,43 +75,10 @@ RolloutOrAttempted = Union[AttemptedRollout, Rollout]  # noqa: UP007
 """A rollout with its latest attempt when it has one."""
 
 
-_MAX_PAGE = 10**12
+_MAX_PAGE = MAX_PAGE
 
 
-def _is_scalar(annotation: Any) -> bool:
-    if annotation in (str, int, float, bool, type(None)):
-        return True
-    origin = get_origin(annotation)
-    if origin is Literal:
-        return True
-    if origin in (Union, types.UnionType):
-        return all(_is_scalar(arg) for arg in get_args(annotation))
-    return False
-
-
-def _sort_fields(model: type[BaseModel]) -> Any:
-    """``Literal`` of the fields one can sort by (scalar ones), so the schema states and validates them exactly."""
-    names = tuple(name for name, info in model.model_fields.items() if _is_scalar(info.annotation))
-    return Literal[names]  # type: ignore[valid-type]
-
-
-RolloutSortField = _sort_fields(Rollout)
-AttemptSortField = _sort_fields(Attempt)
-ResourcesSortField = _sort_fields(ResourcesUpdate)
-SpanSortField = _sort_fields(Span)
-WorkerSortField = _sort_fields(Worker)
-
-
-def _json_integer(value: Any) -> Any:
-    # JSON Schema's "integer" includes 3.0 but not true; strict validation alone would get both wrong.
-    if isinstance(value, bool):
-        raise ValueError("must be an integer, not a boolean")
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+JsonInt = PageInt
 
 
 def _not_null(default: Any = None) -> Any:
@@ -162,21 +132,6 @@ class StartRolloutRequest(_Body):
     worker_id: str | None = None
 
 
-class _Page(_Body):
-    sort_order: SortOrder = "asc"
-    limit: JsonInt = Field(default=-1, ge=-1, le=_MAX_PAGE)
-    """-1: no limit; 0: count only."""
-    offset: JsonInt = Field(default=0, ge=0, le=_MAX_PAGE)
-
-
-class RolloutQuery(_Page):
-    status_in: list[RolloutStatus] | None = None
-    rollout_id_in: list[str] | None = None
-    rollout_id_contains: str | None = None
-    filter_logic: FilterLogic = "and"
-    sort_by: RolloutSortField | None = None  # type: ignore[valid-type]
-
-
 class UpdateRolloutRequest(_Body):
     """Only the fields present are written; ``input``, ``mode``, ``resources_id``, ``metadata`` may be ``null``."""
 
@@ -190,10 +145,6 @@ class UpdateRolloutRequest(_Body):
 
 class StartAttemptRequest(_Body):
     worker_id: str | None = None
-
-
-class AttemptQuery(_Page):
-    sort_by: AttemptSortField | None = "sequence_id"  # type: ignore[valid-type]
 
 
 class UpdateAttemptRequest(_Body):
@@ -211,12 +162,6 @@ class WaitRequest(_Body):
     """Seconds; the server waits at most its ``max_wait_seconds`` per request (the client loops)."""
 
 
-class ResourcesQuery(_Page):
-    resources_id: str | None = None
-    resources_id_contains: str | None = None
-    sort_by: ResourcesSortField | None = None  # type: ignore[valid-type]
-
-
 class AddSpansRequest(_Body):
     spans: list[Span]
 
@@ -229,22 +174,6 @@ class AddSpansResponse(BaseModel):
 class AddSpansInOrderResponse(AddSpansResponse):
     sequence_ids: list[int]
     """The sequence id each stored span was given, in the order of ``stored``."""
-
-
-class SpanQuery(_Page):
-    rollout_id: str
-    attempt_id: str | None = None
-    """An attempt id, ``"latest"``, or ``null`` for every attempt."""
-    trace_id: str | None = None
-    trace_id_contains: str | None = None
-    span_id: str | None = None
-    span_id_contains: str | None = None
-    parent_id: str | None = None
-    parent_id_contains: str | None = None
-    name: str | None = None
-    name_contains: str | None = None
-    filter_logic: FilterLogic = "and"
-    sort_by: SpanSortField | None = "sequence_id"  # type: ignore[valid-type]
 
 
 class NextSequenceIdRequest(_Body):
@@ -265,27 +194,24 @@ class NextSequenceIdsResponse(BaseModel):
     sequence_ids: list[int]
 
 
-class WorkerQuery(_Page):
-    status_in: list[WorkerStatus] | None = None
-    worker_id_contains: str | None = None
-    filter_logic: FilterLogic = "and"
-    sort_by: WorkerSortField | None = None  # type: ignore[valid-type]
-
-
 class UpdateWorkerRequest(_Body):
     heartbeat_stats: dict[str, Any] = _not_null()
 
 
-# Query-string variants of the search bodies for the GET routes: query values arrive as text, so these
-# convert ("10" → 10) instead of validating strictly.
+# Query-string variants of the query objects for the GET routes: query values arrive as text, so these
+# convert ("10" → 10) instead of validating strictly. Fields, filters and checks are the query objects'.
 _LAX = ConfigDict(extra="forbid", strict=False)
 
 
+def _without(model: type[StoreQuery], name: str, *fields: str, config: ConfigDict) -> type[BaseModel]:
+    """``model`` less ``fields`` (given by the path of the route instead)."""
+    kept: dict[str, Any] = {
+        n: (info.annotation, info) for n, info in model.model_fields.items() if n not in fields
+    }
+    return create_model(name, __config__=config, __module__=__name__, **kept)
+
+
 class RolloutQueryParams(RolloutQuery):
-    model_config = _LAX
-
-
-class AttemptQueryParams(AttemptQuery):
     model_config = _LAX
 
 
@@ -299,3 +225,8 @@ class SpanQueryParams(SpanQuery):
 
 class WorkerQueryParams(WorkerQuery):
     model_config = _LAX
+
+
+AttemptQueryBody = _without(AttemptQuery, "AttemptQueryBody", "rollout_id", config=AttemptQuery.model_config)
+"""Body of ``POST /rollouts/{rollout_id}/attempts/search``: an :class:`AttemptQuery` less its rollout."""
+AttemptQueryParams = _without(AttemptQuery, "AttemptQueryParams", "rollout_id", config=_LAX)

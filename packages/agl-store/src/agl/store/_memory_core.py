@@ -11,6 +11,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from operator import attrgetter
 from typing import Any
 
 from agl.types import (
@@ -20,11 +21,13 @@ from agl.types import (
     Attempt,
     AttemptedRollout,
     AttemptStatus,
+    Condition,
     NotFoundError,
     ResourcesUpdate,
     Rollout,
     RolloutStatus,
     TaskInput,
+    Where,
     Worker,
     new_attempt_id,
     new_rollout_id,
@@ -32,7 +35,7 @@ from agl.types import (
 
 from . import _rules
 from ._notify import Notifier
-from ._query import Predicate, filter_rows
+from ._query import filter_where
 from ._records import RolloutRecord, check_mode, copy_rollout, new_config, new_metadata
 from ._watchdog import ScanDebouncer
 
@@ -202,39 +205,43 @@ class MemoryCore:
         if _rules.rollout_promoted_by_span(record.rollout.status, before, attempt is record.attempts[-1]):
             self._set_rollout_status(record, "running", now)
 
-    def _select_rollouts(
-        self, statuses: set[Any] | None, ids: list[str] | None, id_contains: str | None, logic: str
-    ) -> list[RolloutRecord]:
-        """Matching rollouts in no particular order, read through the indexes where one applies."""
-        predicates: list[Predicate] = []
-        if statuses is not None:
-            predicates.append(lambda r: r.rollout.status in statuses)
-        if ids is not None:
-            id_set = set(ids)
-            predicates.append(lambda r: r.rollout.rollout_id in id_set)
-        if id_contains is not None:
-            predicates.append(lambda r: id_contains in r.rollout.rollout_id)
-        candidates: Iterable[RolloutRecord]
-        if logic == "and" or len(predicates) <= 1:
-            if ids is not None:
-                candidates = [self._rollouts[i] for i in ids if i in self._rollouts]
-            elif statuses is not None:
-                candidates = [self._rollouts[i] for i in self._ids_with_status(statuses)]
-            else:
-                candidates = self._rollouts.values()
-            return filter_rows(
-                candidates, predicates[1:] if ids is None and statuses is not None else predicates, "and"
-            )
-        if id_contains is not None:  # an "or" with a substring test has to look at every rollout
-            return filter_rows(self._rollouts.values(), predicates, "or")
-        found = {i for i in ids or () if i in self._rollouts} | self._ids_with_status(statuses or ())
-        return [self._rollouts[i] for i in found]
+    def _select_rollouts(self, where: Where) -> list[RolloutRecord]:
+        """Matching rollouts in no particular order, read through the id and status indexes where one applies."""
+        if where.logic == "and" or len(where.optional) <= 1:
+            conditions = [*where.must, *where.optional]
+            indexed = [c for c in conditions if c.op != "contains" and c.attribute in _INDEXED_ROLLOUT]
+            if not indexed:
+                return filter_where(self._rollouts.values(), where, _rollout_reader)
+            source = min(indexed, key=lambda c: _INDEXED_ROLLOUT[c.attribute])  # ids before statuses
+            rest = [c for c in conditions if c is not source]
+            return filter_where(self._lookup(source), Where(rest, [], "and"), _rollout_reader)
+        if any(c.op == "contains" or c.attribute not in _INDEXED_ROLLOUT for c in where.optional):
+            return filter_where(self._rollouts.values(), where, _rollout_reader)  # a scan
+        found: dict[str, RolloutRecord] = {}
+        for condition in where.optional:
+            found.update((r.rollout.rollout_id, r) for r in self._lookup(condition))
+        return filter_where(found.values(), Where(where.must, [], "and"), _rollout_reader)
+
+    def _lookup(self, condition: Condition) -> list[RolloutRecord]:
+        """The rollouts passing an exact or within condition on an indexed attribute."""
+        values = [condition.value] if condition.op == "exact" else condition.value
+        if condition.attribute == "rollout_id":
+            return [self._rollouts[i] for i in values if i in self._rollouts]
+        return [self._rollouts[i] for i in self._ids_with_status(values)]
 
     def _ids_with_status(self, statuses: Iterable[str]) -> set[str]:
         ids: set[str] = set()
         for status in statuses:
             ids |= self._by_status.get(status, set())
         return ids
+
+
+_INDEXED_ROLLOUT = {"rollout_id": 0, "status": 1}
+"""Rollout attributes with an index, most selective first."""
+
+
+def _rollout_reader(attribute: str) -> Callable[[RolloutRecord], Any]:
+    return attrgetter("rollout." + attribute)
 
 
 def by_creation(records: list[RolloutRecord], descending: bool, first: int | None) -> list[RolloutRecord]:

@@ -19,7 +19,6 @@ from agl.types import (
     RolloutStatus,
     Worker,
 )
-from pydantic import BaseModel
 
 __all__ = [
     "attempt_end_time",
@@ -28,7 +27,6 @@ __all__ = [
     "rollout_promoted_by_span",
     "rollout_status_after_attempt",
     "rollout_status_from_attempt",
-    "validate_page",
     "watchdog_verdict",
     "worker_after_attempt",
     "worker_after_empty_dequeue",
@@ -159,32 +157,6 @@ def worker_after_empty_dequeue(worker: Worker, now: float) -> Worker:
 
 def is_finished_rollout(status: RolloutStatus) -> bool:
     return status in FINISHED_STATUSES
-
-
-def validate_page(
-    model: type[BaseModel],
-    *,
-    sort_by: str | None,
-    sort_order: str,
-    limit: int,
-    offset: int,
-    filter_logic: str = "and",
-) -> None:
-    """Reject bad query parameters with a message that says what is allowed."""
-    if sort_by is not None and sort_by not in model.model_fields:
-        raise InvalidRequestError(
-            f"sort_by={sort_by!r} is not a field of {model.__name__}; use one of {sorted(model.model_fields)}"
-        )
-    if sort_order not in ("asc", "desc"):
-        raise InvalidRequestError(f"sort_order={sort_order!r} is invalid; use 'asc' or 'desc'")
-    if limit < -1:
-        raise InvalidRequestError(
-            f"limit={limit} is invalid; use -1 (unlimited), 0 (count only) or a positive number"
-        )
-    if offset < 0:
-        raise InvalidRequestError(f"offset={offset} is invalid; it must be >= 0")
-    if filter_logic not in ("and", "or"):
-        raise InvalidRequestError(f"filter_logic={filter_logic!r} is invalid; use 'and' or 'or'")
 
 
 def sort_key_none_last(value: Any) -> tuple[int, Any]:

@@ -9,15 +9,17 @@ stores return them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import itemgetter
+from typing import Any
 
-from agl.types import InvalidRequestError, PaginatedResult, Span
+from agl.types import InvalidRequestError, PaginatedResult, Span, Where
+from pydantic import TypeAdapter
 from pydantic_core import PydanticSerializationError
 
-from ._query import Predicate, contains, filter_rows, paginate, sort_rows
+from ._query import filter_where, paginate, sort_rows
 
-__all__ = ["StoredSpan", "decode_span", "encode_span", "query_stored_spans", "span_predicates"]
+__all__ = ["ATTEMPT_ID", "StoredSpan", "decode_span", "encode_span", "query_stored_spans"]
 
 StoredSpan = tuple[str, int, str, str, "str | None", str, "float | None", bytes]
 """(attempt_id, sequence_id, span_id, trace_id, parent_id, name, start_time, JSON of the whole span)."""
@@ -33,6 +35,7 @@ _INDEXED = {
     "start_time": START_TIME,
 }
 _serializer = Span.__pydantic_serializer__
+_SPAN_LIST: TypeAdapter[list[Span]] = TypeAdapter(list[Span])
 
 
 def encode_span(span: Span) -> StoredSpan:
@@ -59,50 +62,30 @@ def decode_span(stored: StoredSpan) -> Span:
     return Span.model_validate_json(stored[7])
 
 
-def span_predicates(
-    trace_id: str | None,
-    trace_id_contains: str | None,
-    span_id: str | None,
-    span_id_contains: str | None,
-    parent_id: str | None,
-    parent_id_contains: str | None,
-    name: str | None,
-    name_contains: str | None,
-) -> list[Predicate]:
-    predicates: list[Predicate] = []
-    for index, exact, needle in (
-        (TRACE_ID, trace_id, trace_id_contains),
-        (SPAN_ID, span_id, span_id_contains),
-        (PARENT_ID, parent_id, parent_id_contains),
-        (NAME, name, name_contains),
-    ):
-        if exact is not None:
-            predicates.append(lambda s, i=index, v=exact: s[i] == v)
-        if needle is not None:
-            predicates.append(lambda s, i=index, n=needle: contains(s[i], n))
-    return predicates
+def _span_reader(attribute: str) -> Callable[[StoredSpan], Any]:
+    index = _INDEXED.get(attribute)
+    if index is not None:
+        return itemgetter(index)
+    return lambda stored: getattr(decode_span(stored), attribute)  # not kept in the tuple: decode
+
+
+def _decode_all(rows: Sequence[StoredSpan]) -> list[Span]:
+    if len(rows) <= 1:
+        return [decode_span(s) for s in rows]
+    return _SPAN_LIST.validate_json(b"[" + b",".join(s[7] for s in rows) + b"]")  # one call: faster
 
 
 def query_stored_spans(
-    rows: Sequence[StoredSpan],
-    attempt_id: str | None,
-    predicates: list[Predicate],
-    filter_logic: str,
-    sort_by: str | None,
-    sort_order: str,
-    limit: int,
-    offset: int,
+    rows: Sequence[StoredSpan], where: Where, sort_by: str | None, sort_order: str, limit: int, offset: int
 ) -> PaginatedResult[Span]:
     """Filter, sort and paginate stored spans; only the returned page is decoded when the sort is indexed."""
-    if attempt_id is not None:
-        rows = [s for s in rows if s[ATTEMPT_ID] == attempt_id]
-    matched = filter_rows(rows, predicates, filter_logic)
+    matched = filter_where(rows, where, _span_reader)
     if sort_by is None or sort_by in _INDEXED:
         get = None if sort_by is None else itemgetter(_INDEXED[sort_by])
         ordered = sort_rows(matched, sort_by, sort_order, get)
         page = paginate(ordered, limit, offset)
         return PaginatedResult.model_construct(
-            items=[decode_span(s) for s in page.items], limit=limit, offset=offset, total=page.total
+            items=_decode_all(page.items), limit=limit, offset=offset, total=page.total
         )
-    decoded = sort_rows([decode_span(s) for s in matched], sort_by, sort_order)
+    decoded = sort_rows(_decode_all(matched), sort_by, sort_order)
     return paginate(decoded, limit, offset)

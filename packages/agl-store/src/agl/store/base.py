@@ -4,6 +4,11 @@ Every data method is a coroutine that appears atomic to concurrent callers. Unkn
 :class:`agl.types.NotFoundError` (a ``ValueError``) where the method documents it; queries on
 unknown ids return empty results. Timeouts, heartbeats, retries and worker status are decided by
 the store, identically in every backend.
+
+Queries: each ``query_*`` method keeps its keyword signature, validates its arguments once into a query
+object of :mod:`agl.types.query` (bad input raises :class:`agl.types.InvalidRequestError` in every backend)
+and hands it to the backend's one abstract ``_query_*(query)``. The arguments are read with ``locals()``,
+so the keyword list is written once here and once in the query model.
 """
 
 from __future__ import annotations
@@ -16,21 +21,27 @@ from agl.types import (
     UNSET,
     Attempt,
     AttemptedRollout,
+    AttemptQuery,
     AttemptStatus,
     EnqueueRolloutRequest,
     FilterLogic,
+    InvalidRequestError,
     NamedResources,
     PaginatedResult,
+    ResourcesQuery,
     ResourcesUpdate,
     Rollout,
     RolloutConfig,
     RolloutMode,
+    RolloutQuery,
     RolloutStatus,
     SortOrder,
     Span,
+    SpanQuery,
     TaskInput,
     Unset,
     Worker,
+    WorkerQuery,
     WorkerStatus,
 )
 from typing_extensions import TypedDict
@@ -136,7 +147,6 @@ class LightningStore(ABC):
     async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
         """Manual retry: a new attempt for ``rollout_id`` regardless of ``max_attempts``. Unknown id → NotFoundError."""
 
-    @abstractmethod
     async def query_rollouts(
         self,
         *,
@@ -151,14 +161,18 @@ class LightningStore(ABC):
     ) -> PaginatedResult[Rollout | AttemptedRollout]:
         """Rollouts matching the filters (pooled with ``filter_logic``), each with its latest attempt if any.
 
-        Without ``sort_by``, in creation order.
+        Without ``sort_by``, in creation order. Bad arguments raise :class:`~agl.types.InvalidRequestError`.
         """
+        return await self._query_rollouts(RolloutQuery.of(locals()))
+
+    @abstractmethod
+    async def _query_rollouts(self, query: RolloutQuery) -> PaginatedResult[Rollout | AttemptedRollout]:
+        """Backend of :meth:`query_rollouts`, given a validated query."""
 
     @abstractmethod
     async def get_rollout_by_id(self, rollout_id: str) -> Rollout | AttemptedRollout | None:
         """The rollout with its latest attempt attached (if any), or ``None``."""
 
-    @abstractmethod
     async def query_attempts(
         self,
         rollout_id: str,
@@ -169,6 +183,11 @@ class LightningStore(ABC):
         offset: int = 0,
     ) -> PaginatedResult[Attempt]:
         """Attempts of one rollout; empty for an unknown rollout."""
+        return await self._query_attempts(AttemptQuery.of(locals()))
+
+    @abstractmethod
+    async def _query_attempts(self, query: AttemptQuery) -> PaginatedResult[Attempt]:
+        """Backend of :meth:`query_attempts`, given a validated query."""
 
     @abstractmethod
     async def get_latest_attempt(self, rollout_id: str) -> Attempt | None:
@@ -222,7 +241,6 @@ class LightningStore(ABC):
     async def get_latest_resources(self) -> ResourcesUpdate | None:
         """The snapshot most recently added or updated."""
 
-    @abstractmethod
     async def query_resources(
         self,
         *,
@@ -232,7 +250,13 @@ class LightningStore(ABC):
         sort_order: SortOrder = "asc",
         limit: int = -1,
         offset: int = 0,
-    ) -> PaginatedResult[ResourcesUpdate]: ...
+    ) -> PaginatedResult[ResourcesUpdate]:
+        """Snapshots matching both filters (they always hold together)."""
+        return await self._query_resources(ResourcesQuery.of(locals()))
+
+    @abstractmethod
+    async def _query_resources(self, query: ResourcesQuery) -> PaginatedResult[ResourcesUpdate]:
+        """Backend of :meth:`query_resources`, given a validated query."""
 
     # -- spans --------------------------------------------------------------------------------
 
@@ -282,7 +306,6 @@ class LightningStore(ABC):
     async def get_many_span_sequence_ids(self, rollout_attempt_ids: Sequence[tuple[str, str]]) -> list[int]:
         """One sequence id per (rollout, attempt) pair, consecutive per rollout in request order."""
 
-    @abstractmethod
     async def query_spans(
         self,
         rollout_id: str,
@@ -303,10 +326,38 @@ class LightningStore(ABC):
         sort_order: SortOrder = "asc",
     ) -> PaginatedResult[Span]:
         """Spans of one rollout (one attempt, ``"latest"``, or all); optional filters pooled with ``filter_logic``."""
+        return await self._query_spans(SpanQuery.of(locals()))
+
+    async def query_spans_many(
+        self, rollout_ids: Sequence[str], attempt_id: str | Literal["latest"] | None = "latest"
+    ) -> dict[str, list[Span]]:
+        """The spans of several rollouts in one query (one HTTP request): rollout id → its spans.
+
+        Every requested id is a key (in request order; an unknown rollout or one without spans maps to
+        ``[]``). ``attempt_id="latest"`` takes each rollout's latest attempt, ``None`` every attempt.
+        Each list is in ``sequence_id`` order, as :meth:`query_spans` returns it.
+        """
+        if isinstance(rollout_ids, str):
+            raise InvalidRequestError(
+                f"rollout_ids must be a list of rollout ids, not one string ({rollout_ids!r}); "
+                "use query_spans for a single rollout"
+            )
+        # validated even when there is nothing to query (a placeholder id stands in for none)
+        query = SpanQuery.of({"rollout_id": list(rollout_ids) or ["-"], "attempt_id": attempt_id})
+        if not rollout_ids:
+            return {}
+        grouped: dict[str, list[Span]] = {rollout_id: [] for rollout_id in query.rollout_ids}
+        for span in await self._query_spans(query):
+            grouped[span.rollout_id].append(span)
+        return grouped
+
+    @abstractmethod
+    async def _query_spans(self, query: SpanQuery) -> PaginatedResult[Span]:
+        """Backend of :meth:`query_spans` and :meth:`query_spans_many`, given a validated query
+        (``query.rollout_id`` is one id or a list of them)."""
 
     # -- workers ------------------------------------------------------------------------------
 
-    @abstractmethod
     async def query_workers(
         self,
         *,
@@ -317,7 +368,13 @@ class LightningStore(ABC):
         sort_order: SortOrder = "asc",
         limit: int = -1,
         offset: int = 0,
-    ) -> PaginatedResult[Worker]: ...
+    ) -> PaginatedResult[Worker]:
+        """Workers matching the filters (pooled with ``filter_logic``)."""
+        return await self._query_workers(WorkerQuery.of(locals()))
+
+    @abstractmethod
+    async def _query_workers(self, query: WorkerQuery) -> PaginatedResult[Worker]:
+        """Backend of :meth:`query_workers`, given a validated query."""
 
     @abstractmethod
     async def get_worker_by_id(self, worker_id: str) -> Worker | None: ...

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
@@ -22,22 +22,25 @@ from agl.types import (
     UNSET,
     Attempt,
     AttemptedRollout,
+    AttemptQuery,
     AttemptStatus,
     EnqueueRolloutRequest,
-    FilterLogic,
     NamedResources,
     PaginatedResult,
+    ResourcesQuery,
     ResourcesUpdate,
     Rollout,
     RolloutConfig,
     RolloutMode,
+    RolloutQuery,
     RolloutStatus,
-    SortOrder,
     Span,
+    SpanQuery,
+    StoreQuery,
     TaskInput,
     Unset,
     Worker,
-    WorkerStatus,
+    WorkerQuery,
 )
 from pydantic import Discriminator, Tag, TypeAdapter
 
@@ -109,8 +112,10 @@ def _q(value: str) -> str:
     return quote(value, safe="")
 
 
-def _drop_none(values: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if v is not None}
+def _body(query: StoreQuery, exclude: set[str] | None = None) -> dict[str, Any]:
+    """A query as the body of its ``/search`` route: the fields that differ from their defaults (an explicit
+    ``null``, e.g. an unsorted span query, is sent)."""
+    return query.model_dump(exclude_defaults=True, exclude=exclude)
 
 
 class LightningStoreClient(HttpTransport, LightningStore):
@@ -225,50 +230,18 @@ class LightningStoreClient(HttpTransport, LightningStore):
             {"worker_id": worker_id},
         )
 
-    async def query_rollouts(
-        self,
-        *,
-        status_in: Sequence[RolloutStatus] | None = None,
-        rollout_id_in: Sequence[str] | None = None,
-        rollout_id_contains: str | None = None,
-        filter_logic: FilterLogic = "and",
-        sort_by: str | None = None,
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[Rollout | AttemptedRollout]:
-        body = _drop_none(
-            {
-                "status_in": list(status_in) if status_in is not None else None,
-                "rollout_id_in": list(rollout_id_in) if rollout_id_in is not None else None,
-                "rollout_id_contains": rollout_id_contains,
-                "filter_logic": filter_logic,
-                "sort_by": sort_by,
-                "sort_order": sort_order,
-                "limit": limit,
-                "offset": offset,
-            }
-        )
-        return await self._call("query_rollouts", "POST", "/rollouts/search", _ROLLOUT_PAGE, body)
+    async def _query_rollouts(self, query: RolloutQuery) -> PaginatedResult[Rollout | AttemptedRollout]:
+        return await self._call("query_rollouts", "POST", "/rollouts/search", _ROLLOUT_PAGE, _body(query))
 
     async def get_rollout_by_id(self, rollout_id: str) -> Rollout | AttemptedRollout | None:
         return await self._call(
             "get_rollout_by_id", "GET", f"/rollouts/{_q(rollout_id)}", _ANY_ROLLOUT_OR_NONE
         )
 
-    async def query_attempts(
-        self,
-        rollout_id: str,
-        *,
-        sort_by: str | None = "sequence_id",
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[Attempt]:
-        body = {"sort_by": sort_by, "sort_order": sort_order, "limit": limit, "offset": offset}
-        return await self._call(
-            "query_attempts", "POST", f"/rollouts/{_q(rollout_id)}/attempts/search", _ATTEMPT_PAGE, body
-        )
+    async def _query_attempts(self, query: AttemptQuery) -> PaginatedResult[Attempt]:
+        path = f"/rollouts/{_q(query.rollout_id)}/attempts/search"
+        body = _body(query, exclude={"rollout_id"})  # in the path
+        return await self._call("query_attempts", "POST", path, _ATTEMPT_PAGE, body)
 
     async def get_latest_attempt(self, rollout_id: str) -> Attempt | None:
         return await self._call(
@@ -354,27 +327,8 @@ class LightningStoreClient(HttpTransport, LightningStore):
     async def get_latest_resources(self) -> ResourcesUpdate | None:
         return await self._call("get_latest_resources", "GET", "/resources/latest", _RESOURCES_OR_NONE)
 
-    async def query_resources(
-        self,
-        *,
-        resources_id: str | None = None,
-        resources_id_contains: str | None = None,
-        sort_by: str | None = None,
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[ResourcesUpdate]:
-        body = _drop_none(
-            {
-                "resources_id": resources_id,
-                "resources_id_contains": resources_id_contains,
-                "sort_by": sort_by,
-                "sort_order": sort_order,
-                "limit": limit,
-                "offset": offset,
-            }
-        )
-        return await self._call("query_resources", "POST", "/resources/search", _RESOURCES_PAGE, body)
+    async def _query_resources(self, query: ResourcesQuery) -> PaginatedResult[ResourcesUpdate]:
+        return await self._call("query_resources", "POST", "/resources/search", _RESOURCES_PAGE, _body(query))
 
     async def add_span(self, span: Span) -> Span | None:
         payload, _ = await self._request("add_span", "POST", "/spans", span)
@@ -414,69 +368,11 @@ class LightningStoreClient(HttpTransport, LightningStore):
         answer = await self._call("get_many_span_sequence_ids", "POST", "/spans/next/batch", _ANY, body)
         return [int(v) for v in answer["sequence_ids"]]
 
-    async def query_spans(
-        self,
-        rollout_id: str,
-        attempt_id: str | Literal["latest"] | None = None,
-        *,
-        trace_id: str | None = None,
-        trace_id_contains: str | None = None,
-        span_id: str | None = None,
-        span_id_contains: str | None = None,
-        parent_id: str | None = None,
-        parent_id_contains: str | None = None,
-        name: str | None = None,
-        name_contains: str | None = None,
-        filter_logic: FilterLogic = "and",
-        limit: int = -1,
-        offset: int = 0,
-        sort_by: str | None = "sequence_id",
-        sort_order: SortOrder = "asc",
-    ) -> PaginatedResult[Span]:
-        body = _drop_none(
-            {
-                "rollout_id": rollout_id,
-                "attempt_id": attempt_id,
-                "trace_id": trace_id,
-                "trace_id_contains": trace_id_contains,
-                "span_id": span_id,
-                "span_id_contains": span_id_contains,
-                "parent_id": parent_id,
-                "parent_id_contains": parent_id_contains,
-                "name": name,
-                "name_contains": name_contains,
-                "filter_logic": filter_logic,
-                "limit": limit,
-                "offset": offset,
-                "sort_order": sort_order,
-            }
-        )
-        body["sort_by"] = sort_by  # None (no sort) is meaningful here
-        return await self._call("query_spans", "POST", "/spans/search", _SPAN_PAGE, body)
+    async def _query_spans(self, query: SpanQuery) -> PaginatedResult[Span]:
+        return await self._call("query_spans", "POST", "/spans/search", _SPAN_PAGE, _body(query))
 
-    async def query_workers(
-        self,
-        *,
-        status_in: Sequence[WorkerStatus] | None = None,
-        worker_id_contains: str | None = None,
-        filter_logic: FilterLogic = "and",
-        sort_by: str | None = None,
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[Worker]:
-        body = _drop_none(
-            {
-                "status_in": list(status_in) if status_in is not None else None,
-                "worker_id_contains": worker_id_contains,
-                "filter_logic": filter_logic,
-                "sort_by": sort_by,
-                "sort_order": sort_order,
-                "limit": limit,
-                "offset": offset,
-            }
-        )
-        return await self._call("query_workers", "POST", "/workers/search", _WORKER_PAGE, body)
+    async def _query_workers(self, query: WorkerQuery) -> PaginatedResult[Worker]:
+        return await self._call("query_workers", "POST", "/workers/search", _WORKER_PAGE, _body(query))
 
     async def get_worker_by_id(self, worker_id: str) -> Worker | None:
         return await self._call("get_worker_by_id", "GET", f"/workers/{_q(worker_id)}", _WORKER_OR_NONE)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any, Literal
 
 from agl.types import (
@@ -24,31 +25,32 @@ from agl.types import (
     UNSET,
     Attempt,
     AttemptedRollout,
+    AttemptQuery,
     AttemptStatus,
     EnqueueRolloutRequest,
-    FilterLogic,
     InvalidRequestError,
     NamedResources,
     NotFoundError,
     PaginatedResult,
+    ResourcesQuery,
     ResourcesUpdate,
     Rollout,
     RolloutConfig,
     RolloutMode,
+    RolloutQuery,
     RolloutStatus,
-    SortOrder,
     Span,
+    SpanQuery,
     TaskInput,
     Unset,
     Worker,
-    WorkerStatus,
+    WorkerQuery,
     new_resources_id,
 )
 
-from . import _rules
 from ._memory_core import MemoryCore, by_creation
 from ._notify import Notifier, Waiter
-from ._query import Predicate, filter_rows, paginate, sort_rows
+from ._query import filter_where, paginate, select_by_key, sort_rows, without
 from ._records import (
     RolloutRecord,
     check_metadata,
@@ -59,7 +61,7 @@ from ._records import (
     new_config,
     resources_update,
 )
-from ._spans import encode_span, query_stored_spans, span_predicates
+from ._spans import ATTEMPT_ID, StoredSpan, encode_span, query_stored_spans
 from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
 
 __all__ = ["InMemoryLightningStore"]
@@ -218,40 +220,21 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
                 self._sync_worker(attempt, now)
             return copy_rollout(record)  # type: ignore[return-value]
 
-    async def query_rollouts(
-        self,
-        *,
-        status_in: Sequence[RolloutStatus] | None = None,
-        rollout_id_in: Sequence[str] | None = None,
-        rollout_id_contains: str | None = None,
-        filter_logic: FilterLogic = "and",
-        sort_by: str | None = None,
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[Rollout | AttemptedRollout]:
-        _rules.validate_page(
-            Rollout,
-            sort_by=sort_by,
-            sort_order=sort_order,
-            limit=limit,
-            offset=offset,
-            filter_logic=filter_logic,
-        )
-        statuses: set[Any] | None = None if status_in is None else set(status_in)
-        ids = None if rollout_id_in is None else list(dict.fromkeys(rollout_id_in))
+    async def _query_rollouts(self, query: RolloutQuery) -> PaginatedResult[Rollout | AttemptedRollout]:
+        where, limit, offset, sort_by = query.where(), query.limit, query.offset, query.sort_by
         with self._lock:
             now = self._clock()
             self._watch(now)
-            matched = self._select_rollouts(statuses, ids, rollout_id_contains, filter_logic)
+            matched = self._select_rollouts(where)
             total = len(matched)
+            descending = query.sort_order == "desc"
             if sort_by is None:
-                picked = by_creation(matched, sort_order == "desc", None if limit < 0 else offset + limit)
+                picked = by_creation(matched, descending, None if limit < 0 else offset + limit)
             else:  # creation order first, so that ties keep it
                 ordered = by_creation(matched, False, None)
                 picked = [
                     self._rollouts[r.rollout_id]
-                    for r in sort_rows([r.rollout for r in ordered], sort_by, sort_order)
+                    for r in sort_rows([r.rollout for r in ordered], sort_by, query.sort_order)
                 ]
             picked = picked[offset:] if limit < 0 else picked[offset : offset + limit]
             items = [copy_rollout(r) for r in picked]
@@ -263,21 +246,13 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
             record = self._rollouts.get(rollout_id)
             return None if record is None else copy_rollout(record)
 
-    async def query_attempts(
-        self,
-        rollout_id: str,
-        *,
-        sort_by: str | None = "sequence_id",
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[Attempt]:
-        _rules.validate_page(Attempt, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset)
+    async def _query_attempts(self, query: AttemptQuery) -> PaginatedResult[Attempt]:
+        where = without(query.where(), "rollout_id")
         with self._lock:
             self._watch(self._clock())
-            record = self._rollouts.get(rollout_id)
-            rows = [] if record is None else sort_rows(list(record.attempts), sort_by, sort_order)
-            page = paginate(rows, limit, offset)
+            record = self._rollouts.get(query.rollout_id)
+            rows = [] if record is None else filter_where(record.attempts, where, attrgetter)
+            page = paginate(sort_rows(rows, query.sort_by, query.sort_order), query.limit, query.offset)
             page.items = [copy_attempt(a) for a in page.items]
             return page
 
@@ -419,29 +394,10 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
                 return None
             return self._resources[self._latest_resources_id].model_copy()
 
-    async def query_resources(
-        self,
-        *,
-        resources_id: str | None = None,
-        resources_id_contains: str | None = None,
-        sort_by: str | None = None,
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[ResourcesUpdate]:
-        _rules.validate_page(
-            ResourcesUpdate, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset
-        )
+    async def _query_resources(self, query: ResourcesQuery) -> PaginatedResult[ResourcesUpdate]:
         with self._lock:
-            if resources_id is not None:
-                found = self._resources.get(resources_id)
-                rows = [] if found is None else [found]
-            else:
-                rows = list(self._resources.values())
-            if resources_id_contains is not None:
-                needle = resources_id_contains
-                rows = [r for r in rows if needle in r.resources_id]
-            page = paginate(sort_rows(rows, sort_by, sort_order), limit, offset)
+            rows = select_by_key(self._resources, "resources_id", query.where(), attrgetter)
+            page = paginate(sort_rows(rows, query.sort_by, query.sort_order), query.limit, query.offset)
             page.items = [r.model_copy() for r in page.items]
             return page
 
@@ -503,86 +459,37 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
                 values.append(value)
             return values
 
-    async def query_spans(
-        self,
-        rollout_id: str,
-        attempt_id: str | Literal["latest"] | None = None,
-        *,
-        trace_id: str | None = None,
-        trace_id_contains: str | None = None,
-        span_id: str | None = None,
-        span_id_contains: str | None = None,
-        parent_id: str | None = None,
-        parent_id_contains: str | None = None,
-        name: str | None = None,
-        name_contains: str | None = None,
-        filter_logic: FilterLogic = "and",
-        limit: int = -1,
-        offset: int = 0,
-        sort_by: str | None = "sequence_id",
-        sort_order: SortOrder = "asc",
-    ) -> PaginatedResult[Span]:
-        _rules.validate_page(
-            Span,
-            sort_by=sort_by,
-            sort_order=sort_order,
-            limit=limit,
-            offset=offset,
-            filter_logic=filter_logic,
-        )
-        predicates = span_predicates(
-            trace_id,
-            trace_id_contains,
-            span_id,
-            span_id_contains,
-            parent_id,
-            parent_id_contains,
-            name,
-            name_contains,
-        )
+    async def _query_spans(self, query: SpanQuery) -> PaginatedResult[Span]:
+        where = without(query.where(), "rollout_id")
+        attempt_id = query.attempt_id
+        ids = query.rollout_ids
+        if len(ids) > 1:
+            ids = sorted(ids)  # spans of several rollouts: ties in rollout id order (as the SQL store)
+        rows: list[StoredSpan] = []
         with self._lock:
             self._watch(self._clock())
-            record = self._rollouts.get(rollout_id)
-            if record is None or (attempt_id == "latest" and not record.attempts):
-                rows = []
-                wanted = None
-            else:
-                rows = list(record.spans)
-                wanted = record.attempts[-1].attempt_id if attempt_id == "latest" else attempt_id
-        return query_stored_spans(rows, wanted, predicates, filter_logic, sort_by, sort_order, limit, offset)
+            for rollout_id in ids:
+                record = self._rollouts.get(rollout_id)
+                if record is None:
+                    continue
+                wanted = attempt_id
+                if wanted == "latest":
+                    if not record.attempts:
+                        continue
+                    wanted = record.attempts[-1].attempt_id
+                if wanted is None:
+                    rows.extend(record.spans)
+                else:
+                    rows.extend(s for s in record.spans if s[ATTEMPT_ID] == wanted)
+        return query_stored_spans(rows, where, query.sort_by, query.sort_order, query.limit, query.offset)
 
     # -- workers --------------------------------------------------------------------------------
 
-    async def query_workers(
-        self,
-        *,
-        status_in: Sequence[WorkerStatus] | None = None,
-        worker_id_contains: str | None = None,
-        filter_logic: FilterLogic = "and",
-        sort_by: str | None = None,
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[Worker]:
-        _rules.validate_page(
-            Worker,
-            sort_by=sort_by,
-            sort_order=sort_order,
-            limit=limit,
-            offset=offset,
-            filter_logic=filter_logic,
-        )
-        predicates: list[Predicate] = []
-        if status_in is not None:
-            statuses = set(status_in)
-            predicates.append(lambda w: w.status in statuses)
-        if worker_id_contains is not None:
-            needle = worker_id_contains
-            predicates.append(lambda w: needle in w.worker_id)
+    async def _query_workers(self, query: WorkerQuery) -> PaginatedResult[Worker]:
         with self._lock:
             self._watch(self._clock())
-            rows = filter_rows(self._workers.values(), predicates, filter_logic)
-        page = paginate(sort_rows(rows, sort_by, sort_order), limit, offset)
+            rows = select_by_key(self._workers, "worker_id", query.where(), attrgetter)
+        page = paginate(sort_rows(rows, query.sort_by, query.sort_order), query.limit, query.offset)
         page.items = [w.model_copy() for w in page.items]
         return page
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
-from agl.types import Dataset, EnqueueRolloutRequest, NamedResources, PromptTemplate, Rollout
+from agl.types import Dataset, EnqueueRolloutRequest, NamedResources, PromptTemplate, Rollout, Span
 
 from ..base import Algorithm, SupportsLLMProxy
 from ..utils import batch_iter_over_dataset, with_llm_proxy
@@ -272,10 +272,9 @@ class APO(Algorithm, Generic[T_task]):
             finished.update((r.rollout_id, r) for r in page)
         return [finished[rid] for rid in rollout_ids if rid in finished], pending
 
-    async def _result_of(self, rollout: Rollout) -> RolloutResultForAPO:
+    def _result_of(self, rollout: Rollout, spans: list[Span]) -> RolloutResultForAPO:
         from agl.tracer import final_reward_of
 
-        spans = (await self.get_store().query_spans(rollout.rollout_id, "latest")).items
         records = self.get_adapter().adapt(spans) if spans else []
         return RolloutResultForAPO(
             rollout_id=rollout.rollout_id,
@@ -316,7 +315,8 @@ class APO(Algorithm, Generic[T_task]):
                     await store.update_rollout(rollout_id, status="cancelled")
                 except ValueError as exc:  # finished meanwhile, or the store refused: nothing to cancel
                     logger.debug("could not cancel %s: %s", rollout_id, exc)
-        results = [await self._result_of(r) for r in finished]
+        spans = await store.query_spans_many([r.rollout_id for r in finished], "latest")
+        results = [self._result_of(r, spans[r.rollout_id]) for r in finished]
         score = sum(r.final_reward or 0.0 for r in results) / max(1, len(results))
         return score, results
 

@@ -221,11 +221,12 @@ class LocalGRPO(Algorithm):
             pending = [i for i in ids if i not in finished]
             for rollout in await store.wait_for_rollouts(rollout_ids=pending, timeout=min(remaining, 5.0)):
                 finished[rollout.rollout_id] = rollout
-        # Again with their latest attempts, where each runner recorded the final reward.
+        # Again with their latest attempts, where each runner recorded the final reward; and the spans of
+        # the whole batch in one query (one request).
         attempted = {r.rollout_id: r for r in await store.query_rollouts(rollout_id_in=ids)}
         rollouts = [attempted.get(i, finished[i]) for i in ids]
-        spans = await asyncio.gather(*(store.query_spans(i, "latest") for i in ids))
-        return rollouts, [list(page.items) for page in spans]
+        spans = await store.query_spans_many(ids, "latest")
+        return rollouts, [spans[i] for i in ids]
 
     def _adapter(self) -> Any:
         if self.has_adapter():

@@ -1,9 +1,11 @@
 """Read operations of the SQL store: filtered, sorted, paginated queries run by ``Database.read``.
 
-Semantics shared with the in-memory store (:mod:`agl.store._query`): predicates are pooled with
-``filter_logic`` and no predicate matches everything; ``contains`` is a case-sensitive substring test;
+Filters are those the query objects declare (:meth:`agl.types.StoreQuery.where`), each on the column of
+the same name. Semantics shared with the in-memory store (:mod:`agl.store._query`): predicates are pooled
+with ``filter_logic`` and no predicate matches everything; ``contains`` is a case-sensitive substring test;
 ``None`` sorts last ascending and first descending; ties and unsorted results keep creation order (the
-``seq`` column), reversed for an unsorted descending query; ``total`` counts every match.
+``seq`` column), reversed for an unsorted descending query (spans of several rollouts: by rollout id, then creation);
+``total`` counts every match.
 """
 
 from __future__ import annotations
@@ -16,11 +18,19 @@ from agl.types import (
     FINISHED_STATUSES,
     Attempt,
     AttemptedRollout,
+    AttemptQuery,
+    Condition,
     PaginatedResult,
+    ResourcesQuery,
     ResourcesUpdate,
     Rollout,
+    RolloutQuery,
     Span,
+    SpanQuery,
+    StoreQuery,
+    Where,
     Worker,
+    WorkerQuery,
 )
 
 from . import _codec, schema
@@ -34,22 +44,7 @@ RS = schema.resources
 
 T = TypeVar("T")
 
-__all__ = ["Page"]
-
-
-class Page:
-    """Filters, order and pagination of one query."""
-
-    __slots__ = ("filter_logic", "limit", "offset", "sort_by", "sort_order")
-
-    def __init__(
-        self, sort_by: str | None, sort_order: str, limit: int, offset: int, filter_logic: str = "and"
-    ):
-        self.sort_by = sort_by
-        self.sort_order = sort_order
-        self.limit = limit
-        self.offset = offset
-        self.filter_logic = filter_logic
+__all__ = ["where_clause"]
 
 
 def contains(ctx: Ctx, column: sa.ColumnElement[Any], needle: str) -> sa.ColumnElement[bool]:
@@ -62,27 +57,45 @@ def contains(ctx: Ctx, column: sa.ColumnElement[Any], needle: str) -> sa.ColumnE
 def pool(predicates: list[sa.ColumnElement[bool]], logic: str) -> sa.ColumnElement[bool] | None:
     if not predicates:
         return None
+    if len(predicates) == 1:
+        return predicates[0]
     return sa.or_(*predicates) if logic == "or" else sa.and_(*predicates)
 
 
+def _condition(ctx: Ctx, table: sa.Table, condition: Condition) -> sa.ColumnElement[bool]:
+    """One declared filter as SQL; the attribute it tests is a column of the same name."""
+    column = table.c[condition.attribute]
+    if condition.op == "exact":
+        return column == condition.value
+    if condition.op == "within":
+        return column.in_(list(condition.value))
+    return contains(ctx, column, condition.value)
+
+
+def where_clause(ctx: Ctx, table: sa.Table, where: Where) -> sa.ColumnElement[bool] | None:
+    """The must-hold conditions and the pool of the optional ones, all together."""
+    parts = [_condition(ctx, table, c) for c in where.must]
+    optional = pool([_condition(ctx, table, c) for c in where.optional], where.logic)
+    if optional is not None:
+        parts.append(optional)
+    return pool(parts, "and")
+
+
 def _order_by(
-    table: sa.Table, page: Page, sort_column: Callable[[str], sa.ColumnElement[Any]]
+    table: sa.Table, page: StoreQuery, ties: Sequence[sa.ColumnElement[Any]] = ()
 ) -> list[sa.ColumnElement[Any]]:
+    """The sort column (``None`` last ascending, first descending), then ``ties``, then creation order;
+    an unsorted descending query reverses all of it."""
     seq = table.c.seq
-    if page.sort_by is None:
-        return [seq.desc() if page.sort_order == "desc" else seq.asc()]
-    column = sort_column(page.sort_by)
+    sort_by: str | None = page.sort_by  # type: ignore[attr-defined]
+    if sort_by is None:
+        if page.sort_order == "desc":
+            return [*(t.desc() for t in ties), seq.desc()]
+        return [*(t.asc() for t in ties), seq.asc()]
+    column = table.c[sort_by]
     if page.sort_order == "desc":
-        return [column.desc().nulls_first(), seq.asc()]
-    return [column.asc().nulls_last(), seq.asc()]
-
-
-def _column_or_json(table: sa.Table, json_columns: frozenset[str]) -> Callable[[str], sa.ColumnElement[Any]]:
-    def sort_column(name: str) -> sa.ColumnElement[Any]:
-        column = table.c[name]
-        return sa.cast(column, sa.Text) if name in json_columns else column
-
-    return sort_column
+        return [column.desc().nulls_first(), *ties, seq.asc()]
+    return [column.asc().nulls_last(), *ties, seq.asc()]
 
 
 def _paginate(
@@ -90,7 +103,7 @@ def _paginate(
     query: sa.Select,
     where: sa.ColumnElement[bool] | None,
     count_from: sa.FromClause,
-    page: Page,
+    page: StoreQuery,
     order: list[sa.ColumnElement[Any]],
     convert: Callable[[Any], T],
 ) -> PaginatedResult[T]:
@@ -123,7 +136,6 @@ def _paginate(
 
 # -- rollouts and attempts -----------------------------------------------------------------------
 
-_ROLLOUT_JSON = frozenset({"input", "config", "metadata"})
 _ROLLOUT_COLUMNS = [
     R.c.rollout_id,
     R.c.input,
@@ -147,23 +159,10 @@ def _rollouts_select() -> sa.Select:
 
 
 def query_rollouts(
-    conn: sa.Connection,
-    ctx: Ctx,
-    status_in: Sequence[str] | None,
-    rollout_id_in: Sequence[str] | None,
-    rollout_id_contains: str | None,
-    page: Page,
+    conn: sa.Connection, ctx: Ctx, query: RolloutQuery
 ) -> PaginatedResult[Rollout | AttemptedRollout]:
-    predicates: list[sa.ColumnElement[bool]] = []
-    if status_in is not None:
-        predicates.append(R.c.status.in_(list(status_in)))
-    if rollout_id_in is not None:
-        predicates.append(R.c.rollout_id.in_(list(rollout_id_in)))
-    if rollout_id_contains is not None:
-        predicates.append(contains(ctx, R.c.rollout_id, rollout_id_contains))
-    where = pool(predicates, page.filter_logic)
-    order = _order_by(R, page, _column_or_json(R, _ROLLOUT_JSON))
-    return _paginate(conn, _rollouts_select(), where, R, page, order, _codec.rollout_from_row)
+    where = where_clause(ctx, R, query.where())
+    return _paginate(conn, _rollouts_select(), where, R, query, _order_by(R, query), _codec.rollout_from_row)
 
 
 def get_rollout(conn: sa.Connection, ctx: Ctx, rollout_id: str) -> Rollout | AttemptedRollout | None:
@@ -187,17 +186,10 @@ def finished_rollouts(conn: sa.Connection, ctx: Ctx, rollout_ids: Sequence[str])
     return [found[rid] for rid in unique if rid in found]
 
 
-def query_attempts(conn: sa.Connection, ctx: Ctx, rollout_id: str, page: Page) -> PaginatedResult[Attempt]:
-    order = _order_by(A, page, _column_or_json(A, frozenset({"metadata"})))
-    return _paginate(
-        conn,
-        sa.select(*_codec.attempt_columns()),
-        A.c.rollout_id == rollout_id,
-        A,
-        page,
-        order,
-        _codec.attempt_from_row,
-    )
+def query_attempts(conn: sa.Connection, ctx: Ctx, query: AttemptQuery) -> PaginatedResult[Attempt]:
+    where = where_clause(ctx, A, query.where())
+    columns = sa.select(*_codec.attempt_columns())
+    return _paginate(conn, columns, where, A, query, _order_by(A, query), _codec.attempt_from_row)
 
 
 def latest_attempt(conn: sa.Connection, ctx: Ctx, rollout_id: str) -> Attempt | None:
@@ -217,57 +209,42 @@ def latest_attempt(conn: sa.Connection, ctx: Ctx, rollout_id: str) -> Attempt | 
 
 # -- spans ---------------------------------------------------------------------------------------
 
-_SPAN_COLUMNS = frozenset(
-    {
-        "rollout_id",
-        "attempt_id",
-        "span_id",
-        "sequence_id",
-        "trace_id",
-        "parent_id",
-        "name",
-        "start_time",
-        "end_time",
-    }
-)
 
-
-def _span_sort_column(name: str) -> sa.ColumnElement[Any]:
-    if name in _SPAN_COLUMNS:
-        return S.c[name]
-    return S.c.payload[name].as_string()  # nested documents (status, attributes...): by their JSON text
-
-
-def query_spans(
-    conn: sa.Connection,
-    ctx: Ctx,
-    rollout_id: str,
-    attempt_id: str | None,
-    exact: dict[str, str | None],
-    substrings: dict[str, str | None],
-    page: Page,
-) -> PaginatedResult[Span]:
+def query_spans(conn: sa.Connection, ctx: Ctx, query: SpanQuery) -> PaginatedResult[Span]:
+    """One rollout's spans, or several rollouts' (each rollout's latest attempt through a join)."""
+    single = isinstance(query.rollout_id, str)
+    attempt_id = query.attempt_id
+    source: sa.FromClause = S
     if attempt_id == "latest":
-        latest = latest_attempt(conn, ctx, rollout_id)
-        if latest is None:
-            return PaginatedResult(items=[], limit=page.limit, offset=page.offset, total=0)
-        attempt_id = latest.attempt_id
-    must = S.c.rollout_id == rollout_id
+        if isinstance(query.rollout_id, str):
+            latest = latest_attempt(conn, ctx, query.rollout_id)
+            if latest is None:
+                return PaginatedResult(items=[], limit=query.limit, offset=query.offset, total=0)
+            attempt_id = latest.attempt_id
+        else:
+            source = S.join(R, R.c.rollout_id == S.c.rollout_id).join(
+                A,
+                sa.and_(
+                    A.c.rollout_id == S.c.rollout_id,
+                    A.c.sequence_id == R.c.num_attempts,
+                    A.c.attempt_id == S.c.attempt_id,
+                ),
+            )
+            attempt_id = None
+    where = where_clause(ctx, S, query.where())
     if attempt_id is not None:
-        must = sa.and_(must, S.c.attempt_id == attempt_id)
-    predicates: list[sa.ColumnElement[bool]] = []
-    for name, value in exact.items():
-        if value is not None:
-            predicates.append(S.c[name] == value)
-    for name, value in substrings.items():
-        if value is not None:
-            predicates.append(contains(ctx, S.c[name], value))
-    optional = pool(predicates, page.filter_logic)
-    where = must if optional is None else sa.and_(must, optional)
-    order = _order_by(S, page, _span_sort_column)
+        scope = S.c.attempt_id == attempt_id
+        where = scope if where is None else sa.and_(scope, where)
+    order = _order_by(S, query, () if single else (S.c.rollout_id,))
     payload = _codec.json_text(S.c.payload, ctx.dialect).label("payload")
     return _paginate(
-        conn, sa.select(payload), where, S, page, order, lambda row: Span.model_validate_json(row["payload"])
+        conn,
+        sa.select(payload).select_from(source),
+        where,
+        source,
+        query,
+        order,
+        lambda row: Span.model_validate_json(row["payload"]),
     )
 
 
@@ -276,17 +253,10 @@ def query_spans(
 _RESOURCES_COLUMNS = [RS.c.resources_id, RS.c.create_time, RS.c.update_time, RS.c.version, RS.c.resources]
 
 
-def query_resources(
-    conn: sa.Connection, ctx: Ctx, resources_id: str | None, resources_id_contains: str | None, page: Page
-) -> PaginatedResult[ResourcesUpdate]:
-    predicates: list[sa.ColumnElement[bool]] = []
-    if resources_id is not None:
-        predicates.append(RS.c.resources_id == resources_id)
-    if resources_id_contains is not None:
-        predicates.append(contains(ctx, RS.c.resources_id, resources_id_contains))
-    where = pool(predicates, "and")
-    order = _order_by(RS, page, _column_or_json(RS, frozenset({"resources"})))
-    return _paginate(conn, sa.select(*_RESOURCES_COLUMNS), where, RS, page, order, _codec.resources_from_row)
+def query_resources(conn: sa.Connection, ctx: Ctx, query: ResourcesQuery) -> PaginatedResult[ResourcesUpdate]:
+    where = where_clause(ctx, RS, query.where())
+    columns = sa.select(*_RESOURCES_COLUMNS)
+    return _paginate(conn, columns, where, RS, query, _order_by(RS, query), _codec.resources_from_row)
 
 
 def get_resources(conn: sa.Connection, ctx: Ctx, resources_id: str | None) -> ResourcesUpdate | None:
@@ -300,18 +270,10 @@ def get_resources(conn: sa.Connection, ctx: Ctx, resources_id: str | None) -> Re
     return _codec.resources_from_row(row) if row is not None else None
 
 
-def query_workers(
-    conn: sa.Connection, ctx: Ctx, status_in: Sequence[str] | None, worker_id_contains: str | None, page: Page
-) -> PaginatedResult[Worker]:
-    predicates: list[sa.ColumnElement[bool]] = []
-    if status_in is not None:
-        predicates.append(W.c.status.in_(list(status_in)))
-    if worker_id_contains is not None:
-        predicates.append(contains(ctx, W.c.worker_id, worker_id_contains))
-    where = pool(predicates, page.filter_logic)
-    order = _order_by(W, page, _column_or_json(W, frozenset({"heartbeat_stats"})))
-    columns = [W.c[name] for name in _codec.WORKER_FIELDS]
-    return _paginate(conn, sa.select(*columns), where, W, page, order, _codec.worker_from_row)
+def query_workers(conn: sa.Connection, ctx: Ctx, query: WorkerQuery) -> PaginatedResult[Worker]:
+    where = where_clause(ctx, W, query.where())
+    columns = sa.select(*(W.c[name] for name in _codec.WORKER_FIELDS))
+    return _paginate(conn, columns, where, W, query, _order_by(W, query), _codec.worker_from_row)
 
 
 def get_worker(conn: sa.Connection, ctx: Ctx, worker_id: str) -> Worker | None:

@@ -16,33 +16,33 @@ from agl.types import (
     UNSET,
     Attempt,
     AttemptedRollout,
+    AttemptQuery,
     AttemptStatus,
     EnqueueRolloutRequest,
-    FilterLogic,
     InvalidRequestError,
     NamedResources,
     PaginatedResult,
+    ResourcesQuery,
     ResourcesUpdate,
     Rollout,
     RolloutConfig,
     RolloutMode,
+    RolloutQuery,
     RolloutStatus,
-    SortOrder,
     Span,
+    SpanQuery,
     TaskInput,
     Unset,
     Worker,
-    WorkerStatus,
+    WorkerQuery,
 )
 from pydantic import TypeAdapter, ValidationError
 
-from .. import _rules
 from .._notify import Notifier, Waiter
 from .._watchdog import ScanDebouncer
 from ..base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
 from . import _reads, _spans, _writes
 from ._db import Database
-from ._reads import Page
 from ._steps import Ctx, Effects
 
 __all__ = ["SqlLightningStore"]
@@ -270,46 +270,17 @@ class SqlLightningStore(LightningStore):
         await self._watchdog()
         return await self._write(_writes.start_attempt, rollout_id, worker_id)
 
-    async def query_rollouts(
-        self,
-        *,
-        status_in: Sequence[RolloutStatus] | None = None,
-        rollout_id_in: Sequence[str] | None = None,
-        rollout_id_contains: str | None = None,
-        filter_logic: FilterLogic = "and",
-        sort_by: str | None = None,
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[Rollout | AttemptedRollout]:
-        _rules.validate_page(
-            Rollout,
-            sort_by=sort_by,
-            sort_order=sort_order,
-            limit=limit,
-            offset=offset,
-            filter_logic=filter_logic,
-        )
+    async def _query_rollouts(self, query: RolloutQuery) -> PaginatedResult[Rollout | AttemptedRollout]:
         await self._watchdog()
-        page = Page(sort_by, sort_order, limit, offset, filter_logic)
-        return await self._query(_reads.query_rollouts, status_in, rollout_id_in, rollout_id_contains, page)
+        return await self._query(_reads.query_rollouts, query)
 
     async def get_rollout_by_id(self, rollout_id: str) -> Rollout | AttemptedRollout | None:
         await self._watchdog()
         return await self._read(_reads.get_rollout, rollout_id)
 
-    async def query_attempts(
-        self,
-        rollout_id: str,
-        *,
-        sort_by: str | None = "sequence_id",
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[Attempt]:
-        _rules.validate_page(Attempt, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset)
+    async def _query_attempts(self, query: AttemptQuery) -> PaginatedResult[Attempt]:
         await self._watchdog()
-        return await self._query(_reads.query_attempts, rollout_id, Page(sort_by, sort_order, limit, offset))
+        return await self._query(_reads.query_attempts, query)
 
     async def get_latest_attempt(self, rollout_id: str) -> Attempt | None:
         await self._watchdog()
@@ -373,10 +344,8 @@ class SqlLightningStore(LightningStore):
         return await _poll(check, lambda found: len(found) >= known, self._finished, timeout)
 
     async def _known_rollout_count(self, ids: list[str]) -> int:
-        page = await self._read(
-            _reads.query_rollouts, None, list(dict.fromkeys(ids)), None, Page(None, "asc", 0, 0)
-        )
-        return page.total
+        query = RolloutQuery.model_construct(rollout_id_in=list(dict.fromkeys(ids)), limit=0)
+        return (await self._read(_reads.query_rollouts, query)).total
 
     # -- resources ----------------------------------------------------------------------------
 
@@ -394,21 +363,8 @@ class SqlLightningStore(LightningStore):
     async def get_latest_resources(self) -> ResourcesUpdate | None:
         return await self._read(_reads.get_resources, None)
 
-    async def query_resources(
-        self,
-        *,
-        resources_id: str | None = None,
-        resources_id_contains: str | None = None,
-        sort_by: str | None = None,
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[ResourcesUpdate]:
-        _rules.validate_page(
-            ResourcesUpdate, sort_by=sort_by, sort_order=sort_order, limit=limit, offset=offset
-        )
-        page = Page(sort_by, sort_order, limit, offset)
-        return await self._query(_reads.query_resources, resources_id, resources_id_contains, page)
+    async def _query_resources(self, query: ResourcesQuery) -> PaginatedResult[ResourcesUpdate]:
+        return await self._query(_reads.query_resources, query)
 
     # -- spans --------------------------------------------------------------------------------
 
@@ -439,68 +395,15 @@ class SqlLightningStore(LightningStore):
             return []
         return await self._db.write(_spans.allocate_sequence_ids, self._ctx, pairs)
 
-    async def query_spans(
-        self,
-        rollout_id: str,
-        attempt_id: str | Literal["latest"] | None = None,
-        *,
-        trace_id: str | None = None,
-        trace_id_contains: str | None = None,
-        span_id: str | None = None,
-        span_id_contains: str | None = None,
-        parent_id: str | None = None,
-        parent_id_contains: str | None = None,
-        name: str | None = None,
-        name_contains: str | None = None,
-        filter_logic: FilterLogic = "and",
-        limit: int = -1,
-        offset: int = 0,
-        sort_by: str | None = "sequence_id",
-        sort_order: SortOrder = "asc",
-    ) -> PaginatedResult[Span]:
-        _rules.validate_page(
-            Span,
-            sort_by=sort_by,
-            sort_order=sort_order,
-            limit=limit,
-            offset=offset,
-            filter_logic=filter_logic,
-        )
+    async def _query_spans(self, query: SpanQuery) -> PaginatedResult[Span]:
         await self._watchdog()
-        exact = {"trace_id": trace_id, "span_id": span_id, "parent_id": parent_id, "name": name}
-        substrings = {
-            "trace_id": trace_id_contains,
-            "span_id": span_id_contains,
-            "parent_id": parent_id_contains,
-            "name": name_contains,
-        }
-        page = Page(sort_by, sort_order, limit, offset, filter_logic)
-        return await self._query(_reads.query_spans, rollout_id, attempt_id, exact, substrings, page)
+        return await self._query(_reads.query_spans, query)
 
     # -- workers ------------------------------------------------------------------------------
 
-    async def query_workers(
-        self,
-        *,
-        status_in: Sequence[WorkerStatus] | None = None,
-        worker_id_contains: str | None = None,
-        filter_logic: FilterLogic = "and",
-        sort_by: str | None = None,
-        sort_order: SortOrder = "asc",
-        limit: int = -1,
-        offset: int = 0,
-    ) -> PaginatedResult[Worker]:
-        _rules.validate_page(
-            Worker,
-            sort_by=sort_by,
-            sort_order=sort_order,
-            limit=limit,
-            offset=offset,
-            filter_logic=filter_logic,
-        )
+    async def _query_workers(self, query: WorkerQuery) -> PaginatedResult[Worker]:
         await self._watchdog()
-        page = Page(sort_by, sort_order, limit, offset, filter_logic)
-        return await self._query(_reads.query_workers, status_in, worker_id_contains, page)
+        return await self._query(_reads.query_workers, query)
 
     async def get_worker_by_id(self, worker_id: str) -> Worker | None:
         return await self._read(_reads.get_worker, worker_id)
