@@ -164,6 +164,9 @@ async def test_real_answers_match_the_schema() -> None:
             batch = [make_span(rollout_id, attempt_id, i).model_dump(mode="json") for i in (2, 3)]
             await check("POST", P + "/spans/batch", body={"spans": batch}, expect=201)
             await check("POST", P + "/spans/batch", body={"spans": [{"name": "x"}]}, expect=422)
+            unnumbered = [make_span(rollout_id, attempt_id, 0).model_dump(mode="json") for _ in range(2)]
+            await check("POST", P + "/spans/in-order", body={"spans": unnumbered}, expect=201)
+            await check("POST", P + "/spans/in-order", body={"spans": [{"name": "x"}]}, expect=422)
             await check(
                 "GET", P + "/spans", f"{P}/spans?rollout_id={rollout_id}&attempt_id=latest", expect=200
             )
