@@ -100,6 +100,8 @@ class AppOptions:
     debug: bool = False
     shutdown: asyncio.Event | None = field(default=None, repr=False)
     """Set when the server stops: long polls end early with what they have."""
+    metrics_public: bool = False
+    """Serve ``/metrics`` without the bearer token."""
 
 
 def _json(value: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -152,8 +154,9 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[FastAPI, ASGIApp]:
     """The FastAPI app over ``store`` (routes, OpenAPI schema) and the ASGI app to serve.
 
-    Served stack, outermost first: CORS → bearer token → size cap → idempotent replay → fault barrier →
-    fast path for the hot routes → FastAPI.
+    Served stack, outermost first: CORS → metrics (``/metrics``, request counts) → dashboard (static
+    files) → bearer token → size cap → idempotent replay → fault barrier → fast path for the hot routes →
+    FastAPI.
     """
     app = create_app(store, options)
     asgi: ASGIApp = FastPathMiddleware(app, HotOps(store, options))
@@ -162,6 +165,17 @@ def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[FastAPI
     asgi = BodySizeLimitMiddleware(asgi, max_body_bytes=options.max_body_bytes)
     if options.token:
         asgi = BearerTokenMiddleware(asgi, token=options.token)
+    from .dashboard import DashboardMiddleware
+    from .metrics import MetricsMiddleware, StoreFigures
+
+    asgi = DashboardMiddleware(asgi)
+    asgi = MetricsMiddleware(
+        asgi,
+        namespace="agl_store",
+        token=options.token,
+        public=options.metrics_public,
+        figures=StoreFigures(store),
+    )
     origins = [o.strip() for o in options.cors_allow_origins if o and o.strip()]
     if origins:
         from starlette.middleware.cors import CORSMiddleware
