@@ -175,6 +175,7 @@ def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[FastAPI
         token=options.token,
         public=options.metrics_public,
         figures=StoreFigures(store),
+        include_default=True,
     )
     origins = [o.strip() for o in options.cors_allow_origins if o and o.strip()]
     if origins:

@@ -140,8 +140,13 @@ def http_metrics(namespace: str) -> HttpMetrics:
     return _SHARED[namespace]
 
 
-def exposition(http: HttpMetrics, extra: Iterable[Collector] = ()) -> bytes:
-    """The text exposition of ``http`` (summed over processes in multi-process mode) and ``extra``."""
+def exposition(http: HttpMetrics, extra: Iterable[Collector] = (), include_default: bool = False) -> bytes:
+    """The text exposition of ``http`` (summed over processes in multi-process mode) and ``extra``.
+
+    ``include_default`` adds ``prometheus_client``'s global registry (process figures, and the algorithm's
+    :class:`agl.algorithms.metrics.AlgorithmMetrics` when it runs in this process); in multi-process mode
+    everything written to the shared directory is included anyway.
+    """
     registry = CollectorRegistry(auto_describe=False)
     if multiprocess_enabled():
         from prometheus_client import multiprocess
@@ -150,6 +155,10 @@ def exposition(http: HttpMetrics, extra: Iterable[Collector] = ()) -> bytes:
     else:
         assert http.registry is not None
         registry.register(_Forward(http.registry))
+        if include_default:
+            from prometheus_client import REGISTRY
+
+            registry.register(_Forward(REGISTRY))
     for collector in extra:
         registry.register(collector)
     return generate_latest(registry)
@@ -182,7 +191,9 @@ class StoreFigures(Collector):
     first has its attempts listed (once, when it has finished: they cannot change after that).
     """
 
-    def __init__(self, store: LightningStore, namespace: str = "agl_store", min_interval: float = 1.0) -> None:
+    def __init__(
+        self, store: LightningStore, namespace: str = "agl_store", min_interval: float = 1.0
+    ) -> None:
         self.store = store
         self.namespace = namespace
         self.min_interval = min_interval
@@ -204,7 +215,7 @@ class StoreFigures(Collector):
     async def _read(self) -> _Snapshot:
         store = self.store
         snap = _Snapshot()
-        stats = dict(await store.statistics())
+        stats: dict[str, Any] = dict(await store.statistics())
         snap.rollouts = dict.fromkeys(_ROLLOUT_STATUSES, 0)
         snap.attempts = dict.fromkeys(_ATTEMPT_STATUSES, 0)
         offset, page_size = 0, 1000
@@ -258,7 +269,9 @@ class StoreFigures(Collector):
         for status, n in sorted(snap.attempts.items()):
             attempts.add_metric([status], n)
         yield attempts
-        workers = GaugeMetricFamily(f"{ns}_workers", "Workers known to the store by status", labels=["status"])
+        workers = GaugeMetricFamily(
+            f"{ns}_workers", "Workers known to the store by status", labels=["status"]
+        )
         for status, n in sorted(snap.workers.items()):
             workers.add_metric([status], n)
         yield workers
@@ -271,7 +284,9 @@ class StoreFigures(Collector):
         ):
             yield CounterMetricFamily(f"{ns}_{name}", doc, value=totals.get(key, 0))
         yield CounterMetricFamily(
-            f"{ns}_attempts_timed_out", "Attempts that ended in timeout", value=snap.attempts.get("timeout", 0)
+            f"{ns}_attempts_timed_out",
+            "Attempts that ended in timeout",
+            value=snap.attempts.get("timeout", 0),
         )
         yield CounterMetricFamily(
             f"{ns}_attempts_unresponsive",
@@ -279,10 +294,14 @@ class StoreFigures(Collector):
             value=snap.attempts.get("unresponsive", 0),
         )
         yield GaugeMetricFamily(
-            f"{ns}_resources_versions", "Resources versions in the store", value=totals.get("total_resources", 0)
+            f"{ns}_resources_versions",
+            "Resources versions in the store",
+            value=totals.get("total_resources", 0),
         )
         yield GaugeMetricFamily(
-            f"{ns}_metrics_read_seconds", "Time the last read of the store's figures took", value=snap.scrape_seconds
+            f"{ns}_metrics_read_seconds",
+            "Time the last read of the store's figures took",
+            value=snap.scrape_seconds,
         )
 
 
@@ -293,7 +312,8 @@ class MetricsMiddleware:
     """Counts every request by route template and status, and answers ``GET /metrics``.
 
     ``/metrics`` needs ``Authorization: Bearer <token>`` when ``token`` is set, unless ``public``.
-    ``figures`` (read at scrape time) are appended to the HTTP metrics.
+    ``figures`` (read at scrape time) and ``extra_collectors`` are appended to the HTTP metrics;
+    ``include_default`` adds ``prometheus_client``'s global registry.
     """
 
     def __init__(
@@ -305,8 +325,11 @@ class MetricsMiddleware:
         public: bool = False,
         figures: StoreFigures | None = None,
         template: Any = route_template,
+        include_default: bool = False,
     ) -> None:
         self.app = app
+        self.extra_collectors: list[Collector] = []
+        self.include_default = include_default
         self.http = http_metrics(namespace)
         self.figures = figures
         self._expected = f"Bearer {token}".encode() if token and not public else None
@@ -353,11 +376,11 @@ class MetricsMiddleware:
                 await send(start)
                 await send(body)
                 return
-        extra: list[Collector] = []
+        extra: list[Collector] = list(self.extra_collectors)
         if self.figures is not None:
             await self.figures.refresh()
             extra.append(self.figures)
-        body = exposition(self.http, extra)
+        body = exposition(self.http, extra, include_default=self.include_default)
         await send(
             {
                 "type": "http.response.start",

@@ -28,7 +28,7 @@ _CSP = b"default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 
 
 def dashboard_files() -> dict[str, bytes]:
     """Name → content of every file of the dashboard."""
-    root = resources.files(__package__).joinpath("static")
+    root = resources.files(__name__).joinpath("static")
     found: dict[str, bytes] = {}
     for entry in root.iterdir():
         suffix = "." + entry.name.rsplit(".", 1)[-1]
