@@ -185,14 +185,14 @@ class _Snapshot:
 
 
 class StoreFigures(Collector):
-    """Counts read from the store at scrape time (at most once per ``min_interval`` seconds).
+    """Counts read from the store at scrape time (figures up to ``min_interval`` seconds old are reused).
 
     Attempts are counted from every rollout's latest attempt; a rollout whose latest attempt is not its
     first has its attempts listed (once, when it has finished: they cannot change after that).
     """
 
     def __init__(
-        self, store: LightningStore, namespace: str = "agl_store", min_interval: float = 1.0
+        self, store: LightningStore, namespace: str = "agl_store", min_interval: float = 0.0
     ) -> None:
         self.store = store
         self.namespace = namespace
@@ -203,14 +203,18 @@ class StoreFigures(Collector):
         self._finished_attempts: dict[str, dict[str, int]] = {}
 
     async def refresh(self) -> None:
-        """Read the store now unless the last read is younger than ``min_interval``."""
+        """Read the store, unless a read that began after this call (or ``min_interval`` before it) is done.
+
+        Concurrent scrapes share one read; a scrape never sees figures older than its own arrival.
+        """
+        arrived = time.monotonic()
         async with self._lock:
-            if time.monotonic() - self._taken < self.min_interval:
+            if self._taken >= arrived - self.min_interval:
                 return
-            started = time.perf_counter()
+            began = time.monotonic()
             snap = await self._read()
-            snap.scrape_seconds = time.perf_counter() - started
-            self._snapshot, self._taken = snap, time.monotonic()
+            snap.scrape_seconds = time.monotonic() - began
+            self._snapshot, self._taken = snap, began
 
     async def _read(self) -> _Snapshot:
         store = self.store

@@ -1,6 +1,6 @@
 // One rollout: attempts, span timeline, span tree, LLM calls, rewards and annotations.
 import { store } from "./api.js";
-import { ANNOTATION, isLlmCall, llmCall, rewards, spanTree } from "./spans.js";
+import { ANNOTATION, LLM_CALL, isLlmCall, llmCall, rewards, spanTree } from "./spans.js";
 import { duration, finalReward, h, json, num, s, seconds, status, table, time } from "./util.js";
 
 export const MAX_SPANS = 5000;
@@ -20,7 +20,9 @@ export async function render({ path }) {
   // As agl.tracer.find_final_reward: the primary reward of the last span that carries one.
   const primaries = items.map((sp) => rewards(sp)[0]).filter(Boolean);
   const final = finalReward(rollout) ?? (primaries.length ? primaries.at(-1).value : null);
-  const llm = items.filter(isLlmCall);
+  // The proxy's records (token ids, usage) when there are any; else what the client-side tracer saw.
+  const proxied = items.filter((sp) => sp.name === LLM_CALL);
+  const llm = proxied.length ? proxied : items.filter(isLlmCall);
   const annotations = items.filter((sp) => sp.name === ANNOTATION);
   const node = h(
     "div",
