@@ -23,7 +23,7 @@ function frame(title, svg, testid) {
 }
 
 /** points: [{x, y}] sorted by x; xFormat turns an x value into tick text. */
-export function lineChart(title, points, { xFormat = fmt, yLabel = "", testid } = {}) {
+export function lineChart(title, points, { xFormat = fmt, yLabel = "", testid, xPad = 1 } = {}) {
   const svg = s("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": title });
   if (!points.length) {
     svg.append(s("text", { x: W / 2, y: H / 2, "text-anchor": "middle" }, "no data yet"));
@@ -33,7 +33,7 @@ export function lineChart(title, points, { xFormat = fmt, yLabel = "", testid } 
   const ys = points.map((p) => p.y);
   let [x0, x1] = [Math.min(...xs), Math.max(...xs)];
   let [y0, y1] = [Math.min(...ys, 0), Math.max(...ys)];
-  if (x0 === x1) [x0, x1] = [x0 - 1, x1 + 1];
+  if (x0 === x1) [x0, x1] = [x0 - xPad, x1 + xPad];
   if (y0 === y1) y1 = y0 + 1;
   const X = (x) => PAD.l + ((x - x0) / (x1 - x0)) * (W - PAD.l - PAD.r);
   const Y = (y) => H - PAD.b - ((y - y0) / (y1 - y0)) * (H - PAD.t - PAD.b);
@@ -41,7 +41,12 @@ export function lineChart(title, points, { xFormat = fmt, yLabel = "", testid } 
     svg.append(s("line", { class: "grid", x1: PAD.l, x2: W - PAD.r, y1: Y(t), y2: Y(t) }));
     svg.append(s("text", { x: PAD.l - 4, y: Y(t) + 3, "text-anchor": "end" }, fmt(t)));
   }
-  for (const t of ticks(x0, x1, 4)) svg.append(s("text", { x: X(t), y: H - PAD.b + 14, "text-anchor": "middle" }, xFormat(t)));
+  let previous = null;
+  for (const t of ticks(x0, x1, 4)) {
+    const label = xFormat(t);
+    if (label !== previous) svg.append(s("text", { x: X(t), y: H - PAD.b + 14, "text-anchor": "middle" }, label));
+    previous = label;
+  }
   svg.append(s("line", { class: "axis", x1: PAD.l, x2: PAD.l, y1: PAD.t, y2: H - PAD.b }));
   svg.append(s("line", { class: "axis", x1: PAD.l, x2: W - PAD.r, y1: H - PAD.b, y2: H - PAD.b }));
   if (yLabel) svg.append(s("text", { x: 4, y: PAD.t + 2, transform: `rotate(90 4 ${PAD.t + 2})` }, yLabel));

@@ -46,9 +46,16 @@ function detail(update) {
     "div",
     { id: "resources-detail" },
     Object.entries(update.resources).map(([name, res]) =>
-      h("div", { "data-resource-name": name }, h("div", {}, h("b", {}, name), ` · ${res.resource_type}`), res.resource_type === "prompt_template" ? h("pre", { class: "template" }, res.template) : json(res)),
+      h("div", { "data-resource-name": name }, h("div", {}, h("b", {}, name), ` · ${res.resource_type}`), res.resource_type === "prompt_template" ? h("pre", { class: "template" }, res.template) : json(masked(res))),
     ),
   );
+}
+
+/** A resource with its secrets (API keys) hidden. */
+function masked(resource) {
+  const copy = { ...resource };
+  for (const key of Object.keys(copy)) if (/api_key|token|secret|password/i.test(key) && copy[key]) copy[key] = "••••••";
+  return copy;
 }
 
 function templates(update) {

@@ -74,21 +74,23 @@ function card(label, value, testid) {
 function timeline(spans) {
   if (!spans.length) return h("p", { class: "muted" }, "No spans.");
   const W = 900;
-  const ROW = 7;
-  const LEFT = 4;
+  const labelled = spans.length <= 60;
+  const ROW = labelled ? 16 : 7;
+  const LEFT = labelled ? 220 : 4;
   const t0 = Math.min(...spans.map((sp) => sp.start_time));
   const t1 = Math.max(...spans.map((sp) => sp.end_time ?? sp.start_time));
   const span = Math.max(t1 - t0, 1e-6);
   const height = spans.length * ROW + 20;
   const svg = s("svg", { viewBox: `0 0 ${W} ${height}`, id: "timeline", role: "img", "aria-label": "span timeline" });
   spans.forEach((sp, i) => {
-    const x = LEFT + ((sp.start_time - t0) / span) * (W - 2 * LEFT);
-    const w = Math.max(1.5, (((sp.end_time ?? sp.start_time) - sp.start_time) / span) * (W - 2 * LEFT));
+    const x = LEFT + ((sp.start_time - t0) / span) * (W - LEFT - 8);
+    const w = Math.max(1.5, (((sp.end_time ?? sp.start_time) - sp.start_time) / span) * (W - LEFT - 8));
     const kind = sp.status && sp.status.status_code === "ERROR" ? "error" : isLlmCall(sp) ? "llm" : rewards(sp).length ? "reward" : "";
-    svg.append(s("rect", { class: `span-bar ${kind}`, x, y: i * ROW + 2, width: w, height: ROW - 2 }, s("title", {}, `#${sp.sequence_id} ${sp.name} ${seconds((sp.end_time ?? sp.start_time) - sp.start_time)}`)));
+    if (labelled) svg.append(s("text", { class: "span-label", x: 4, y: i * ROW + ROW - 4 }, `#${sp.sequence_id} ${sp.name.length > 34 ? sp.name.slice(0, 33) + "…" : sp.name}`));
+    svg.append(s("rect", { class: `span-bar ${kind}`, x, y: i * ROW + 2, width: w, height: ROW - 4 }, s("title", {}, `#${sp.sequence_id} ${sp.name} ${seconds((sp.end_time ?? sp.start_time) - sp.start_time)}`)));
   });
   svg.append(s("text", { x: LEFT, y: height - 4 }, "0"));
-  svg.append(s("text", { x: W - LEFT, y: height - 4, "text-anchor": "end" }, seconds(span)));
+  svg.append(s("text", { x: W - 8, y: height - 4, "text-anchor": "end" }, seconds(span)));
   return h("figure", { class: "chart timeline" }, svg);
 }
 

@@ -57,8 +57,8 @@ export async function render() {
     h(
       "div",
       { class: "grid2" },
-      lineChart("Rollouts finished per minute", throughput, { xFormat: minuteLabel, testid: "chart-throughput" }),
-      lineChart("Mean final reward per minute", rewardCurve, { xFormat: minuteLabel, testid: "chart-reward" }),
+      lineChart("Rollouts finished per minute", throughput, { xFormat: minuteLabel, testid: "chart-throughput", xPad: 60 }),
+      lineChart("Mean final reward per minute", rewardCurve, { xFormat: minuteLabel, testid: "chart-reward", xPad: 60 }),
       barChart("Mean final reward per resources version", versions.map(([label, v]) => ({ label, value: v.sum / v.n })), { testid: "chart-versions" }),
       h(
         "div",
