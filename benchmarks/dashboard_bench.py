@@ -18,6 +18,7 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +122,16 @@ def time_pages(browser: Any, endpoint: str, token: str, big_rollout: str, args: 
                 _open(page, f"{endpoint}/dashboard#/rollout/{big_rollout}", "#span-tree details", BIG_ROLLOUT_SPANS)
             )
             spans = page.locator("#span-tree details").count()
+        scrapes = []
+        for _ in range(OPENS):
+            started = time.perf_counter()
+            request = urllib.request.Request(endpoint + "/metrics", headers={"Authorization": f"Bearer {token}"})
+            with urllib.request.urlopen(request, timeout=60) as resp:
+                resp.read()
+            scrapes.append(time.perf_counter() - started)
         return {
             "rollouts_page_s": round(statistics.median(rollouts), 3),
+            "metrics_scrape_s": round(statistics.median(scrapes), 3),
             "rollout_200_spans_s": round(statistics.median(rollout), 3),
             "rollouts_rows": rows,
             "rollout_spans": spans,
@@ -154,6 +163,7 @@ def main() -> int:
                 browser.close()
     print(f"rollouts page: {figures['rollouts_page_s']:.3f} s ({figures['rollouts_rows']} rows)")
     print(f"200-span rollout: {figures['rollout_200_spans_s']:.3f} s ({figures['rollout_spans']} spans)")
+    print(f"/metrics scrape: {figures['metrics_scrape_s']:.3f} s")
     return 0
 
 

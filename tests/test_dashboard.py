@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -415,7 +416,8 @@ def test_dashboard_page_open_times_on_a_large_store(browser: Any, tmp_path: Path
     from benchmarks.dashboard_bench import fill_large_store, time_pages
 
     db = tmp_path / "large.db"
-    big_rollout = asyncio.run(fill_large_store(db))
+    with ThreadPoolExecutor(1) as pool:  # Playwright's loop runs in this thread
+        big_rollout = pool.submit(asyncio.run, fill_large_store(db)).result()
     with agl_store(db, TOKEN) as endpoint:
         figures = time_pages(browser, endpoint, TOKEN, big_rollout, CHROMIUM_ARGS)
     print(f"\ndashboard page-open times on 10,000 rollouts / 100,000 spans (SQLite): {figures}")

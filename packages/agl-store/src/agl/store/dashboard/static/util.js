@@ -1,4 +1,4 @@
-// Small DOM and formatting helpers (no innerHTML with data: every value goes in as text).
+// Small DOM and formatting helpers: every value goes into the page as text, never parsed as HTML.
 export function h(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs || {})) {
