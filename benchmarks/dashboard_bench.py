@@ -34,7 +34,9 @@ def _span(rollout_id: str, attempt_id: str, seq: int, t0: float, parent: str | N
     reward = seq % 10 == 9
     attributes: dict[str, Any] = {"step": seq, "note": "x" * 64}
     if reward:
-        attributes.update({"agentlightning.reward.0.name": "primary", "agentlightning.reward.0.value": seq / 1000})
+        attributes.update(
+            {"agentlightning.reward.0.name": "primary", "agentlightning.reward.0.value": seq / 1000}
+        )
     return Span(
         rollout_id=rollout_id,
         attempt_id=attempt_id,
@@ -80,7 +82,9 @@ async def fill_large_store(db: Path) -> str:
             count = per + (1 if k < extra else 0)
             root = new_span_id()
             for seq in range(1, count + 1):
-                spans.append(_span(rid, aid, seq, t0, None if seq == 1 else root, root if seq == 1 else new_span_id()))
+                spans.append(
+                    _span(rid, aid, seq, t0, None if seq == 1 else root, root if seq == 1 else new_span_id())
+                )
             if len(spans) >= 5000:
                 await store.add_many_spans(spans)
                 spans = []
@@ -119,13 +123,20 @@ def time_pages(browser: Any, endpoint: str, token: str, big_rollout: str, args: 
             rows = page.locator("#rollouts-table tbody tr").count()
             page.goto("about:blank")
             rollout.append(
-                _open(page, f"{endpoint}/dashboard#/rollout/{big_rollout}", "#span-tree details", BIG_ROLLOUT_SPANS)
+                _open(
+                    page,
+                    f"{endpoint}/dashboard#/rollout/{big_rollout}",
+                    "#span-tree details",
+                    BIG_ROLLOUT_SPANS,
+                )
             )
             spans = page.locator("#span-tree details").count()
         scrapes = []
         for _ in range(OPENS):
             started = time.perf_counter()
-            request = urllib.request.Request(endpoint + "/metrics", headers={"Authorization": f"Bearer {token}"})
+            request = urllib.request.Request(
+                endpoint + "/metrics", headers={"Authorization": f"Bearer {token}"}
+            )
             with urllib.request.urlopen(request, timeout=60) as resp:
                 resp.read()
             scrapes.append(time.perf_counter() - started)
@@ -142,7 +153,9 @@ def time_pages(browser: Any, endpoint: str, token: str, big_rollout: str, args: 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", type=Path, default=None, help="SQLite file to fill (default: a temporary one)")
+    parser.add_argument(
+        "--db", type=Path, default=None, help="SQLite file to fill (default: a temporary one)"
+    )
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -154,7 +167,9 @@ def main() -> int:
         db = args.db or Path(tmp) / "large.db"
         started = time.perf_counter()
         big = asyncio.run(fill_large_store(db))
-        print(f"filled {db} with {N_ROLLOUTS} rollouts and {N_SPANS} spans in {time.perf_counter() - started:.1f} s")
+        print(
+            f"filled {db} with {N_ROLLOUTS} rollouts and {N_SPANS} spans in {time.perf_counter() - started:.1f} s"
+        )
         with agl_store(db, "bench") as endpoint, sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:

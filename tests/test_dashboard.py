@@ -113,7 +113,12 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         proxy_port = free_port()
         client = LightningStoreClient(endpoint, token=TOKEN)
         proxy = LLMProxy(
-            [{"model_name": "calc-model", "litellm_params": {"model": "hosted_vllm/standin", "api_base": standin.base_url}}],
+            [
+                {
+                    "model_name": "calc-model",
+                    "litellm_params": {"model": "hosted_vllm/standin", "api_base": standin.base_url},
+                }
+            ],
             store=client,
             port=proxy_port,
             auth_token=TOKEN,
@@ -141,7 +146,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             store=client,
             llm_proxy=proxy,
             initial_resources={
-                "main_llm": ProxyLLM(endpoint=f"http://127.0.0.1:{proxy_port}/v1", model="calc-model", api_key=TOKEN),
+                "main_llm": ProxyLLM(
+                    endpoint=f"http://127.0.0.1:{proxy_port}/v1", model="calc-model", api_key=TOKEN
+                ),
                 "instructions": PromptTemplate(template=PROMPT_V1),
             },
             progress=False,
@@ -242,7 +249,10 @@ def page(browser: Any, run: Run) -> Iterator[Any]:
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" and "401" not in msg.text else None)
+    page.on(
+        "console",
+        lambda msg: errors.append(msg.text) if msg.type == "error" and "401" not in msg.text else None,
+    )
     try:
         yield page
     finally:
@@ -304,14 +314,20 @@ def test_rollouts_page_shows_the_store_rows_sorts_filters_and_refreshes_live(pag
     # Sorted the other way by the server.
     page.click("th[data-sort=rollout_id]")
     page.wait_for_function("location.hash.includes('order=desc')")
-    page.wait_for_selector(f"#rollouts-table tbody tr:first-child[data-rollout-id='{expected[-1].rollout_id}']")
+    page.wait_for_selector(
+        f"#rollouts-table tbody tr:first-child[data-rollout-id='{expected[-1].rollout_id}']"
+    )
 
     # Filtered by status on the server: nothing is queuing yet.
     page.select_option("#status-filter", "queuing")
     page.wait_for_selector("#range[data-total='0']")
 
     # Live refresh: a rollout enqueued after the page loaded shows up without a reload.
-    new_id = post(run.endpoint, "/v1/agl/queues/rollouts/enqueue", {"rollouts": [{"input": {"a": 100, "b": 1}, "mode": "val"}]})[0]["rollout_id"]
+    new_id = post(
+        run.endpoint,
+        "/v1/agl/queues/rollouts/enqueue",
+        {"rollouts": [{"input": {"a": 100, "b": 1}, "mode": "val"}]},
+    )[0]["rollout_id"]
     page.wait_for_selector(f"tr[data-rollout-id='{new_id}']", timeout=15_000)
     assert page.locator(f"tr[data-rollout-id='{new_id}'] [data-col=mode]").inner_text() == "val"
     post(run.endpoint, f"/v1/agl/rollouts/{new_id}", {"status": "cancelled"})
@@ -341,7 +357,9 @@ def test_one_rollout_page_shows_attempts_spans_llm_calls_and_rewards(page: Any, 
     assert f"Please add {a} and {b}." in first_card
     assert f'add({{"a": {a}, "b": {b}}})' in first_card
     tokens = llm[0].attributes
-    assert f"{tokens['gen_ai.usage.input_tokens']} in / {tokens['gen_ai.usage.output_tokens']} out" in first_card
+    assert (
+        f"{tokens['gen_ai.usage.input_tokens']} in / {tokens['gen_ai.usage.output_tokens']} out" in first_card
+    )
     assert f"The sum is {a + b}" in cards.nth(1).inner_text()
     # Per-turn and final rewards, and the annotation.
     reward_rows = page.locator("#rewards-table tbody tr")
@@ -408,7 +426,9 @@ def test_dashboard_needs_no_token_when_the_store_has_none(browser: Any, tmp_path
         finally:
             context.close()
         # No token: /metrics is open too.
-        assert "agl_store_rollouts" in urllib.request.urlopen(endpoint + "/metrics", timeout=10).read().decode()
+        assert (
+            "agl_store_rollouts" in urllib.request.urlopen(endpoint + "/metrics", timeout=10).read().decode()
+        )
 
 
 def test_dashboard_page_open_times_on_a_large_store(browser: Any, tmp_path: Path) -> None:

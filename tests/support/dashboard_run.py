@@ -31,7 +31,9 @@ __all__ = ["ADD_TOOL", "PROMPT_V1", "PROMPT_V2", "agl_store", "calculator_agent"
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT_V1 = "You are a calculator.\nPlease add {a} and {b}.\nUse the add tool."
-PROMPT_V2 = "You are a careful calculator.\nPlease add {a} and {b}.\nUse the add tool.\nAnswer with the sum only."
+PROMPT_V2 = (
+    "You are a careful calculator.\nPlease add {a} and {b}.\nUse the add tool.\nAnswer with the sum only."
+)
 ADD_TOOL = {
     "type": "function",
     "function": {

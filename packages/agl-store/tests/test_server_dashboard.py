@@ -32,7 +32,9 @@ def _get(url: str, method: str = "GET") -> tuple[int, bytes, Any]:
 
 
 @pytest.mark.parametrize("path", ["/", "/dashboard", "/dashboard/"])
-def test_the_page_is_served_without_the_token_and_holds_no_data(server: LightningStoreServer, path: str) -> None:
+def test_the_page_is_served_without_the_token_and_holds_no_data(
+    server: LightningStoreServer, path: str
+) -> None:
     status, body, headers = _get(server.endpoint + path)
     assert status == 200 and headers["Content-Type"].startswith("text/html")
     assert b'<script type="module" src="/dashboard/app.js">' in body
@@ -62,5 +64,7 @@ def test_every_module_import_resolves_to_a_shipped_file_and_nothing_comes_from_e
         for target in re.findall(r"""from\s+["']\./([\w.]+)["']|import\(["']\./([\w.]+)["']\)""", text):
             module = next(t for t in target if t)
             assert module in files, f"{name} imports ./{module}, which is not shipped"
-        assert "http://" not in text.replace("http://www.w3.org/2000/svg", "") and "https://" not in text, name
+        assert "http://" not in text.replace("http://www.w3.org/2000/svg", "") and "https://" not in text, (
+            name
+        )
         assert "innerHTML" not in text, f"{name}: data goes into the page as text only"

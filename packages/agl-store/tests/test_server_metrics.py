@@ -113,7 +113,9 @@ def test_a_retried_attempt_is_counted(server: LightningStoreServer) -> None:
     async def work() -> None:
         client = LightningStoreClient(server.endpoint, token="s3cret")
         try:
-            await client.enqueue_rollout(input=1, config=RolloutConfig(max_attempts=2, retry_condition=["failed"]))
+            await client.enqueue_rollout(
+                input=1, config=RolloutConfig(max_attempts=2, retry_condition=["failed"])
+            )
             first = await client.dequeue_rollout()
             assert first is not None
             await client.update_attempt(first.rollout_id, first.attempt.attempt_id, status="failed")
@@ -170,10 +172,14 @@ def test_multiprocess_mode_sums_the_request_counts_of_every_process(tmp_path: Pa
     """With PROMETHEUS_MULTIPROC_DIR, each process writes its counters there and /metrics adds them up."""
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
     env.pop("AGL_STORE_TOKEN", None)
-    first = subprocess.run([sys.executable, "-c", _CHILD, "3", "quiet"], env=env, capture_output=True, text=True, timeout=60)
+    first = subprocess.run(
+        [sys.executable, "-c", _CHILD, "3", "quiet"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert first.returncode == 0, first.stderr
     assert list(tmp_path.glob("counter_*.db")), "the first process wrote no counter file"
-    second = subprocess.run([sys.executable, "-c", _CHILD, "2", "scrape"], env=env, capture_output=True, text=True, timeout=60)
+    second = subprocess.run(
+        [sys.executable, "-c", _CHILD, "2", "scrape"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert second.returncode == 0, second.stderr
     samples = parse(second.stdout)
     assert value(samples, "agl_store_http_requests_total", route="/v1/agl/statistics", status="200") == 5
