@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -300,7 +299,7 @@ def test_rollouts_page_shows_the_store_rows_sorts_filters_and_refreshes_live(pag
     rows = page.query_selector_all("#rollouts-table tbody tr")
     expected = sorted(run.rollouts, key=lambda r: r.rollout_id)
     assert [r.get_attribute("data-rollout-id") for r in rows] == [r.rollout_id for r in expected]
-    assert page.inner_text("#range") == f"1–{N_TASKS} of {N_TASKS}"
+    assert page.inner_text("#range") == f"1\u2013{N_TASKS} of {N_TASKS}"
     first = expected[0]
     row = page.locator(f"tr[data-rollout-id='{first.rollout_id}']")
     assert row.locator("[data-col=status]").inner_text() == first.status
@@ -383,7 +382,7 @@ def test_resources_page_shows_every_version_and_a_template_diff(page: Any, run: 
     assert "- You are a calculator." in diff and "+ You are a careful calculator." in diff
     assert "+ Answer with the sum only." in diff and "= Please add {a} and {b}." in diff
     assert "You are a careful calculator." in page.inner_text("#resources-detail")
-    page.locator(f"tr[data-resources-id='default'] a").click()
+    page.locator("tr[data-resources-id='default'] a").click()
     page.wait_for_function("document.getElementById('shown-resources').textContent === 'default'")
     assert TOKEN not in page.inner_text("#resources-detail")  # the proxy LLM's api_key is masked
     shoot(page, "resources")

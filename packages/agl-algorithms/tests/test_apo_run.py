@@ -16,13 +16,13 @@ from typing import Any
 
 import openai
 import pytest
-from prometheus_client import CollectorRegistry
 from agl.algorithms.adapter import TraceToMessages
 from agl.algorithms.apo import APO, RetryPolicy
 from agl.algorithms.metrics import AlgorithmMetrics
 from agl.runner import Trainer
 from agl.store import InMemoryLightningStore
 from agl.types import LLM, PromptTemplate
+from prometheus_client import CollectorRegistry
 
 from apps.room_selector.agent import SEED_PROMPT, make_room_selector
 from apps.room_selector.tasks import load_tasks, split_tasks

@@ -72,12 +72,14 @@ async def test_calls_tokens_and_latency_per_model(
 async def test_metrics_public_opens_only_metrics(
     store: InMemoryLightningStore, standin: StandinServer
 ) -> None:
-    async with running_proxy(store, standin, auth_token="tok", metrics_public=True) as proxy:
-        async with httpx.AsyncClient() as http:
-            resp = await http.get(proxy.endpoint + "/metrics")
-            assert resp.status_code == 200 and "agl_proxy_http_requests_total" in resp.text
-            chat = await http.post(
-                proxy.endpoint + "/v1/chat/completions",
-                json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
-            )
-            assert chat.status_code == 401
+    async with (
+        running_proxy(store, standin, auth_token="tok", metrics_public=True) as proxy,
+        httpx.AsyncClient() as http,
+    ):
+        resp = await http.get(proxy.endpoint + "/metrics")
+        assert resp.status_code == 200 and "agl_proxy_http_requests_total" in resp.text
+        chat = await http.post(
+            proxy.endpoint + "/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+        )
+        assert chat.status_code == 401

@@ -10,8 +10,8 @@ import textwrap
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agl.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer
