@@ -123,9 +123,21 @@ class HttpMetrics:
         )
         return cls(registry, requests, latency)
 
+    def __post_init__(self) -> None:
+        # Label lookups cost more than the increments: keep the children (label values are bounded).
+        self._counters: dict[tuple[str, str, int], Any] = {}
+        self._histograms: dict[tuple[str, str], Any] = {}
+
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        self.requests.labels(method, route, str(status)).inc()
-        self.latency.labels(method, route).observe(seconds)
+        key = (method, route, status)
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = self.requests.labels(method, route, str(status))
+        counter.inc()
+        histogram = self._histograms.get(key[:2])
+        if histogram is None:
+            histogram = self._histograms[key[:2]] = self.latency.labels(method, route)
+        histogram.observe(seconds)
 
 
 _SHARED: dict[str, HttpMetrics] = {}
