@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +40,8 @@ DOCS = ROOT / "packages" / "agl-store" / "docs"
 TOKEN = "dash-secret-token"
 N_TASKS = 12
 CHROMIUM = "/usr/bin/chromium"
+EXPECTED_STATUS = re.compile(r"status of (401|422)")
+"""Console errors the tests provoke on purpose (a wrong token, a bad sort field)."""
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -247,16 +251,26 @@ def page(browser: Any, run: Run) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1280, "height": 900}, bypass_csp=True)
     page = context.new_page()
     errors: list[str] = []
+    requests: list[tuple[str, str]] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.on(
         "console",
-        lambda msg: errors.append(msg.text) if msg.type == "error" and "401" not in msg.text else None,
+        lambda msg: (
+            errors.append(msg.text) if msg.type == "error" and not EXPECTED_STATUS.search(msg.text) else None
+        ),
     )
+    page.on("request", lambda req: requests.append((req.method, req.url)))
     try:
         yield page
     finally:
         context.close()
     assert not errors, errors
+    # Nothing but the page's own files and the store's public GET routes (no second query path, no CDN).
+    for method, url in requests:
+        path = urllib.parse.urlsplit(url).path
+        assert url.startswith(run.endpoint), url
+        assert method == "GET", url
+        assert path in ("/", "/dashboard") or path.startswith(("/dashboard/", "/v1/agl/")), url
 
 
 def login(page: Any, endpoint: str, hash: str = "#/rollouts") -> None:
@@ -333,6 +347,19 @@ def test_rollouts_page_shows_the_store_rows_sorts_filters_and_refreshes_live(pag
     page.wait_for_selector(f"tr[data-rollout-id='{new_id}']", state="detached", timeout=15_000)
 
 
+def test_a_bad_query_is_refused_by_the_server_s_own_validation(page: Any, run: Run) -> None:
+    login(page, run.endpoint, "#/rollouts?sort=no_such_field")
+    page.wait_for_selector("#view-error")
+    message = page.inner_text("#view-error")
+    assert message.startswith("422") and "sort_by" in message
+    direct = urllib.request.Request(
+        run.endpoint + "/v1/agl/rollouts?sort_by=no_such_field", headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(direct, timeout=10)
+    assert err.value.code == 422 and json.loads(err.value.read())["detail"] in message
+
+
 def test_one_rollout_page_shows_attempts_spans_llm_calls_and_rewards(page: Any, run: Run) -> None:
     target = sorted(run.rollouts, key=lambda r: r.rollout_id)[3]
     spans = run.spans[target.rollout_id]
@@ -378,6 +405,9 @@ def test_resources_page_shows_every_version_and_a_template_diff(page: Any, run: 
     page.wait_for_selector("#resources-table")
     ids = [r.get_attribute("data-resources-id") for r in page.query_selector_all("#resources-table tbody tr")]
     assert sorted(ids) == sorted(run.resources_ids) and len(ids) == 2
+    for item in api(run.endpoint, "/v1/agl/resources")["items"]:
+        shown = page.inner_text(f"tr[data-resources-id='{item['resources_id']}'] [data-col=version]")
+        assert shown == str(item["version"])
     diff = page.inner_text("#template-diff")
     assert "- You are a calculator." in diff and "+ You are a careful calculator." in diff
     assert "+ Answer with the sum only." in diff and "= Please add {a} and {b}." in diff

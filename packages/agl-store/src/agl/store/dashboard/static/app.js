@@ -48,7 +48,11 @@ async function show({ quiet = false } = {}) {
     $("logout").hidden = !getToken();
   } catch (err) {
     if (err instanceof AuthError) showLogin(getToken() ? "The saved token was refused; enter it again." : "");
-    else view.replaceChildren(h("p", { class: "error", id: "view-error" }, String(err.message || err)));
+    else {
+      view.replaceChildren(h("p", { class: "error", id: "view-error" }, String(err.message || err)));
+      view.hidden = false;
+      $("login").hidden = true;
+    }
   } finally {
     rendering = false;
   }
@@ -58,6 +62,8 @@ function schedule() {
   clearInterval(timer);
   timer = setInterval(() => {
     if (!$("live").checked || !$("login").hidden || document.hidden) return;
+    const focused = document.activeElement;
+    if (focused && $("view").contains(focused) && focused.tagName === "INPUT" && focused.type !== "checkbox") return; // typing
     const node = $("view").firstElementChild;
     if ($("view").dataset.view === "rollout" && node && node.refreshable === false) return; // a finished rollout does not change
     show({ quiet: true });
