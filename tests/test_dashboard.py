@@ -391,7 +391,8 @@ def test_one_rollout_page_shows_attempts_spans_llm_calls_and_rewards(page: Any, 
     reward_rows = page.locator("#rewards-table tbody tr")
     assert reward_rows.count() == 2
     assert "0.5" in reward_rows.nth(0).inner_text() and "1" in reward_rows.nth(1).inner_text()
-    assert f"{a}+{b}" in page.inner_text("#view")
+    assert page.locator("#annotations > div").count() == 1  # the reward spans are listed as rewards
+    assert f"{a}+{b}" in page.inner_text("#annotations")
     shoot(page, "rollout", full_page=True)
     # A span's attributes open on demand.
     page.locator("#span-tree summary").first.click()

@@ -23,7 +23,8 @@ export async function render({ path }) {
   // The proxy's records (token ids, usage) when there are any; else what the client-side tracer saw.
   const proxied = items.filter((sp) => sp.name === LLM_CALL);
   const llm = proxied.length ? proxied : items.filter(isLlmCall);
-  const annotations = items.filter((sp) => sp.name === ANNOTATION);
+  // emit_reward writes annotation spans too: those are listed under rewards.
+  const annotations = items.filter((sp) => sp.name === ANNOTATION && !rewards(sp).length);
   const node = h(
     "div",
     { "data-finished": FINISHED.has(rollout.status) ? "true" : "false" },
@@ -61,7 +62,7 @@ export async function render({ path }) {
       ? table(["seq", "span", "dimension", "value"].map((c) => h("th", {}, c)), rewardRows.map((r) => h("tr", {}, h("td", { class: "num" }, r.span.sequence_id), h("td", {}, r.span.name), h("td", {}, r.name), h("td", { class: "num" }, num(r.value)))), { id: "rewards-table" })
       : h("p", { class: "muted" }, "No rewards."),
     h("h3", {}, `Annotations (${annotations.length})`),
-    annotations.length ? annotations.map((sp) => h("div", {}, h("div", { class: "muted" }, `#${sp.sequence_id} ${time(sp.start_time)}`), json(sp.attributes))) : h("p", { class: "muted" }, "No annotations."),
+    annotations.length ? h("div", { id: "annotations" }, annotations.map((sp) => h("div", { "data-span-id": sp.span_id }, h("div", { class: "muted" }, `#${sp.sequence_id} ${time(sp.start_time)}`), json(sp.attributes)))) : h("p", { class: "muted" }, "No annotations."),
   );
   node.refreshable = !FINISHED.has(rollout.status);
   return node;
