@@ -17,7 +17,6 @@ of the run, ``metrics.jsonl``, ``reward_curve.png`` and the final checkpoint.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -120,12 +119,13 @@ def main(argv: list[str] | None = None) -> int:
 
     hf_logging.disable_progress_bar()  # our bar is the one that matters
 
-    metrics_file = (out_dir / "metrics.jsonl").open("w")
+    from agl.algorithms.metrics import AlgorithmMetrics
+
+    (out_dir / "metrics.jsonl").unlink(missing_ok=True)
+    metrics = AlgorithmMetrics("local_grpo", out_dir / "metrics.jsonl")
     bar = tqdm(total=args.steps, desc="GRPO", unit="step", dynamic_ncols=True)
 
     def on_step(m: dict[str, Any]) -> None:
-        metrics_file.write(json.dumps({"kind": "train", **m}) + "\n")
-        metrics_file.flush()
         bar.set_postfix(
             reward=f"{m['reward']:.2f}",
             tool=f"{m['tool_use']:.2f}",
@@ -134,8 +134,6 @@ def main(argv: list[str] | None = None) -> int:
         bar.update(1)
 
     def on_validation(m: dict[str, Any]) -> None:
-        metrics_file.write(json.dumps({"kind": "validation", **m}) + "\n")
-        metrics_file.flush()
         bar.write(
             f"validation at step {m['step']}: accuracy {m['accuracy']:.1%}, tool use {m['tool_use']:.1%}"
         )
@@ -154,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint_dir=str(out_dir / "checkpoint"),
         on_step=on_step,
         on_validation=on_validation,
+        metrics=metrics,
     )
     trainer = Trainer(
         algorithm=algorithm,
@@ -165,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     trainer.fit(calc_agent, train, val_dataset=val)
     bar.close()
-    metrics_file.close()
+    metrics.close()
     if not algorithm.validations:
         print("no validation ran; nothing to summarise", file=sys.stderr)
         return 1

@@ -45,6 +45,9 @@ def test_types_and_store_wheels_install_and_import_alone(tmp_path: Path) -> None
         "    rollout = await store.enqueue_rollout(input={'q': 1})\n"
         "    claimed = await store.dequeue_rollout(worker_id='w')\n"
         "    assert claimed is not None and claimed.rollout_id == rollout.rollout_id\n"
+        "    from agl.store.dashboard import dashboard_files\n"
+        "    files = set(dashboard_files())\n"
+        "    assert {'index.html', 'app.js', 'style.css', 'rollouts.js', 'charts.js'} <= files, files\n"
         "    print('ok')\n"
         "asyncio.run(main())\n"
     )

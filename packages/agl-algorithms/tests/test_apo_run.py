@@ -8,6 +8,7 @@ over HTTP to the stand-in (see ``tests/support/apo_standin.py``).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,9 +18,11 @@ import openai
 import pytest
 from agl.algorithms.adapter import TraceToMessages
 from agl.algorithms.apo import APO, RetryPolicy
+from agl.algorithms.metrics import AlgorithmMetrics
 from agl.runner import Trainer
 from agl.store import InMemoryLightningStore
 from agl.types import LLM, PromptTemplate
+from prometheus_client import CollectorRegistry
 
 from apps.room_selector.agent import SEED_PROMPT, make_room_selector
 from apps.room_selector.tasks import load_tasks, split_tasks
@@ -81,11 +84,14 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def run(standin: StandinServer) -> Run:
+def run(standin: StandinServer, tmp_path_factory: pytest.TempPathFactory) -> Run:
     backend = standin.backend
     assert isinstance(backend, ApoStandinBackend)
     before = Counter(backend.calls)
-    apo = make_apo(standin)
+    metrics = AlgorithmMetrics(
+        "apo", tmp_path_factory.mktemp("apo") / "metrics.jsonl", registry=CollectorRegistry()
+    )
+    apo = make_apo(standin, metrics=metrics)
     store = fit(standin, apo)
     return Run(apo, store, backend.calls - before)
 
@@ -99,6 +105,19 @@ def test_best_prompt_scores_strictly_higher_than_the_seed(run: Run) -> None:
     # the improvement comes from instructions the critique asked for
     assert rules_in(run.apo.get_best_prompt().template)
     assert run.apo.get_best_prompt().template.startswith(SEED_PROMPT)
+
+
+def test_each_round_s_scores_go_to_the_metrics_interface(run: Run) -> None:
+    metrics = run.apo.metrics
+    assert metrics.jsonl_path is not None
+    lines = [json.loads(line) for line in metrics.jsonl_path.read_text().splitlines()]
+    assert [line["round"] for line in lines] == [r.round for r in run.apo.rounds]
+    assert {line["kind"] for line in lines} == {"round"}
+    last = run.apo.rounds[-1]
+    labels = {"algorithm": "apo", "kind": "round"}
+    assert metrics.registry.get_sample_value("agl_algorithm_best_score", labels) == last.best_score
+    assert metrics.registry.get_sample_value("agl_algorithm_records_total", labels) == len(run.apo.rounds)
+    assert metrics.registry.get_sample_value("agl_algorithm_val_rollouts", labels) == last.val_rollouts
 
 
 def test_best_prompt_is_published_as_the_latest_resources(run: Run) -> None:

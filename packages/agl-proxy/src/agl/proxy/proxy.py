@@ -48,6 +48,8 @@ class LLMProxy:
         request_logprobs: also ask for per-token logprobs when the client did not.
         direct_forwarding: forward OpenAI-compatible backends directly (``False``: everything through LiteLLM).
         auth_token: bearer token required on every route but ``/health`` (default ``AGL_PROXY_TOKEN``).
+        metrics_public: serve Prometheus metrics at ``/metrics`` without the token (default: the token is
+            needed there too).
         router_kwargs: extra arguments for ``litellm.Router`` (routing strategy, retries...).
         launch_mode: ``"thread"`` serves on a private event loop in a daemon thread (the default: the proxy
             keeps answering while the caller's loop is busy); ``"asyncio"`` serves on the caller's loop.
@@ -68,6 +70,7 @@ class LLMProxy:
         request_timeout_s: float = 600.0,
         router_kwargs: dict[str, Any] | None = None,
         launch_mode: Literal["thread", "asyncio"] = "thread",
+        metrics_public: bool = False,
     ) -> None:
         if model_list is not None:
             validate_model_list(model_list)
@@ -94,6 +97,8 @@ class LLMProxy:
         self._app: ProxyApp | None = None
         self._recorder: SpanRecorder | None = None
         self._bound_port: int | None = None
+        self.metrics_public = metrics_public
+        self._llm_metrics: Any = None
 
     # -- configuration --------------------------------------------------------------------------
 
@@ -196,10 +201,15 @@ class LLMProxy:
         assert self.store is not None
         from agl.store import as_thread_safe
 
+        from ._metrics import LLMCallMetrics, MeteredRecorder, wrap_app
+
         self._recorder = SpanRecorder(as_thread_safe(self.store, home_loop))
-        self._app = ProxyApp(router, self._recorder, self.settings)
+        self._llm_metrics = self._llm_metrics or LLMCallMetrics()
+        recorder: Any = MeteredRecorder(self._recorder, self._llm_metrics)
+        self._app = ProxyApp(router, recorder, self.settings)
+        token, public = self.settings.auth_token, self.metrics_public
         config = uvicorn.Config(
-            self._app,
+            wrap_app(self._app, token=token, public=public, llm=self._llm_metrics),
             http="httptools",
             lifespan="off",
             log_level="warning",

@@ -142,8 +142,9 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[FastAPI, ASGIApp]:
     """The FastAPI app over ``store`` (routes, OpenAPI schema) and the ASGI app to serve.
 
-    Served stack, outermost first: CORS → bearer token → size cap → idempotent replay → fault barrier →
-    fast path for the hot routes → FastAPI.
+    Served stack, outermost first: CORS → metrics (``/metrics``, request counts) → dashboard (static
+    files) → bearer token → size cap → idempotent replay → fault barrier → fast path for the hot routes →
+    FastAPI.
     """
     app = create_app(store, options)
     asgi: ASGIApp = FastPathMiddleware(app, HotOps(store, options))
@@ -152,6 +153,18 @@ def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[FastAPI
     asgi = BodySizeLimitMiddleware(asgi, max_body_bytes=options.max_body_bytes)
     if options.token:
         asgi = BearerTokenMiddleware(asgi, token=options.token)
+    from .dashboard import DashboardMiddleware
+    from .metrics import MetricsMiddleware, StoreFigures
+
+    asgi = DashboardMiddleware(asgi)
+    asgi = MetricsMiddleware(
+        asgi,
+        namespace="agl_store",
+        token=options.token,
+        public=options.metrics_public,
+        figures=StoreFigures(store),
+        include_default=True,
+    )
     origins = [o.strip() for o in options.cors_allow_origins if o and o.strip()]
     if origins:
         from starlette.middleware.cors import CORSMiddleware

@@ -20,3 +20,5 @@ class AppOptions:
     debug: bool = False
     shutdown: asyncio.Event | None = field(default=None, repr=False)
     """Set when the server stops: long polls end early with what they have."""
+    metrics_public: bool = False
+    """Serve ``/metrics`` without the bearer token."""

@@ -88,6 +88,11 @@ def _store_parser() -> argparse.ArgumentParser:
         default=None,
         help="seconds between scans for timed-out and unresponsive attempts (default: the store's)",
     )
+    parser.add_argument(
+        "--metrics-public",
+        action="store_true",
+        help="serve Prometheus metrics at /metrics without the bearer token (default: token required)",
+    )
     parser.add_argument("--debug", action="store_true", help="include tracebacks in 500 answers")
     parser.add_argument("--log-level", default="INFO", help="logging level (default: INFO)")
     return parser
@@ -114,13 +119,15 @@ def store_command(argv: list[str]) -> int:
         cors_allow_origins=args.cors_origin,
         max_body_bytes=args.max_body_bytes,
         debug=args.debug,
+        metrics_public=args.metrics_public,
     )
     auth = "bearer token required" if server.token else "no token: anyone who can reach it can use it"
 
     def announce() -> None:
         print(
             f"agl store: serving {_redact(args.backend)} at {server.endpoint} "
-            f"(API {server.endpoint}/v1/agl, OTLP {server.otlp_traces_endpoint()}; {auth})",
+            f"(API {server.endpoint}/v1/agl, OTLP {server.otlp_traces_endpoint()}, "
+            f"dashboard {server.endpoint}/dashboard, metrics {server.endpoint}/metrics; {auth})",
             flush=True,
         )
 

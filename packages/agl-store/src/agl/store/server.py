@@ -77,6 +77,10 @@ class LightningStoreServer(ForwardingStore):
         debug: Put tracebacks of server faults into 500 answers.
         access_host: Host name that clients should use (defaults to ``host``, or 127.0.0.1 when
             binding all interfaces).
+        metrics_public: Serve Prometheus metrics at ``/metrics`` without the token (for a scraper that
+            cannot send one); otherwise ``/metrics`` needs the same token as the API.
+
+    The dashboard is served at ``/`` and ``/dashboard`` (its page asks for the token).
     """
 
     def __init__(
@@ -90,6 +94,7 @@ class LightningStoreServer(ForwardingStore):
         max_wait_seconds: float = 30.0,
         debug: bool = False,
         access_host: str | None = None,
+        metrics_public: bool = False,
     ) -> None:
         if isinstance(store, LightningStoreServer):
             raise ValueError(
@@ -109,6 +114,7 @@ class LightningStoreServer(ForwardingStore):
         self.max_body_bytes = max_body_bytes
         self.max_wait_seconds = max_wait_seconds
         self.debug = debug
+        self.metrics_public = metrics_public
         self.access_host = access_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
         self._owner_pid = os.getpid()
         self._app: FastAPI | None = None
@@ -161,6 +167,7 @@ class LightningStoreServer(ForwardingStore):
                 max_body_bytes=self.max_body_bytes,
                 max_wait_seconds=self.max_wait_seconds,
                 debug=self.debug,
+                metrics_public=self.metrics_public,
             )
             self._options = options
             self._app, self._asgi = create_asgi_app(self.store, options)
@@ -338,6 +345,7 @@ class LightningStoreServer(ForwardingStore):
             "max_body_bytes": self.max_body_bytes,
             "max_wait_seconds": self.max_wait_seconds,
             "debug": self.debug,
+            "metrics_public": self.metrics_public,
             "_owner_pid": self._owner_pid,
         }
 

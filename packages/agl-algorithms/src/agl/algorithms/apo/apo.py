@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from agl.types import Dataset, EnqueueRolloutRequest, NamedResources, PromptTemplate, Rollout, Span
 
 from ..base import Algorithm, SupportsLLMProxy
+from ..metrics import AlgorithmMetrics
 from ..utils import batch_iter_over_dataset, with_llm_proxy
 from ._beam import (
     PromptCandidate,
@@ -98,6 +99,8 @@ class APO(Algorithm, Generic[T_task]):
         seed: seed of APO's random choices (batches, parents, prompt variants).
         history_path: append every event (candidate, score, skip, round) to this JSON-lines file.
         on_round_end: called with each :class:`APORoundSummary` as soon as the round ends.
+        metrics: where each round's scores are reported (Prometheus, and a JSON-lines file when it has a path);
+            default: an :class:`~agl.algorithms.metrics.AlgorithmMetrics` without a file.
         poml_trace_dir: write POML's traces of the rendered critique and edit prompts here.
     """
 
@@ -123,6 +126,7 @@ class APO(Algorithm, Generic[T_task]):
         history_path: str | Path | None = None,
         on_round_end: Callable[[APORoundSummary], None] | None = None,
         poml_trace_dir: str | Path | None = None,
+        metrics: AlgorithmMetrics | None = None,
     ) -> None:
         for name, value in [
             ("gradient_batch_size", gradient_batch_size),
@@ -156,6 +160,7 @@ class APO(Algorithm, Generic[T_task]):
         self.history_path = Path(history_path) if history_path is not None else None
         self.on_round_end = on_round_end
         self.poml_trace_dir = poml_trace_dir
+        self.metrics = metrics if metrics is not None else AlgorithmMetrics("apo")
 
         self.history: list[dict[str, Any]] = []
         """Every event of the last run, as written to ``history_path``."""
@@ -508,6 +513,7 @@ class APO(Algorithm, Generic[T_task]):
         )
         self.rounds.append(summary)
         self._record({"event": "round", **asdict(summary)})
+        self.metrics.log("round", asdict(summary))
         self._counters = RoundCounters()
         logger.info(
             "round %d: beam %s, leader %s scores %s on the full val set; best so far %s (%.3f)",

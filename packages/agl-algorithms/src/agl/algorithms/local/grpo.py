@@ -22,6 +22,7 @@ from typing import Any
 from agl.types import Dataset, EnqueueRolloutRequest, NamedResources, Rollout, Triplet
 
 from ..base import Algorithm
+from ..metrics import AlgorithmMetrics
 from ..utils import running_proxy
 
 __all__ = ["GRPOConfig", "LocalGRPO"]
@@ -74,6 +75,8 @@ class LocalGRPO(Algorithm):
         config: a :class:`GRPOConfig`; keyword arguments override its fields.
         on_step: called with each step's metrics (a dict) from the algorithm's thread.
         on_validation: called with each validation's metrics.
+        metrics: where the step and validation figures are reported (Prometheus, and ``metrics.jsonl`` when
+            it has a path); default: an :class:`~agl.algorithms.metrics.AlgorithmMetrics` without a file.
 
     Datasets are sequences of task inputs (anything the agent accepts). After :meth:`run`, ``history``
     holds every step's metrics and ``validations`` every evaluation.
@@ -86,6 +89,7 @@ class LocalGRPO(Algorithm):
         *,
         on_step: Callable[[dict[str, Any]], None] | None = None,
         on_validation: Callable[[dict[str, Any]], None] | None = None,
+        metrics: AlgorithmMetrics | None = None,
         **overrides: Any,
     ) -> None:
         base = config or GRPOConfig()
@@ -98,6 +102,7 @@ class LocalGRPO(Algorithm):
         self.model_path = str(model)
         self.on_step = on_step
         self.on_validation = on_validation
+        self.metrics = metrics if metrics is not None else AlgorithmMetrics("local_grpo")
         self.history: list[dict[str, Any]] = []
         self.validations: list[dict[str, Any]] = []
         self.server: Any = None
@@ -143,6 +148,7 @@ class LocalGRPO(Algorithm):
             for step in range(1, cfg.steps + 1):
                 metrics = await self._step(store, proxy, optimizer, train_dataset, rng, step)
                 self.history.append(metrics)
+                self.metrics.log("train", metrics)
                 if self.on_step is not None:
                     self.on_step(metrics)
                 if cfg.checkpoint_dir and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
@@ -270,6 +276,7 @@ class LocalGRPO(Algorithm):
             "seconds": time.perf_counter() - started,
         }
         self.validations.append(metrics)
+        self.metrics.log("validation", metrics)
         logger.info("validation at step %d: %s", step, metrics)
         if self.on_validation is not None:
             self.on_validation(metrics)

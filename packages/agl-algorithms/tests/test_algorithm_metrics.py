@@ -1,0 +1,125 @@
+"""``AlgorithmMetrics``: one call writes the Prometheus gauges and a ``metrics.jsonl`` line."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+from agl.algorithms.metrics import AlgorithmMetrics
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def test_log_writes_a_line_and_sets_a_gauge_per_number(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    metrics = AlgorithmMetrics("local_grpo", tmp_path / "out" / "metrics.jsonl", registry=registry)
+    metrics.log(
+        "train", {"step": 1, "reward": 0.25, "tokens_per_s": 120.5, "model_version": "v1", "ok": True}
+    )
+    metrics.log("train", {"step": 2, "reward": 0.75, "loss": math.nan})
+    metrics.log("validation", {"step": 2, "accuracy": 0.5})
+    metrics.close()
+    lines = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert lines[0] == {
+        "kind": "train",
+        "step": 1,
+        "reward": 0.25,
+        "tokens_per_s": 120.5,
+        "model_version": "v1",
+        "ok": True,
+    }
+    assert [line["kind"] for line in lines] == ["train", "train", "validation"]
+    train = {"algorithm": "local_grpo", "kind": "train"}
+    assert registry.get_sample_value("agl_algorithm_reward", train) == 0.75
+    assert registry.get_sample_value("agl_algorithm_tokens_per_s", train) == 120.5
+    assert registry.get_sample_value("agl_algorithm_records_total", train) == 2
+    assert (
+        registry.get_sample_value("agl_algorithm_accuracy", {"algorithm": "local_grpo", "kind": "validation"})
+        == 0.5
+    )
+    assert registry.get_sample_value("agl_algorithm_loss", train) is None  # NaN is not reported
+    assert registry.get_sample_value("agl_algorithm_ok", train) is None  # nor booleans
+    # The exposition parses.
+    names = {f.name for f in text_string_to_metric_families(generate_latest(registry).decode())}
+    assert {"agl_algorithm_reward", "agl_algorithm_records"} <= names
+
+
+def test_without_a_path_nothing_is_written_and_two_instances_share_the_gauges(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    a = AlgorithmMetrics("apo", registry=registry)
+    b = AlgorithmMetrics("apo", registry=registry)
+    a.log("round", {"best_score": 0.1})
+    b.log("round", {"best_score": 0.2})
+    assert registry.get_sample_value("agl_algorithm_best_score", {"algorithm": "apo", "kind": "round"}) == 0.2
+    assert (
+        registry.get_sample_value("agl_algorithm_records_total", {"algorithm": "apo", "kind": "round"}) == 2
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.dictionaries(
+        st.text(min_size=1, max_size=12), st.floats(allow_nan=False, allow_infinity=False), max_size=6
+    )
+)
+def test_any_figure_names_become_valid_metric_names(figures: dict[str, float]) -> None:
+    registry = CollectorRegistry()
+    AlgorithmMetrics("x", registry=registry).log("k", figures)
+    families = list(text_string_to_metric_families(generate_latest(registry).decode()))
+    assert all(f.name.startswith("agl_algorithm_") for f in families)
+
+
+def test_concurrent_logs_write_whole_lines(tmp_path: Path) -> None:
+    metrics = AlgorithmMetrics("t", tmp_path / "m.jsonl", registry=CollectorRegistry())
+    threads = [
+        threading.Thread(target=lambda i=i: [metrics.log("train", {"i": i, "j": j}) for j in range(50)])
+        for i in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    metrics.close()
+    lines = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert len(lines) == 200
+
+
+def test_multiprocess_mode_keeps_the_most_recent_value(tmp_path: Path) -> None:
+    child = textwrap.dedent(
+        """
+        import sys
+        from agl.algorithms.metrics import AlgorithmMetrics
+        AlgorithmMetrics("grpo").log("train", {"reward": float(sys.argv[1])})
+        """
+    )
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    for reward in ("0.1", "0.9"):
+        done = subprocess.run(
+            [sys.executable, "-c", child, reward], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+    reader = textwrap.dedent(
+        """
+        from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        print(generate_latest(registry).decode())
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", reader], env=env, capture_output=True, text=True, timeout=60)
+    samples = {
+        (s.name, s.labels.get("kind")): s.value
+        for f in text_string_to_metric_families(out.stdout)
+        for s in f.samples
+    }
+    assert samples[("agl_algorithm_reward", "train")] == 0.9
+    assert samples[("agl_algorithm_records_total", "train")] == 2

@@ -1,0 +1,188 @@
+"""``GET /metrics`` of the store server: request counts by route, the store's figures, auth, multi-process mode."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agl.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer
+from agl.store.cli import _store_parser
+from agl.store.metrics import route_template
+from agl.types import RolloutConfig
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def _get(url: str, token: str | None = None) -> tuple[int, str, Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as resp:
+            return resp.status, resp.read().decode(), resp.headers
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode(), err.headers
+
+
+def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    return sum(v for (n, ls), v in samples.items() if n == name and labels.items() <= dict(ls).items())
+
+
+@pytest.fixture
+def server() -> Iterator[LightningStoreServer]:
+    srv = LightningStoreServer(InMemoryLightningStore(), port=0, token="s3cret")
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize(
+    ("path", "template"),
+    [
+        ("/v1/agl/rollouts", "/v1/agl/rollouts"),
+        ("/v1/agl/rollouts/search", "/v1/agl/rollouts/search"),
+        ("/v1/agl/rollouts/ro-1", "/v1/agl/rollouts/{id}"),
+        ("/v1/agl/rollouts/ro-1/attempts/latest", "/v1/agl/rollouts/{id}/attempts/latest"),
+        ("/v1/agl/rollouts/ro-1/attempts/at-2", "/v1/agl/rollouts/{id}/attempts/{id}"),
+        ("/v1/agl/workers/host/worker-3", "/v1/agl/workers/{id}"),
+        ("/v1/agl/resources/latest", "/v1/agl/resources/latest"),
+        ("/v1/agl/resources/rs/with/slashes", "/v1/agl/resources/{id}"),
+        ("/v1/agl/queues/rollouts/dequeue", "/v1/agl/queues/rollouts/dequeue"),
+        ("/v1/agl/spans/next/batch", "/v1/agl/spans/next/batch"),
+        ("/dashboard/app.js", "/dashboard"),
+        ("/v1/traces", "/v1/traces"),
+        ("/anything/else", "other"),
+    ],
+)
+def test_route_templates_keep_ids_out_of_the_labels(path: str, template: str) -> None:
+    assert route_template(path) == template
+
+
+def test_metrics_count_requests_by_route_and_report_the_store(server: LightningStoreServer) -> None:
+    async def work() -> None:
+        client = LightningStoreClient(server.endpoint, token="s3cret")
+        try:
+            await client.enqueue_rollout(input=1)
+            await client.enqueue_rollout(input=2)
+            claimed = await client.dequeue_rollout(worker_id="w1")
+            assert claimed is not None
+            await client.update_attempt(claimed.rollout_id, claimed.attempt.attempt_id, status="timeout")
+            await client.get_rollout_by_id(claimed.rollout_id)
+            await client.get_rollout_by_id("ro-missing")
+            await client.add_resources({})
+        finally:
+            await client.close()
+
+    asyncio.run(work())
+    status, text, headers = _get(server.endpoint + "/metrics", "s3cret")
+    assert status == 200 and headers["Content-Type"].startswith("text/plain")
+    samples = parse(text)
+    stats = asyncio.run(server.statistics())
+    assert value(samples, "agl_store_http_requests_total", route="/v1/agl/rollouts/{id}", method="GET") == 2
+    assert value(samples, "agl_store_http_requests_total", route="/v1/agl/queues/rollouts/enqueue") == 2
+    assert value(samples, "agl_store_http_request_duration_seconds_count", route="/v1/agl/rollouts/{id}") == 2
+    assert value(samples, "agl_store_rollouts_created_total") == stats["total_rollouts"] == 2
+    assert value(samples, "agl_store_attempts_started_total") == stats["total_attempts"] == 1
+    assert value(samples, "agl_store_resources_versions") == stats["total_resources"] == 1
+    assert value(samples, "agl_store_attempts_timed_out_total") == 1
+    assert value(samples, "agl_store_attempts", status="timeout") == 1
+    assert value(samples, "agl_store_queue_depth") == 1
+    assert value(samples, "agl_store_rollouts", status="queuing") == 1
+    assert value(samples, "agl_store_rollouts", status="failed") == 1  # no retries configured
+    assert value(samples, "agl_store_rollouts") == 2
+    assert value(samples, "agl_store_workers") == stats["total_workers"]
+
+
+def test_a_retried_attempt_is_counted(server: LightningStoreServer) -> None:
+    async def work() -> None:
+        client = LightningStoreClient(server.endpoint, token="s3cret")
+        try:
+            await client.enqueue_rollout(
+                input=1, config=RolloutConfig(max_attempts=2, retry_condition=["failed"])
+            )
+            first = await client.dequeue_rollout()
+            assert first is not None
+            await client.update_attempt(first.rollout_id, first.attempt.attempt_id, status="failed")
+            second = await client.dequeue_rollout()
+            assert second is not None and second.attempt.sequence_id == 2
+            await client.update_attempt(second.rollout_id, second.attempt.attempt_id, status="succeeded")
+        finally:
+            await client.close()
+
+    asyncio.run(work())
+    samples = parse(_get(server.endpoint + "/metrics", "s3cret")[1])
+    assert value(samples, "agl_store_attempts_started_total") == 2
+    assert value(samples, "agl_store_attempts_retried_total") == 1
+    assert value(samples, "agl_store_attempts", status="failed") == 1
+    assert value(samples, "agl_store_attempts", status="succeeded") == 1
+
+
+def test_metrics_need_the_token_unless_public(server: LightningStoreServer) -> None:
+    for token in (None, "wrong"):
+        status, body, headers = _get(server.endpoint + "/metrics", token)
+        assert status == 401 and "--metrics-public" in body and headers["WWW-Authenticate"] == "Bearer"
+    public = LightningStoreServer(InMemoryLightningStore(), port=0, token="s3cret", metrics_public=True)
+    public.start()
+    try:
+        status, body, _ = _get(public.endpoint + "/metrics")
+        assert status == 200 and "agl_store_rollouts" in body
+        # Only /metrics is public: the API still needs the token.
+        assert _get(public.endpoint + "/v1/agl/rollouts")[0] == 401
+    finally:
+        public.stop()
+
+
+def test_metrics_public_is_a_cli_flag() -> None:
+    assert _store_parser().parse_args(["--metrics-public"]).metrics_public is True
+    assert _store_parser().parse_args([]).metrics_public is False
+
+
+_CHILD = textwrap.dedent(
+    """
+    import sys, urllib.request
+    from agl.store import InMemoryLightningStore, LightningStoreServer
+    server = LightningStoreServer(InMemoryLightningStore(), port=0)
+    server.start()
+    for _ in range(int(sys.argv[1])):
+        urllib.request.urlopen(server.endpoint + "/v1/agl/statistics").read()
+    if sys.argv[2] == "scrape":
+        sys.stdout.write(urllib.request.urlopen(server.endpoint + "/metrics").read().decode())
+    server.stop()
+    """
+)
+
+
+def test_multiprocess_mode_sums_the_request_counts_of_every_process(tmp_path: Path) -> None:
+    """With PROMETHEUS_MULTIPROC_DIR, each process writes its counters there and /metrics adds them up."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    env.pop("AGL_STORE_TOKEN", None)
+    first = subprocess.run(
+        [sys.executable, "-c", _CHILD, "3", "quiet"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert first.returncode == 0, first.stderr
+    assert list(tmp_path.glob("counter_*.db")), "the first process wrote no counter file"
+    second = subprocess.run(
+        [sys.executable, "-c", _CHILD, "2", "scrape"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert second.returncode == 0, second.stderr
+    samples = parse(second.stdout)
+    assert value(samples, "agl_store_http_requests_total", route="/v1/agl/statistics", status="200") == 5
+    # The store's own figures come once, from the scraping process's store.
+    assert value(samples, "agl_store_rollouts_created_total") == 0
+    assert sum(1 for (n, _) in samples if n == "agl_store_queue_depth") == 1

@@ -1,0 +1,116 @@
+"""A real short training run into an ``agl store`` process, for the dashboard and metrics tests.
+
+``agl store`` serves a SQLite file (a subprocess, with a token); the Baseline algorithm drives a calculator
+agent that calls the offline OpenAI stand-in through the agl LLM proxy (with a tool call, so every rollout
+has LLM-call spans with messages, tool calls and token counts), emits a per-turn and a final reward and an
+annotation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import openai
+from agl.runner import rollout
+from agl.tracer import emit_annotation, emit_reward
+from agl.types import LLM
+
+from .openai_standin import free_port
+
+__all__ = ["ADD_TOOL", "PROMPT_V1", "PROMPT_V2", "agl_store", "calculator_agent", "stop"]
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPT_V1 = "You are a calculator.\nPlease add {a} and {b}.\nUse the add tool."
+PROMPT_V2 = (
+    "You are a careful calculator.\nPlease add {a} and {b}.\nUse the add tool.\nAnswer with the sum only."
+)
+ADD_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+
+
+@rollout
+def calculator_agent(task: dict[str, Any], llm: LLM) -> None:
+    """Asks the model to add two numbers, runs its tool call, checks the answer."""
+    client = openai.OpenAI(base_url=llm.endpoint, api_key=llm.api_key or "unused", max_retries=0)
+    messages: list[Any] = [{"role": "user", "content": f"Please add {task['a']} and {task['b']}."}]
+    first = client.chat.completions.create(model=llm.model, messages=messages, tools=[ADD_TOOL])
+    message = first.choices[0].message
+    calls = message.tool_calls or []
+    messages.append(message.model_dump(exclude_none=True))
+    for call in calls:
+        args = json.loads(call.function.arguments)  # type: ignore[union-attr]
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": str(args["a"] + args["b"])})
+    emit_reward(0.5 if calls else 0.0)  # per-turn reward: the tool was used
+    second = client.chat.completions.create(model=llm.model, messages=messages, tools=[ADD_TOOL])
+    answer = second.choices[0].message.content or ""
+    emit_annotation({"task": f"{task['a']}+{task['b']}", "answer": answer})
+    emit_reward(1.0 if str(task["a"] + task["b"]) in answer else 0.0)
+
+
+def _agl_command() -> list[str]:
+    script = Path(sys.executable).parent / "agl"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "agl.store.cli"]
+
+
+@contextmanager
+def agl_store(db: Path, token: str | None, *extra: str) -> Iterator[str]:
+    """Run ``agl store`` on ``db``; yields its endpoint; stops it with SIGTERM."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("AGL_STORE_TOKEN", None)
+    args = [*_agl_command(), "store", "--backend", f"sqlite:///{db}", "--port", str(free_port())]
+    if token:
+        args += ["--token", token]
+    proc = subprocess.Popen(
+        [*args, "--log-level", "WARNING", "--watchdog-interval", "1", *extra],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        assert proc.stdout is not None
+        endpoint = None
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                raise AssertionError(f"agl store exited early with code {proc.wait(5)}")
+            match = re.search(r"at (http://127\.0\.0\.1:\d+)", line)
+            if match:
+                endpoint = match.group(1)
+                break
+        if endpoint is None:
+            raise AssertionError("agl store did not announce its address in time")
+        yield endpoint
+    finally:
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen[str], timeout: float = 30) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
