@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from agl.types.env import PROMETHEUS_MULTIPROC_DIR
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
 __all__ = ["AlgorithmMetrics"]
@@ -106,7 +106,7 @@ class AlgorithmMetrics:
         """Serve this registry at ``http://addr:port/metrics`` (for an algorithm outside the store's process)."""
         from prometheus_client import start_http_server
 
-        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        if PROMETHEUS_MULTIPROC_DIR.get():
             from prometheus_client import multiprocess
 
             registry = CollectorRegistry()

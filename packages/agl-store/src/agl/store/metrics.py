@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agl.types.env import PROMETHEUS_MULTIPROC_DIR
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -55,7 +55,7 @@ _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0
 
 def multiprocess_enabled() -> bool:
     """True when ``PROMETHEUS_MULTIPROC_DIR`` names the directory shared by the server's processes."""
-    return bool(os.environ.get(MULTIPROC_ENV))
+    return bool(PROMETHEUS_MULTIPROC_DIR.get())
 
 
 # -- route templates -----------------------------------------------------------------------------

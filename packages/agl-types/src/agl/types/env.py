@@ -28,6 +28,10 @@ This module is the only place in ``packages/*/src`` that reads ``os.environ`` fo
 Documented exceptions, which are other libraries' variables and not agl's: ``agl.proxy`` sets LiteLLM's
 ``LITELLM_LOCAL_MODEL_COST_MAP`` (``setdefault``) before importing LiteLLM, so that it does not fetch its
 cost map over the network.
+
+One other library's variable is read here, through the same parser: ``PROMETHEUS_MULTIPROC_DIR``
+(:data:`PROMETHEUS_MULTIPROC_DIR`), prometheus-client's directory for multi-process metrics; when it is set,
+the store server, the LLM proxy and the algorithms' metrics run in multi-process mode.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ __all__ = [
     "EMITTER_DEBUG",
     "ENV_VARS",
     "MANAGED_STORE",
+    "PROMETHEUS_MULTIPROC_DIR",
     "PROXY_TOKEN",
     "SERVER_HOST",
     "SERVER_PORT",
@@ -200,6 +205,13 @@ AGENTOPS_SERVICE: EnvVar[bool] = EnvVar(
 )
 EMITTER_DEBUG: EnvVar[bool] = EnvVar(
     "AGL_EMITTER_DEBUG", "kept for the reference system's enum; nothing reads it", False, parse_bool
+)
+
+PROMETHEUS_MULTIPROC_DIR: EnvVar[str | None] = EnvVar(
+    "PROMETHEUS_MULTIPROC_DIR",
+    "prometheus-client's directory shared by the processes of a multi-process server (not an agl variable)",
+    None,
+    parse_str,
 )
 
 ENV_VARS: tuple[EnvVar[Any], ...] = (
