@@ -235,7 +235,8 @@ def test_metrics_need_the_token(run: Run) -> None:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def browser(run: Run) -> Iterator[Any]:
+    # After the run: Playwright's sync API keeps an event loop on this thread, where asyncio.run() then fails.
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -343,6 +344,14 @@ def test_rollouts_page_shows_the_store_rows_sorts_filters_and_refreshes_live(pag
     )[0]["rollout_id"]
     page.wait_for_selector(f"tr[data-rollout-id='{new_id}']", timeout=15_000)
     assert page.locator(f"tr[data-rollout-id='{new_id}'] [data-col=mode]").inner_text() == "val"
+
+    # Filtered by mode on the server, together with the status filter.
+    page.select_option("#mode-filter", "train")
+    page.wait_for_selector("#range[data-total='0']")
+    page.select_option("#mode-filter", "val")
+    page.wait_for_selector("#range[data-total='1']")
+    assert page.locator("#rollouts-table tbody tr").get_attribute("data-rollout-id") == new_id
+    page.select_option("#mode-filter", "")
     post(run.endpoint, f"/v1/agl/rollouts/{new_id}", {"status": "cancelled"})
     page.wait_for_selector(f"tr[data-rollout-id='{new_id}']", state="detached", timeout=15_000)
 

@@ -74,6 +74,20 @@ async def test_query_rollouts_filters(store: LightningStore, clock: ManualClock)
     assert (await store.query_rollouts(rollout_id_contains="RO-")).total == 0  # case-sensitive
 
 
+async def test_query_rollouts_by_mode(store: LightningStore) -> None:
+    train = await store.enqueue_rollout(input=1, mode="train")
+    val = await store.enqueue_rollout(input=2, mode="val")
+    await store.enqueue_rollout(input=3)  # no mode: never matches a mode filter
+    assert await ids_of(await store.query_rollouts(mode_in=["val"])) == [val.rollout_id]
+    assert await ids_of(await store.query_rollouts(mode_in=["train", "val"])) == [
+        train.rollout_id,
+        val.rollout_id,
+    ]
+    assert (await store.query_rollouts(mode_in=[])).total == 0
+    with pytest.raises(InvalidRequestError, match="mode_in"):
+        await store.query_rollouts(mode_in=["bogus"])  # type: ignore[list-item]
+
+
 async def test_query_rollouts_sort_and_paginate(store: LightningStore, clock: ManualClock) -> None:
     ids = await make_population(store, clock)
     newest_first = await store.query_rollouts(sort_by="start_time", sort_order="desc")

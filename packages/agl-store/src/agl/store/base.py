@@ -153,6 +153,7 @@ class LightningStore(ABC):
         status_in: Sequence[RolloutStatus] | None = None,
         rollout_id_in: Sequence[str] | None = None,
         rollout_id_contains: str | None = None,
+        mode_in: Sequence[RolloutMode] | None = None,
         filter_logic: FilterLogic = "and",
         sort_by: str | None = None,
         sort_order: SortOrder = "asc",
@@ -161,7 +162,8 @@ class LightningStore(ABC):
     ) -> PaginatedResult[Rollout | AttemptedRollout]:
         """Rollouts matching the filters (pooled with ``filter_logic``), each with its latest attempt if any.
 
-        Without ``sort_by``, in creation order. Bad arguments raise :class:`~agl.types.InvalidRequestError`.
+        ``mode_in`` (ours, not the reference's) keeps rollouts of those modes. Without ``sort_by``, in
+        creation order. Bad arguments raise :class:`~agl.types.InvalidRequestError`.
         """
         return await self._query_rollouts(RolloutQuery.of(locals()))
 

@@ -30,7 +30,7 @@ from typing import (
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from typing_extensions import Self, TypedDict
 
-from .core import Attempt, Rollout, RolloutStatus, Worker, WorkerStatus
+from .core import Attempt, Rollout, RolloutMode, RolloutStatus, Worker, WorkerStatus
 from .errors import InvalidRequestError
 from .resources import ResourcesUpdate
 from .spans import Span
@@ -296,6 +296,7 @@ class RolloutQuery(StoreQuery):
     status_in: Annotated[ValueList[RolloutStatus] | None, Filter("status", "within")] = None
     rollout_id_in: Annotated[ValueList[str] | None, Filter("rollout_id", "within")] = None
     rollout_id_contains: Annotated[str | None, Filter("rollout_id", "contains")] = None
+    mode_in: Annotated[ValueList[RolloutMode] | None, Filter("mode", "within")] = None
     filter_logic: FilterLogic = "and"
     sort_by: RolloutSortField | None = None  # type: ignore[valid-type]
 

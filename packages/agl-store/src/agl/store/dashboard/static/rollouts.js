@@ -1,9 +1,10 @@
-// The rollouts table: filter by status and id, sort, paginate; all server-side through GET /rollouts.
+// The rollouts table: filter by status, mode and id, sort, paginate; all server-side through GET /rollouts.
 import { store } from "./api.js";
 import { duration, finalReward, h, num, status, table, time } from "./util.js";
 
 export const STATUSES = ["queuing", "preparing", "running", "requeuing", "succeeded", "failed", "cancelled"];
 const SORTABLE = { rollout_id: "id", status: "status", mode: "mode", start_time: "start", end_time: "end", resources_id: "resources" };
+export const MODES = ["train", "val", "test"];
 export const PAGE_SIZE = 50;
 
 function link(params, changes) {
@@ -20,9 +21,11 @@ export async function render({ params, go }) {
   const sortBy = params.get("sort") || "start_time";
   const order = params.get("order") || "desc";
   const statusFilter = params.get("status") || "";
+  const modeFilter = params.get("mode") || "";
   const idFilter = params.get("id") || "";
   const result = await store.rollouts({
     status_in: statusFilter ? statusFilter.split(",") : undefined,
+    mode_in: modeFilter ? modeFilter.split(",") : undefined,
     rollout_id_contains: idFilter || undefined,
     sort_by: sortBy,
     sort_order: order,
@@ -35,6 +38,12 @@ export async function render({ params, go }) {
     { id: "status-filter", "aria-label": "status", onchange: (e) => go(link(params, { status: e.target.value, page: null })) },
     h("option", { value: "" }, "any status"),
     STATUSES.map((st) => h("option", { value: st, selected: st === statusFilter }, st)),
+  );
+  const modeSelect = h(
+    "select",
+    { id: "mode-filter", "aria-label": "mode", onchange: (e) => go(link(params, { mode: e.target.value, page: null })) },
+    h("option", { value: "" }, "any mode"),
+    MODES.map((m) => h("option", { value: m, selected: m === modeFilter }, m)),
   );
   const search = h("input", { id: "id-filter", type: "search", placeholder: "rollout id contains", value: idFilter });
   search.addEventListener("change", () => go(link(params, { id: search.value.trim(), page: null })));
@@ -72,7 +81,7 @@ export async function render({ params, go }) {
     "div",
     {},
     h("h2", {}, "Rollouts"),
-    h("div", { class: "toolbar" }, select, search),
+    h("div", { class: "toolbar" }, select, modeSelect, search),
     table(
       [header("rollout_id", "rollout"), header("status", "status"), header("mode", "mode"), h("th", {}, "attempts"), header("start_time", "start"), header("end_time", "end"), h("th", {}, "duration"), h("th", {}, "final reward"), header("resources_id", "resources")],
       rows,
