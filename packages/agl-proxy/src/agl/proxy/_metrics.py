@@ -75,20 +75,29 @@ class LLMCallMetrics(Collector):
             self.registry,
             buckets=_LATENCY_BUCKETS,
         )
+        # Labelled children, looked up once per label set (``labels()`` costs more than the update itself).
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (metric._name, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def observe(self, call: CallRecord) -> None:
         model = call.request.get("model")
         model = model if isinstance(model, str) else "unknown"
         failed = call.error_type is not None or call.client_disconnected
         outcome = "disconnected" if call.client_disconnected else "error" if failed else "ok"
-        self.calls.labels(model, outcome).inc()
+        self._child(self.calls, model, outcome).inc()
         usage = _usage(call)
         if usage[0]:
-            self.tokens.labels(model, "input").inc(usage[0])
+            self._child(self.tokens, model, "input").inc(usage[0])
         if usage[1]:
-            self.tokens.labels(model, "output").inc(usage[1])
+            self._child(self.tokens, model, "output").inc(usage[1])
         if call.latency_ms is not None:
-            self.latency.labels(model).observe(call.latency_ms / 1000.0)
+            self._child(self.latency, model).observe(call.latency_ms / 1000.0)
 
     def collect(self) -> Any:
         return self.registry.collect() if self.registry is not None else iter(())
