@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     )
     from .apo import APO
     from .local import GRPOConfig, LocalGRPO, ModelServer
+    from .verl import VERL
 
 __version__ = "0.1.0"
 
@@ -43,6 +44,7 @@ __all__ = [
     "TraceToMessages",
     "TraceToTripletBase",
     "TracerTraceToTriplet",
+    "VERL",
     "algo",
     "batch_iter_over_dataset",
     "with_llm_proxy",
@@ -70,6 +72,10 @@ def __getattr__(name: str) -> Any:
         from .apo import APO
 
         return APO
+    if name == "VERL":  # constructs without the ``verl`` extra; run() says what to install
+        from .verl import VERL
+
+        return VERL
     if name in _LOCAL:  # needs the ``local`` extra (torch, transformers)
         from . import local
 

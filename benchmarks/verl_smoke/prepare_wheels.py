@@ -1,0 +1,210 @@
+"""Prepare, on a CPU machine with PyPI, the wheels the GPU smoke needs on the lent H200 (no network there).
+
+    uv run benchmarks/verl_smoke/prepare_wheels.py            # resolve, download, split, check
+    uv run benchmarks/verl_smoke/prepare_wheels.py --resolve-only
+
+Steps (all outputs under ``.whl/``, which git ignores):
+
+1. resolve the smoke's set for CPython 3.12 / manylinux_2_28 x86_64 with ``uv pip compile``: vLLM 0.24.0,
+   verl 0.9.1 with its pins (TransferQueue 0.1.11, tensordict 0.10.0, transformers 5.9.0, torch 2.11.0) and
+   the workspace's own requirements (``.whl/resolved.txt``);
+2. drop what the image already has (``image_packages.txt``) unless the set needs another version of a
+   package whose image version is known (transformers 5.9.0 over 5.17.0, for example) (``.whl/carry.txt``);
+3. ``pip download --no-deps --only-binary=:all:`` each carried pin (``.whl/wheels/``), then pack them into
+   one tar and split it into parts of at most 60 MiB (``.whl/parts/partNN``) with ``SHA256SUMS``;
+4. dry-run the install: ``pip install --dry-run --no-index`` of the resolved set from the carried wheels
+   plus metadata-only stand-ins for the image's packages, so a missing wheel shows up here, not on the GPU.
+
+Prints the sizes: wheels, tar, parts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+OUT = ROOT / ".whl"
+# any Python with pip; uv venvs have none, the interpreter they were made from usually has
+PIP_PYTHON = os.environ.get("PIP_PYTHON", str(Path(sys.base_prefix) / "bin" / "python3"))
+PART_BYTES = 60 * 1024 * 1024
+PLATFORMS = [
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+    "linux_x86_64",
+]
+PINS = [
+    "vllm==0.24.0",
+    "verl==0.9.1",
+    "transferqueue==0.1.11",
+    "tensordict==0.10.0",
+    "transformers==5.9.0",
+    "torch==2.11.0",
+]
+WORKSPACE = {
+    "agl-types": "otel,jinja,poml",
+    "agl-store": "postgres",
+    "agl-tracer": "agentops,openai",
+    "agl-proxy": "",
+    "agl-algorithms": "apo,local,verl",
+    "agl-runner": "",
+}
+EXTRA = ["openai>=1.60", "matplotlib>=3.8", "tqdm>=4.66", "pyarrow>=15"]
+
+
+def norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def image_packages() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for line in (HERE / "image_packages.txt").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, _, version = line.partition("==")
+        out[norm(name)] = version or None
+    return out
+
+
+def resolve() -> dict[str, str]:
+    OUT.mkdir(exist_ok=True)
+    lines = list(PINS)
+    for pkg, extras in WORKSPACE.items():
+        spec = f"{pkg}[{extras}]" if extras else pkg
+        lines.append(f"{spec} @ {(ROOT / 'packages' / pkg).as_uri()}")
+    lines += EXTRA
+    (OUT / "smoke.in").write_text("\n".join(lines) + "\n")
+    (OUT / "overrides.txt").write_text("packaging>=25,<26\n")  # as the workspace's [tool.uv] overrides
+    subprocess.run(
+        ["uv", "pip", "compile", str(OUT / "smoke.in"), "--override", str(OUT / "overrides.txt"),
+         "--python-version", "3.12", "--python-platform", "x86_64-manylinux_2_28",
+         "--no-header", "--no-annotate", "-q", "-o", str(OUT / "resolved.txt")],
+        check=True,
+    )  # fmt: skip
+    pins: dict[str, str] = {}
+    for line in (OUT / "resolved.txt").read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.\-]+)==([^\s;]+)", line)
+        if m and not norm(m.group(1)).startswith("agl-"):
+            pins[norm(m.group(1))] = m.group(2)
+    return pins
+
+
+def to_carry(pins: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    image = image_packages()
+    carry, kept = {}, {}
+    for name, version in sorted(pins.items()):
+        if name in image and (image[name] is None or image[name] == version):
+            kept[name] = image[name] or version
+        else:
+            carry[name] = version
+    return carry, kept
+
+
+def download(carry: dict[str, str]) -> None:
+    wheels = OUT / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    have = {norm(p.name.split("-")[0]) for p in wheels.glob("*.whl")}
+    todo = [f"{n}=={v}" for n, v in carry.items() if n not in have]
+    if not todo:
+        return
+    platforms = [a for p in PLATFORMS for a in ("--platform", p)]
+    base = [PIP_PYTHON, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
+            "3.12", "--implementation", "cp", *platforms, "-q", "-d", str(wheels)]  # fmt: skip
+    result = subprocess.run([*base, *todo])
+    if result.returncode != 0:  # find the one(s) without a wheel
+        for req in todo:
+            if subprocess.run([*base, req]).returncode != 0:
+                print(f"no wheel for {req}", file=sys.stderr)
+        raise SystemExit(1)
+
+
+def stub_wheel(directory: Path, name: str, version: str) -> None:
+    """A metadata-only wheel standing in for a package the image already has (dry run only)."""
+    dist = f"{name.replace('-', '_')}-{version}"
+    with zipfile.ZipFile(directory / f"{dist}-py3-none-any.whl", "w") as z:
+        z.writestr(f"{dist}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        z.writestr(f"{dist}.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{dist}.dist-info/RECORD", "")
+
+
+def dry_run(carry: dict[str, str], kept: dict[str, str]) -> None:
+    stubs = OUT / "image-stubs"
+    shutil.rmtree(stubs, ignore_errors=True)
+    stubs.mkdir()
+    for name, version in kept.items():
+        stub_wheel(stubs, name, version)
+    platforms = [a for p in PLATFORMS for a in ("--platform", p)]
+    reqs = [f"{n}=={v}" for n, v in {**kept, **carry}.items()]
+    subprocess.run(
+        [PIP_PYTHON, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-index", "-q",
+         "--find-links", str(OUT / "wheels"), "--find-links", str(stubs), "--only-binary=:all:",
+         "--python-version", "3.12", "--implementation", "cp", *platforms, "--target", str(OUT / "dry-target"),
+         "--report", str(OUT / "dry-run.json"), *reqs],
+        check=True,
+    )  # fmt: skip
+    report = json.loads((OUT / "dry-run.json").read_text())
+    print(f"dry run: {len(report['install'])} distributions resolve from the carried wheels + image")
+
+
+def pack() -> list[Path]:
+    parts = OUT / "parts"
+    shutil.rmtree(parts, ignore_errors=True)
+    parts.mkdir()
+    tar = OUT / "wheels.tar"
+    with tarfile.open(tar, "w") as t:  # wheels are zips already: a tar adds no gain from recompressing
+        for p in sorted((OUT / "wheels").glob("*.whl")):
+            t.add(p, arcname=f"wheels/{p.name}")
+    out = []
+    with tar.open("rb") as f:
+        i = 0
+        while chunk := f.read(PART_BYTES):
+            part = parts / f"part{i:02d}"
+            part.write_bytes(chunk)
+            out.append(part)
+            i += 1
+    sums = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.name}" for p in out]
+    sums.append(f"{hashlib.sha256(tar.read_bytes()).hexdigest()}  wheels.tar")
+    (parts / "SHA256SUMS").write_text("\n".join(sums) + "\n")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--resolve-only", action="store_true")
+    args = ap.parse_args()
+    pins = resolve()
+    carry, kept = to_carry(pins)
+    (OUT / "carry.txt").write_text("".join(f"{n}=={v}\n" for n, v in carry.items()))
+    print(f"resolved {len(pins)} distributions; the image has {len(kept)}; carrying {len(carry)}")
+    if args.resolve_only:
+        return 0
+    download(carry)
+    dry_run(carry, kept)
+    parts = pack()
+    wheels = sorted((OUT / "wheels").glob("*.whl"), key=lambda p: -p.stat().st_size)
+    total = sum(p.stat().st_size for p in wheels)
+    mib = 1024 * 1024
+    print(f"wheels: {len(wheels)} files, {total / mib:.1f} MiB; largest:")
+    for p in wheels[:8]:
+        print(f"  {p.stat().st_size / mib:7.1f} MiB  {p.name}")
+    print(f"parts: {len(parts)} x <= 60 MiB in {OUT / 'parts'} (SHA256SUMS beside them)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
