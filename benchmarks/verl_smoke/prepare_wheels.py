@@ -38,15 +38,8 @@ OUT = ROOT / ".whl"
 # any Python with pip; uv venvs have none, the interpreter they were made from usually has
 PIP_PYTHON = os.environ.get("PIP_PYTHON", str(Path(sys.base_prefix) / "bin" / "python3"))
 PART_BYTES = 60 * 1024 * 1024
-PLATFORMS = [
-    "manylinux_2_28_x86_64",
-    "manylinux_2_27_x86_64",
-    "manylinux_2_24_x86_64",
-    "manylinux_2_17_x86_64",
-    "manylinux2014_x86_64",
-    "manylinux1_x86_64",
-    "linux_x86_64",
-]
+# The image is Ubuntu 24.04 (glibc 2.39): any manylinux_2_N up to 39 runs there; pip matches N exactly.
+PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(39, 16, -1)] + ["manylinux2014_x86_64", "manylinux1_x86_64"]
 PINS = [
     "vllm==0.24.0",
     "verl==0.9.1",
@@ -125,12 +118,23 @@ def download(carry: dict[str, str]) -> None:
     platforms = [a for p in PLATFORMS for a in ("--platform", p)]
     base = [PIP_PYTHON, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
             "3.12", "--implementation", "cp", *platforms, "-q", "-d", str(wheels)]  # fmt: skip
-    result = subprocess.run([*base, *todo])
-    if result.returncode != 0:  # find the one(s) without a wheel
-        for req in todo:
-            if subprocess.run([*base, req]).returncode != 0:
-                print(f"no wheel for {req}", file=sys.stderr)
-        raise SystemExit(1)
+    if subprocess.run([*base, *todo]).returncode == 0:
+        return
+    missing = []
+    for req in todo:  # one at a time: find those without a binary wheel
+        if subprocess.run([*base, req], capture_output=True).returncode == 0:
+            continue
+        # sdist only (antlr4-python3-runtime 4.9.3): build it here, if it is pure Python
+        build = [PIP_PYTHON, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), req]
+        if subprocess.run(build).returncode != 0:
+            missing.append(req)
+            continue
+        name = norm(req.split("==")[0]).replace("-", "_")
+        built = [p for p in wheels.glob("*.whl") if norm(p.name.split("-")[0]).replace("-", "_") == name]
+        if not built or not all(p.name.endswith("-none-any.whl") for p in built):
+            missing.append(req)
+    if missing:
+        raise SystemExit(f"no wheel for the GPU machine's Python 3.12: {', '.join(missing)}")
 
 
 def stub_wheel(directory: Path, name: str, version: str) -> None:
@@ -142,7 +146,51 @@ def stub_wheel(directory: Path, name: str, version: str) -> None:
         z.writestr(f"{dist}.dist-info/RECORD", "")
 
 
+OVERRIDDEN = {"packaging"}  # the workspace's [tool.uv] override-dependencies (agentops caps it below 25)
+TARGET_ENV = {
+    "python_version": "3.12",
+    "python_full_version": "3.12.3",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "os_name": "posix",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "extra": "",
+}
+
+
+def closure_problems(carry: dict[str, str], kept: dict[str, str]) -> list[str]:
+    """Every Requires-Dist of every carried wheel (for Python 3.12 on Linux) met by the set's versions."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    versions = {**kept, **carry}
+    problems = []
+    for wheel in sorted((OUT / "wheels").glob("*.whl")):
+        with zipfile.ZipFile(wheel) as z:
+            meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+            lines = z.read(meta).decode("utf-8", "replace").splitlines()
+        for line in lines:
+            if not line.startswith("Requires-Dist:"):
+                continue
+            req = Requirement(line.split(":", 1)[1].strip())
+            if req.marker is not None and not req.marker.evaluate(TARGET_ENV):
+                continue
+            name = norm(req.name)
+            if name in OVERRIDDEN:
+                continue
+            have = versions.get(name)
+            if have is None:
+                problems.append(f"{wheel.name} needs {req}, which is neither carried nor on the image")
+            elif req.specifier and not req.specifier.contains(Version(have), prereleases=True):
+                problems.append(f"{wheel.name} needs {req}, the set has {name}=={have}")
+    return problems
+
+
 def dry_run(carry: dict[str, str], kept: dict[str, str]) -> None:
+    """pip resolves every pin from the carried wheels + stand-ins for the image (as the GPU install, which
+    uses --no-deps), and every carried wheel's requirements are met within the set."""
     stubs = OUT / "image-stubs"
     shutil.rmtree(stubs, ignore_errors=True)
     stubs.mkdir()
@@ -151,14 +199,19 @@ def dry_run(carry: dict[str, str], kept: dict[str, str]) -> None:
     platforms = [a for p in PLATFORMS for a in ("--platform", p)]
     reqs = [f"{n}=={v}" for n, v in {**kept, **carry}.items()]
     subprocess.run(
-        [PIP_PYTHON, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-index", "-q",
+        [PIP_PYTHON, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-index", "--no-deps", "-q",
          "--find-links", str(OUT / "wheels"), "--find-links", str(stubs), "--only-binary=:all:",
          "--python-version", "3.12", "--implementation", "cp", *platforms, "--target", str(OUT / "dry-target"),
          "--report", str(OUT / "dry-run.json"), *reqs],
         check=True,
     )  # fmt: skip
     report = json.loads((OUT / "dry-run.json").read_text())
-    print(f"dry run: {len(report['install'])} distributions resolve from the carried wheels + image")
+    problems = closure_problems(carry, kept)
+    for p in problems:
+        print(f"dependency problem: {p}", file=sys.stderr)
+    if problems:
+        raise SystemExit(f"{len(problems)} unmet requirements in the wheel set")
+    print(f"dry run: all {len(report['install'])} pins install from the carried wheels + the image; requirements closed")
 
 
 def pack() -> list[Path]:
