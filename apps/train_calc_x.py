@@ -73,7 +73,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="VERL: one sample per LLM call, or turns merged by token prefix",
     )
     p.add_argument("--gpu-memory-utilization", type=float, default=0.3, help="VERL: vLLM's share of the GPU")
-    p.add_argument("--enforce-eager", action="store_true", help="VERL: no CUDA graphs in vLLM (starts faster)")
+    p.add_argument(
+        "--enforce-eager", action="store_true", help="VERL: no CUDA graphs in vLLM (starts faster)"
+    )
+    p.add_argument(
+        "--verl-probe-file", type=Path, default=None, help=argparse.SUPPRESS
+    )  # the GPU smoke's probe
     p.add_argument("--output-dir", type=Path, default=None, help="default: runs/<timestamp>")
     return p.parse_args(argv)
 
@@ -122,7 +127,10 @@ def main(argv: list[str] | None = None) -> int:
 
         problem = check_requirements(need_gpu=True)
         if problem:
-            print(f"--algorithm verl cannot run here: {problem}. --algorithm local runs on CPU.", file=sys.stderr)
+            print(
+                f"--algorithm verl cannot run here: {problem}. --algorithm local runs on CPU.",
+                file=sys.stderr,
+            )
             return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -49,7 +49,11 @@ def verl_config(args: Any, out_dir: Path) -> dict[str, Any]:
             "rollout": {
                 "n": args.n,
                 "temperature": 1.0,
-                "val_kwargs": {"temperature": args.val_temperature, "do_sample": args.val_temperature > 0, "n": 1},
+                "val_kwargs": {
+                    "temperature": args.val_temperature,
+                    "do_sample": args.val_temperature > 0,
+                    "n": 1,
+                },
                 "gpu_memory_utilization": args.gpu_memory_utilization,
                 "max_model_len": 1024,
                 "enforce_eager": args.enforce_eager,
@@ -60,6 +64,7 @@ def verl_config(args: Any, out_dir: Path) -> dict[str, Any]:
             "credit": {"mode": args.credit, "turn_discount": args.turn_discount},
             "max_tokens": 48,
             "trace_aggregator": {"level": args.trace_level},
+            "probe_file": str(args.verl_probe_file) if getattr(args, "verl_probe_file", None) else None,
         },
         "ray_kwargs": {
             "ray_init": {
@@ -71,7 +76,9 @@ def verl_config(args: Any, out_dir: Path) -> dict[str, Any]:
 
 
 def _val_accuracy(data: dict[str, Any]) -> float | None:
-    keys = sorted(k for k in data if k.startswith("val-core/") and ("reward" in k or "score" in k or "acc" in k))
+    keys = sorted(
+        k for k in data if k.startswith("val-core/") and ("reward" in k or "score" in k or "acc" in k)
+    )
     keys = [k for k in keys if "mean" in k] or keys
     return float(data[keys[0]]) if keys else None
 
@@ -182,7 +189,9 @@ def run_verl(
     if len(validations) < 1:
         print("no validation ran; nothing to summarise", file=sys.stderr)
         return 1
-    curve = plot_curve(history, validations, out_dir / "reward_curve.png", f"calc_x VERL GRPO, seed {args.seed}")
+    curve = plot_curve(
+        history, validations, out_dir / "reward_curve.png", f"calc_x VERL GRPO, seed {args.seed}"
+    )
     print(f"reward curve: {curve}")
     print(summary(history, validations, (time.time() - started) / 60, out_dir))
     return 0

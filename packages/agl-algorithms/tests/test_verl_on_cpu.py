@@ -60,7 +60,10 @@ def test_user_keys_win_and_lora_passes_through() -> None:
     config = compose_config(
         {
             "actor_rollout_ref": {"model": {"path": str(MODEL), "lora_rank": 16, "lora_alpha": 32}},
-            "agentlightning": {"trace_aggregator": {"level": "trajectory"}, "credit": {"mode": "turn-discount"}},
+            "agentlightning": {
+                "trace_aggregator": {"level": "trajectory"},
+                "credit": {"mode": "turn-discount"},
+            },
             "trainer": {"total_training_steps": 3},
         }
     )
@@ -136,7 +139,9 @@ def test_run_on_a_machine_without_vllm_or_gpu_says_what_is_missing() -> None:
 def test_as_dict_puts_the_reward_on_the_last_token_and_keeps_our_returns() -> None:
     turns = [Turn([1, 2], [3, 4], [-0.1, -0.2]), Turn([1, 2, 3, 4, 9], [5], [-0.3], reward=1.0)]
     credit = CreditAssignment("turn-discount", turn_discount=0.5)
-    (sample,), _ = convert_rollout(turns, level="trajectory", max_prompt_length=8, max_response_length=8, credit=credit)
+    (sample,), _ = convert_rollout(
+        turns, level="trajectory", max_prompt_length=8, max_response_length=8, credit=credit
+    )
     out = to_agent_loop_output(sample, "ro-1", num_turns=2).as_dict()
     assert out["prompts"].tolist() == [1, 2]
     assert out["responses"].tolist() == [3, 4, 9, 5]
@@ -156,7 +161,9 @@ def _batch(credit: CreditAssignment, level: str = "transition") -> tuple[Any, li
     finals = {("a", 0): 1.0, ("a", 1): 0.0, ("a", 2): 1.0, ("b", 0): 0.0, ("b", 1): 1.0, ("b", 2): 0.0}
     for (uid, session), reward in finals.items():
         turns = [Turn([7, 8], [1, 2, 3]), Turn([7, 8, 1, 2, 3, 4], [5, 6], reward=reward)]
-        samples, _ = convert_rollout(turns, level=level, max_prompt_length=16, max_response_length=16, credit=credit)  # type: ignore[arg-type]
+        samples, _ = convert_rollout(
+            turns, level=level, max_prompt_length=16, max_response_length=16, credit=credit
+        )  # type: ignore[arg-type]
         for i, s in enumerate(samples):
             outputs.append(to_agent_loop_output(s, f"ro-{uid}{session}", 2))
             keys.append(f"{uid}_{session}_{i}")
@@ -164,7 +171,9 @@ def _batch(credit: CreditAssignment, level: str = "transition") -> tuple[Any, li
     width = max(len(d["responses"]) for d in dicts)
 
     def pad(name: str) -> torch.Tensor:
-        return torch.stack([torch.nn.functional.pad(d[name].float(), (0, width - len(d[name]))) for d in dicts])
+        return torch.stack(
+            [torch.nn.functional.pad(d[name].float(), (0, width - len(d[name]))) for d in dicts]
+        )
 
     data = DataProto.from_dict(
         tensors={
@@ -207,7 +216,9 @@ def test_turn_discount_credit_gives_the_earlier_turn_less() -> None:
     )
     first, last = adv[keys.index("a_0_0")], adv[keys.index("a_0_1")]
     assert float(first[0]) < float(last[0])  # turn 0 of a success: 0.5 vs 1.0 return
-    assert torch.allclose(adv[keys.index("a_1_0")][:3], adv[keys.index("a_1_1")][0].expand(3))  # failure: 0 both
+    assert torch.allclose(
+        adv[keys.index("a_1_0")][:3], adv[keys.index("a_1_1")][0].expand(3)
+    )  # failure: 0 both
     assert float((adv * (1 - data.batch["response_mask"])).abs().sum()) == 0.0
 
 

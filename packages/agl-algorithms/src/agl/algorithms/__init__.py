@@ -28,6 +28,7 @@ __version__ = "0.1.0"
 __all__ = [
     "APO",
     "FINAL_REWARD_METADATA_KEY",
+    "VERL",
     "Adapter",
     "Algorithm",
     "Baseline",
@@ -44,7 +45,6 @@ __all__ = [
     "TraceToMessages",
     "TraceToTripletBase",
     "TracerTraceToTriplet",
-    "VERL",
     "algo",
     "batch_iter_over_dataset",
     "with_llm_proxy",

@@ -314,10 +314,14 @@ class LocalGRPO(Algorithm):
             for i, advantage in zip(usable, advantages, strict=False):
                 if advantage is None:
                     continue
-                turns = [Turn(list(t.prompt["token_ids"]), list(t.response["token_ids"])) for t in episodes[i][1]]
+                turns = [
+                    Turn(list(t.prompt["token_ids"]), list(t.response["token_ids"])) for t in episodes[i][1]
+                ]
                 samples += episode_samples(turns, advantage)
         else:  # one advantage per turn, so each turn is its own sequence
-            returns = [self.credit.returns([t.reward for t in episodes[i][1]], episodes[i][0]) for i in usable]
+            returns = [
+                self.credit.returns([t.reward for t in episodes[i][1]], episodes[i][0]) for i in usable
+            ]
             advantages = group_turn_advantages(returns, rewards, [groups[i] for i in usable])
             for i, turn_advantages in zip(usable, advantages, strict=False):
                 for t, advantage in zip(episodes[i][1], turn_advantages or [], strict=False):

@@ -18,9 +18,8 @@ import logging
 import time
 from typing import Any
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
-
 from agl.types import RolloutConfig
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from ..credit import CreditAssignment
 from .convert import ConversionStats, LoopSample, convert_rollout, turns_from_triplets
@@ -97,7 +96,9 @@ class AglBridgeAgentLoop(AgentLoopBase):
         while finished is None:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"rollout {rid} did not finish within {timeout + 60:.0f}s: are runners running?")
+                raise TimeoutError(
+                    f"rollout {rid} did not finish within {timeout + 60:.0f}s: are runners running?"
+                )
             done = await store.wait_for_rollouts(rollout_ids=[rid], timeout=min(left, 10.0))
             finished = done[0] if done else None
         spans = list((await store.query_spans(rid, "latest")).items)
@@ -143,6 +144,8 @@ class AglBridgeAgentLoop(AgentLoopBase):
                 f"({skipped} without token ids), {stats.dropped_prompt_too_long} dropped for a prompt over "
                 f"{max_prompt} tokens"
             )
-            logger.warning("rollout %s (task uid %s) gave no training sample: %s", rid, kwargs.get("uid"), why)
+            logger.warning(
+                "rollout %s (task uid %s) gave no training sample: %s", rid, kwargs.get("uid"), why
+            )
             return []
         return [to_agent_loop_output(s, rid, num_turns=len(turns)) for s in samples]

@@ -101,7 +101,9 @@ def compose_config(user: Mapping[str, Any] | Any | None = None) -> Any:
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
         base = compose(config_name="ppo_trainer")
     OmegaConf.set_struct(base, False)
-    user_dict: Any = OmegaConf.to_container(user, resolve=False) if OmegaConf.is_config(user) else (user or {})
+    user_dict: Any = (
+        OmegaConf.to_container(user, resolve=False) if OmegaConf.is_config(user) else (user or {})
+    )
     merged = OmegaConf.merge(base, OmegaConf.create(_merge(AGL_DEFAULTS, user_dict)))
     OmegaConf.set_struct(merged, False)
     return merged

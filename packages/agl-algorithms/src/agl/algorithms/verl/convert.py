@@ -17,14 +17,14 @@ tokens; :mod:`agl.algorithms.credit`) as ``token_returns``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from agl.types import Triplet
 
 from ..credit import CreditAssignment
 
-__all__ = ["ConversionStats", "LoopSample", "Turn", "TraceLevel", "convert_rollout", "turns_from_triplets"]
+__all__ = ["ConversionStats", "LoopSample", "TraceLevel", "Turn", "convert_rollout", "turns_from_triplets"]
 
 TraceLevel = Literal["transition", "trajectory"]
 

@@ -37,7 +37,9 @@ def write_tasks(tasks: Sequence[Any], path: str | Path, mode: str, data_source: 
         try:
             encoded = json.dumps(task)
         except TypeError as exc:
-            raise TypeError(f"task {i} is not JSON-serialisable, which VERL needs to pass it to verl: {exc}") from exc
+            raise TypeError(
+                f"task {i} is not JSON-serialisable, which VERL needs to pass it to verl: {exc}"
+            ) from exc
         rows.append(
             {
                 "prompt": [{"role": "user", "content": _prompt_text(task)}],

@@ -29,7 +29,9 @@ INSTALL_HINT = (
 
 def check_requirements(need_gpu: bool = True) -> str | None:
     """What is missing to run :class:`VERL` here (one line), or ``None`` when all is there."""
-    missing = [m for m in ("verl", "ray", "transfer_queue", "tensordict") if importlib.util.find_spec(m) is None]
+    missing = [
+        m for m in ("verl", "ray", "transfer_queue", "tensordict") if importlib.util.find_spec(m) is None
+    ]
     if missing:
         return f"VERL needs {', '.join(missing)}: {INSTALL_HINT}"
     if not need_gpu:
@@ -118,7 +120,9 @@ class VERL(Algorithm):
         from .dataset import write_tasks
 
         workdir = Path(tempfile.mkdtemp(prefix="agl-verl-"))
-        train = write_tasks([train_dataset[i] for i in range(len(train_dataset))], workdir / "train.parquet", "train")
+        train = write_tasks(
+            [train_dataset[i] for i in range(len(train_dataset))], workdir / "train.parquet", "train"
+        )
         val_rows = [val_dataset[i] for i in range(len(val_dataset))] if val_dataset is not None else []
         val = write_tasks(val_rows, workdir / "val.parquet", "val") if val_rows else train
         try:

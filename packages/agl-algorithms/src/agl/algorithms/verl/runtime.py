@@ -34,7 +34,10 @@ def vllm_model_list(addresses: list[str], model_name: str) -> list[dict[str, Any
         if not base.endswith("/v1"):
             base += "/v1"
         out.append(
-            {"model_name": model_name, "litellm_params": {"model": f"hosted_vllm/{model_name}", "api_base": base}}
+            {
+                "model_name": model_name,
+                "litellm_params": {"model": f"hosted_vllm/{model_name}", "api_base": base},
+            }
         )
     return out
 
@@ -76,7 +79,9 @@ class BackendPublisher:
                 await self.proxy.stop()
         await self.proxy.start()
         self.model_name = model_name
-        logger.info("LLM proxy at %s serves %s from %s", self.proxy.endpoint, model_name, ", ".join(addresses))
+        logger.info(
+            "LLM proxy at %s serves %s from %s", self.proxy.endpoint, model_name, ", ".join(addresses)
+        )
 
     async def publish(self, validation: bool = False) -> str:
         """Publish ``main_llm`` with the training (or validation) sampling parameters; its resources id."""

@@ -55,10 +55,10 @@ def credit_advantages(
     """GRPO advantages per token from credited returns (the formula of :mod:`agl.algorithms.credit`).
 
     ``final_scores`` (rows): each row's session final reward; the group statistics use one value per
-    session (its final output's). ``token_returns`` / ``response_mask`` (rows × response length).
+    session (its final output's). ``token_returns`` / ``response_mask`` (rows x response length).
     Advantage = ``(return - mean) / (std + eps)`` on masked tokens; 0 for groups of equal rewards.
     """
-    uids, sessions, final = session_keys_to_groups(batch_keys)
+    uids, _sessions, final = session_keys_to_groups(batch_keys)
     per_group: dict[str, list[float]] = {}
     for i, uid in enumerate(uids):
         if final[i]:
@@ -97,7 +97,9 @@ class AglPPOTrainerSync(PPOTrainerSync):
             "max_tokens": int(max_tokens),
         }
         publisher.val_sampling = {
-            "temperature": float(rollout.val_kwargs.temperature if val_temperature is None else val_temperature),
+            "temperature": float(
+                rollout.val_kwargs.temperature if val_temperature is None else val_temperature
+            ),
             "max_tokens": int(max_tokens),
         }
         return publisher
@@ -117,6 +119,40 @@ class AglPPOTrainerSync(PPOTrainerSync):
         addresses = list(self.llm_server_manager.get_addresses())
         run_sync(publisher.set_backends(addresses, self.served_model_name()))
         run_sync(publisher.publish(validation=False))
+        self._agl_probe()
+
+    def on_step_end(self) -> None:
+        super().on_step_end()  # pushes the new weights to vLLM
+        self._agl_probe()
+
+    def _agl_probe(self) -> None:
+        """With ``agentlightning.probe_file`` set (the GPU smoke): ask every vLLM replica for the greedy
+        next-token logprobs of a fixed prompt and append them to that file, one JSON line per step, so a
+        change after an update shows the new weights reached vLLM."""
+        path = self._agl().get("probe_file")
+        if not path:
+            return
+        import json
+
+        import httpx
+
+        out = {"step": int(getattr(self, "global_steps", 0)), "replicas": []}
+        for address in self.llm_server_manager.get_addresses():
+            base = address if address.startswith("http") else f"http://{address}"
+            body = {
+                "model": self.served_model_name(),
+                "prompt": str(self._agl().get("probe_prompt") or "What is 19 + 17?"),
+                "max_tokens": 1,
+                "temperature": 0.0,
+                "logprobs": 5,
+            }
+            try:
+                answer = httpx.post(f"{base.rstrip('/')}/v1/completions", json=body, timeout=60).json()
+                out["replicas"].append(answer["choices"][0]["logprobs"]["top_logprobs"][0])
+            except Exception as exc:  # a diagnostic must not stop training
+                out["replicas"].append({"error": repr(exc)})
+        with open(path, "a") as f:
+            f.write(json.dumps(out) + "\n")
 
     def on_validate_begin(self) -> None:
         super().on_validate_begin()
@@ -137,7 +173,9 @@ class AglPPOTrainerSync(PPOTrainerSync):
         if str(self.config.algorithm.adv_estimator) not in ("grpo", "AdvantageEstimator.GRPO"):
             raise ValueError(f"agentlightning.credit.mode={mode!r} needs algorithm.adv_estimator=grpo")
         if self.config.algorithm.use_kl_in_reward:
-            raise ValueError(f"agentlightning.credit.mode={mode!r} does not support algorithm.use_kl_in_reward")
+            raise ValueError(
+                f"agentlightning.credit.mode={mode!r} does not support algorithm.use_kl_in_reward"
+            )
         fields = ["response_mask", "rm_scores", TOKEN_RETURNS_KEY]
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
         nested_mask = data["response_mask"]
@@ -158,5 +196,7 @@ class AglPPOTrainerSync(PPOTrainerSync):
             },
             batch_size=len(batch),
         )
-        metrics[f"agl/credit_{mode}/advantage_abs_mean"] = float(advantages.abs().sum() / mask.sum().clamp(min=1))
+        metrics[f"agl/credit_{mode}/advantage_abs_mean"] = float(
+            advantages.abs().sum() / mask.sum().clamp(min=1)
+        )
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
