@@ -134,7 +134,7 @@ def get_runtime(agl_config: Any = None) -> AglRuntime:
         if _runtime is not None:
             return _runtime
         url = None if agl_config is None else agl_config.get("store_url")
-        if not url:
+        if not url or agl_config is None:
             raise RuntimeError(
                 "no store for the verl bridge: agentlightning.store_url is unset (VERL.run() sets it) and "
                 "no runtime was installed with agl.algorithms.verl.runtime.set_runtime()"
