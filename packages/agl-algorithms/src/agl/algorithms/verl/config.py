@@ -49,6 +49,9 @@ AGL_DEFAULTS: dict[str, Any] = {
     },
     "algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": False},
     "critic": {"enable": False},
+    # the agents' rewards come with the rollouts: verl's reward workers only stand by
+    "reward": {"num_workers": 1},
+    "transfer_queue": {"backend": {"SimpleStorage": {"num_data_storage_units": 2}}},
     "data": {
         "prompt_key": "prompt",
         "filter_overlong_prompts": False,
