@@ -204,3 +204,66 @@ async def test_trainer_hook_publishes_proxy_backends_and_main_llm() -> None:
         from agl.algorithms.verl.runtime import run_sync
 
         run_sync(publisher.close())
+
+
+@pytest.mark.slow
+async def test_rewards_emitted_after_each_turn_become_per_turn_credit(tmp_path: Path) -> None:
+    """An agent that emits a reward after each of its two LLM calls: with ``credit.mode=per-turn`` the
+    bridge's samples carry the rewards still to come (1.25 then 1.0); with ``final`` both get 1.0."""
+    from agl.algorithms.local import ModelServer
+    from agl.algorithms.verl.config import compose_config
+    from agl.algorithms.verl.dataset import write_tasks
+    from agl.algorithms.verl.runtime import AglRuntime, BackendPublisher, set_runtime
+    from agl.runner import LitAgentRunner, rollout
+    from agl.store import InMemoryLightningStore
+    from agl.tracer import OtelTracer, emit_reward
+    from agl.types import LLM
+    from openai import AsyncOpenAI
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    @rollout
+    async def two_turns(task: dict[str, Any], llm: LLM) -> None:
+        client = AsyncOpenAI(base_url=llm.get_base_url(), api_key="unused")
+        for reward in (0.25, 1.0):
+            await client.chat.completions.create(
+                model=llm.model, messages=[{"role": "user", "content": task["question"]}], max_tokens=4
+            )
+            emit_reward(reward)
+
+    store = InMemoryLightningStore()
+    path = write_tasks([{"question": "What is 2 + 2?"}], tmp_path / "train.parquet", "train")
+    server = ModelServer(MODEL, served_model_name="calc-tiny")
+    await asyncio.to_thread(server.start)
+    publisher = BackendPublisher(store, sampling={"temperature": 1.0, "max_tokens": 4})
+    set_runtime(AglRuntime(store=store, publisher=publisher))
+    runner = LitAgentRunner(OtelTracer(), concurrency=2, heartbeat_interval=5.0)
+    stop = threading.Event()
+    returns: dict[str, list[list[float]]] = {}
+    try:
+        await publisher.set_backends([server.url], "calc-tiny")
+        await publisher.publish()
+        with runner.run_context(agent=two_turns, store=store):
+            runner_task = asyncio.create_task(runner.iter(event=stop))
+            for mode in ("per-turn", "final"):
+                config = compose_config(
+                    {
+                        "actor_rollout_ref": {"model": {"path": str(MODEL)}},
+                        "data": {"train_files": str(path)},
+                        "agentlightning": {"credit": {"mode": mode}, "rollout_timeout_seconds": 120},
+                    }
+                )
+                row = dict(RLHFDataset(str(path), server.tokenizer, config.data)[0])
+                outputs = await asyncio.wait_for(
+                    bridge_loop(config).run({}, **row, uid="u0", session_id=0, global_steps=1), timeout=120
+                )
+                returns[mode] = [sorted(set(o.token_returns or [])) for o in outputs]
+                assert {o.reward_score for o in outputs} == {1.0}  # the final reward
+            stop.set()
+            await asyncio.wait_for(runner_task, timeout=30)
+    finally:
+        stop.set()
+        set_runtime(None)
+        await publisher.close()
+        await asyncio.to_thread(server.stop)
+    assert returns["per-turn"] == [[1.25], [1.0]]
+    assert returns["final"] == [[1.0], [1.0]]
