@@ -246,3 +246,22 @@ def test_write_tasks_refuses_what_it_cannot_carry(tmp_path: Path) -> None:
         write_tasks([object()], tmp_path / "x.parquet", "train")
     with pytest.raises(ValueError, match="no val tasks"):
         write_tasks([], tmp_path / "x.parquet", "val")
+
+
+def test_conversion_counters_reach_verls_metrics_through_extra_fields() -> None:
+    from agl.algorithms.verl.trainer import conversion_metrics
+
+    turns = [
+        Turn([1, 2], [3, 4, 5, 6]),
+        Turn([9, 9], [7], reward=1.0),
+    ]  # the second does not extend the first
+    samples, stats = convert_rollout(turns, level="trajectory", max_prompt_length=8, max_response_length=3)
+    outputs = [
+        to_agent_loop_output(s, "ro-1", 2, stats=stats if i == len(samples) - 1 else None).as_dict()
+        for i, s in enumerate(samples)
+    ]
+    metrics = conversion_metrics([o["extra_fields"] for o in outputs])
+    assert metrics["agl/samples"] == 2
+    assert metrics["agl/truncated_responses"] == 1 == stats.truncated_responses
+    assert metrics["agl/prefix_mismatches"] == 1
+    assert metrics["agl/rollouts"] == 1 and metrics["agl/triplets"] == 2

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import asdict
 from typing import Any
 
 from agl.types import RolloutConfig
@@ -51,7 +52,9 @@ class AglAgentLoopOutput(AgentLoopOutput):
         return out
 
 
-def to_agent_loop_output(sample: LoopSample, rollout_id: str, num_turns: int) -> AglAgentLoopOutput:
+def to_agent_loop_output(
+    sample: LoopSample, rollout_id: str, num_turns: int, stats: ConversionStats | None = None
+) -> AglAgentLoopOutput:
     """verl's output for one sample (the final reward as ``reward_score``, on the last response token)."""
     return AglAgentLoopOutput(
         prompt_ids=sample.prompt_ids,
@@ -66,6 +69,9 @@ def to_agent_loop_output(sample: LoopSample, rollout_id: str, num_turns: int) ->
             "reward_extra_info": {"agl_reward": sample.reward},
             "agl_rollout_id": rollout_id,
             "agl_turns": sample.turns,
+            "agl_truncated": int(sample.truncated),
+            # the rollout's conversion counters ride on its last output (see trainer.conversion_metrics)
+            **({"agl_rollout_stats": asdict(stats)} if stats is not None else {}),
         },
     )
 
@@ -148,4 +154,8 @@ class AglBridgeAgentLoop(AgentLoopBase):
                 "rollout %s (task uid %s) gave no training sample: %s", rid, kwargs.get("uid"), why
             )
             return []
-        return [to_agent_loop_output(s, rid, num_turns=len(turns)) for s in samples]
+        last = len(samples) - 1
+        return [
+            to_agent_loop_output(s, rid, num_turns=len(turns), stats=stats if i == last else None)
+            for i, s in enumerate(samples)
+        ]

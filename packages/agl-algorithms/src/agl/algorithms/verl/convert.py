@@ -53,6 +53,8 @@ class LoopSample:
     """Per response token: the credited return of the turn that generated it (0 on environment tokens)."""
     turns: list[int]
     """Indices of the turns this sample holds."""
+    truncated: bool = False
+    """Whether the response was cut to ``max_response_length``."""
 
 
 @dataclass
@@ -166,7 +168,8 @@ def convert_rollout(
         if len(prompt_ids) > max_prompt_length:
             stats.dropped_prompt_too_long += 1
             continue
-        if len(response_ids) > max_response_length:
+        truncated = len(response_ids) > max_response_length
+        if truncated:
             stats.truncated_responses += 1
             response_ids = response_ids[:max_response_length]
             mask = mask[:max_response_length]
@@ -184,6 +187,7 @@ def convert_rollout(
                 reward=reward,
                 token_returns=token_returns,
                 turns=list(group),
+                truncated=truncated,
             )
         )
     stats.samples = len(samples)

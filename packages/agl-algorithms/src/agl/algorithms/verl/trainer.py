@@ -23,7 +23,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from .bridge import TOKEN_RETURNS_KEY
 from .runtime import get_runtime, run_sync
 
-__all__ = ["AglPPOTrainerSync", "credit_advantages", "session_keys_to_groups"]
+__all__ = ["AglPPOTrainerSync", "conversion_metrics", "credit_advantages", "session_keys_to_groups"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +73,25 @@ def credit_advantages(
         scale = (std + eps) if norm_by_std else torch.tensor(1.0)
         advantages[i] = (token_returns[i].float() - mean) / scale
     return advantages * response_mask.float()
+
+
+def conversion_metrics(extra_fields: Sequence[Any]) -> dict[str, float]:
+    """``agl/*`` metrics of one batch from its outputs' ``extra_fields``: samples, truncated responses, and the
+    summed conversion counters of the rollouts (dropped prompts, prefix mismatches, triplets without ids)."""
+    metrics: dict[str, float] = {"agl/samples": 0, "agl/truncated_responses": 0}
+    for fields in extra_fields:
+        if not isinstance(fields, dict):
+            continue
+        metrics["agl/samples"] += 1
+        metrics["agl/truncated_responses"] += int(fields.get("agl_truncated", 0))
+        stats = fields.get("agl_rollout_stats")
+        if isinstance(stats, dict):
+            for key in ("rollouts", "triplets", "triplets_without_tokens", "dropped_prompt_too_long"):
+                metrics[f"agl/{key}"] = metrics.get(f"agl/{key}", 0) + int(stats.get(key, 0))
+            metrics["agl/prefix_mismatches"] = metrics.get("agl/prefix_mismatches", 0) + int(
+                stats.get("prefix_mismatches", 0)
+            )
+    return metrics
 
 
 @register_trainer("agl_sync")
@@ -153,6 +172,21 @@ class AglPPOTrainerSync(PPOTrainerSync):
                 out["replicas"].append({"error": repr(exc)})
         with open(path, "a") as f:
             f.write(json.dumps(out) + "\n")
+
+    def _compute_metrics(
+        self, batch: Any, metrics: Any, timing_raw: Any, global_steps: Any, epoch: Any
+    ) -> Any:
+        result = super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        try:
+            import transfer_queue as tq
+
+            data = tq.kv_batch_get(
+                keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"]
+            )
+            metrics.update(conversion_metrics(list(data.pop("extra_fields").tolist())))
+        except Exception as exc:  # metrics must not stop training
+            logger.warning("agl conversion metrics unavailable: %r", exc)
+        return result
 
     def on_validate_begin(self) -> None:
         super().on_validate_begin()
