@@ -56,7 +56,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1.0,
         help="sampling temperature of validation (1.0: the policy as trained; 0: greedy)",
     )
+    p.add_argument(
+        "--credit",
+        choices=["final", "per-turn", "turn-discount"],
+        default="final",
+        help="credit over turns: every turn gets the final reward (default), per-turn rewards, or the final "
+        "reward discounted backwards by --turn-discount per turn (AReaL-style)",
+    )
+    p.add_argument("--turn-discount", type=float, default=0.9, help="gamma of --credit turn-discount")
     p.add_argument("--threads", type=int, default=1, help="torch threads of the training process")
+    p.add_argument(
+        "--trace-level",
+        choices=["transition", "trajectory"],
+        default="transition",
+        help="VERL: one sample per LLM call, or turns merged by token prefix",
+    )
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.3, help="VERL: vLLM's share of the GPU")
+    p.add_argument(
+        "--enforce-eager", action="store_true", help="VERL: no CUDA graphs in vLLM (starts faster)"
+    )
+    p.add_argument(
+        "--verl-probe-file", type=Path, default=None, help=argparse.SUPPRESS
+    )  # the GPU smoke's probe
     p.add_argument("--output-dir", type=Path, default=None, help="default: runs/<timestamp>")
     return p.parse_args(argv)
 
@@ -94,12 +115,15 @@ def make_store(spec: str | None, out_dir: Path) -> Any:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.algorithm == "verl":
-        print(
-            "--algorithm verl is not yet available in this build: it needs the `verl` extra and a GPU, and "
-            "lands with its own issue. Use --algorithm local (the default).",
-            file=sys.stderr,
-        )
-        return 2
+        from agl.algorithms.verl.interface import check_requirements
+
+        problem = check_requirements(need_gpu=True)
+        if problem:
+            print(
+                f"--algorithm verl cannot run here: {problem}. --algorithm local runs on CPU.",
+                file=sys.stderr,
+            )
+            return 2
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.time()
@@ -109,6 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"calc_x: {len(train)} training and {len(val)} validation tasks; model {args.model}; outputs in {out_dir}"
     )
+
+    if args.algorithm == "verl":
+        from calc_x.verl_run import run_verl
+
+        return run_verl(args, train, val, out_dir, make_store)
 
     from agl.algorithms.local import LocalGRPO
     from agl.runner import Trainer
@@ -148,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         val_every=args.val_every,
         val_temperature=args.val_temperature,
         torch_threads=args.threads,
+        credit=args.credit,
+        turn_discount=args.turn_discount,
         served_model_name="calc-tiny" if args.model == str(DEFAULT_MODEL) else Path(args.model).name,
         checkpoint_dir=str(out_dir / "checkpoint"),
         on_step=on_step,

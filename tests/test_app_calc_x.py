@@ -80,10 +80,36 @@ def test_three_steps_through_the_whole_system(tmp_path: Path) -> None:
     asyncio.run(inspect())
 
 
-def test_verl_is_announced_as_not_yet_available() -> None:
+def test_verl_without_cuda_exits_2_with_one_clear_line() -> None:
+    import importlib.util
+
+    import torch
+
+    if importlib.util.find_spec("vllm") is not None and torch.cuda.is_available():
+        pytest.skip("this machine can run --algorithm verl")
     result = run_app("--algorithm", "verl", timeout=60)
     assert result.returncode == 2
-    assert "not yet available" in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr  # no traceback
+    assert lines[0].startswith("--algorithm verl cannot run here: VERL needs")
+    assert "--algorithm local runs on CPU" in lines[0]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (MODEL / "config.json").exists(), reason="apps/calc_tiny/model not built")
+def test_turn_discount_credit_trains_through_the_app(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = run_app(
+        *("--steps", "2", "--prompts-per-step", "4", "--n", "4", "--val-size", "8", "--val-every", "0"),
+        *("--credit", "turn-discount", "--turn-discount", "0.5", "--output-dir", str(out), "--seed", "2"),
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert re.fullmatch(r"validation accuracy: \d+\.\d% -> \d+\.\d%", result.stdout.strip().splitlines()[-1])
+    train = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"train"' in x]
+    assert [m["step"] for m in train] == [1, 2]
+    # per-turn credit trains one sequence per turn: at least as many samples as episodes with a trained group
+    assert all(m["samples"] >= 4 * m["groups_trained"] for m in train)
+    assert any(m["samples"] > 0 for m in train)
 
 
 def test_bad_store_url_is_a_clear_error(tmp_path: Path) -> None:

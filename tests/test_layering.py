@@ -37,6 +37,7 @@ LOADED_BY_NAME = {
     "asyncpg": "SQLAlchemy's postgresql+asyncpg dialect imports it from the database URL",
     "httptools": "uvicorn picks its fast HTTP parser up when installed",
     "tokenizers": "transformers' fast tokenizers, used through transformers",
+    "cachetools": "verl 0.9.1 imports it but lists it only in its verl-core extra (the verl extra adds it)",
 }
 """Declared dependencies that no module imports by name, and why they are still needed."""
 PART_OF = {"pydantic-core": "pydantic", "starlette": "fastapi"}

@@ -21,12 +21,14 @@ if TYPE_CHECKING:
     )
     from .apo import APO
     from .local import GRPOConfig, LocalGRPO, ModelServer
+    from .verl import VERL
 
 __version__ = "0.1.0"
 
 __all__ = [
     "APO",
     "FINAL_REWARD_METADATA_KEY",
+    "VERL",
     "Adapter",
     "Algorithm",
     "Baseline",
@@ -71,6 +73,10 @@ def __getattr__(name: str) -> Any:
         from .apo import APO
 
         return APO
+    if name == "VERL":  # constructs without the ``verl`` extra; run() says what to install
+        from .verl import VERL
+
+        return VERL
     if name in _LOCAL:  # needs the ``local`` extra (torch, transformers)
         from . import local
 

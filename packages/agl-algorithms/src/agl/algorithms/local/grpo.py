@@ -52,6 +52,11 @@ class GRPOConfig:
     """Evaluate on the validation set every this many steps (and always before and after); 0: only then."""
     success_threshold: float = 1.0
     """An episode counts as correct when its reward is at least this."""
+    credit: str = "final"
+    """Credit assignment over turns (:mod:`agl.algorithms.credit`): ``final`` (every turn gets the final
+    reward, the reference's behaviour), ``per-turn`` (rewards emitted after each turn) or ``turn-discount``."""
+    turn_discount: float = 0.9
+    """gamma of ``credit="turn-discount"``."""
     tool_marker: str = "<tool_call>"
     """Text whose presence in a response counts as tool use (hermes format)."""
     seed: int = 0
@@ -99,6 +104,9 @@ class LocalGRPO(Algorithm):
         self.config = GRPOConfig(**{**asdict(base), **overrides})
         if self.config.n < 2:
             raise ValueError("GRPO needs n >= 2 samples per task to compare them")
+        from ..credit import CreditAssignment
+
+        self.credit = CreditAssignment.parse(self.config.credit, turn_discount=self.config.turn_discount)
         self.model_path = str(model)
         self.on_step = on_step
         self.on_validation = on_validation
@@ -290,6 +298,7 @@ class LocalGRPO(Algorithm):
         rng: random.Random,
         step: int,
     ) -> dict[str, Any]:
+        from ..credit import group_turn_advantages
         from .grpo_core import Turn, episode_samples, group_advantages, grpo_update
 
         cfg = self.config
@@ -312,13 +321,26 @@ class LocalGRPO(Algorithm):
         # its group rather than letting it skew the group's mean.
         usable = [i for i, (_, triplets) in enumerate(episodes) if triplets]
         rewards = [episodes[i][0] for i in usable]
-        advantages = group_advantages(rewards, [groups[i] for i in usable])
         samples = []
-        for i, advantage in zip(usable, advantages, strict=False):
-            if advantage is None:
-                continue
-            turns = [Turn(list(t.prompt["token_ids"]), list(t.response["token_ids"])) for t in episodes[i][1]]
-            samples += episode_samples(turns, advantage)
+        advantages: list[Any]
+        if self.credit.mode == "final":
+            advantages = group_advantages(rewards, [groups[i] for i in usable])
+            for i, advantage in zip(usable, advantages, strict=False):
+                if advantage is None:
+                    continue
+                turns = [
+                    Turn(list(t.prompt["token_ids"]), list(t.response["token_ids"])) for t in episodes[i][1]
+                ]
+                samples += episode_samples(turns, advantage)
+        else:  # one advantage per turn, so each turn is its own sequence
+            returns = [
+                self.credit.returns([t.reward for t in episodes[i][1]], episodes[i][0]) for i in usable
+            ]
+            advantages = group_turn_advantages(returns, rewards, [groups[i] for i in usable])
+            for i, turn_advantages in zip(usable, advantages, strict=False):
+                for t, advantage in zip(episodes[i][1], turn_advantages or [], strict=False):
+                    turn = Turn(list(t.prompt["token_ids"]), list(t.response["token_ids"]))
+                    samples += episode_samples([turn], advantage)
         stats = await asyncio.to_thread(
             grpo_update,
             self.policy,

@@ -1,0 +1,197 @@
+"""``train_calc_x.py --algorithm verl``: the calc agent trained with VERL (verl 0.9 + vLLM) on one GPU.
+
+verl runs in Ray processes and logs its metrics with its ``file`` logger (``verl_metrics.jsonl``); a
+thread here follows that file and turns each step into the app's own records (``metrics.jsonl``), the
+progress bar and, at the end, the reward curve and the ``validation accuracy: A% -> B%`` line (the calc
+reward is 1 for a right answer, else 0, so mean reward = accuracy).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+TRAIN_REWARD_KEYS = ("critic/score/mean", "critic/rewards/mean")
+
+
+def verl_config(args: Any, out_dir: Path) -> dict[str, Any]:
+    """The VERL overrides of the app's flags (batch = prompts per step, n = GRPO group size)."""
+    batch = args.prompts_per_step
+    return {
+        "trainer": {
+            "total_training_steps": args.steps,
+            "total_epochs": 1000,
+            "test_freq": args.val_every if args.val_every > 0 else -1,
+            "logger": ["console", "file"],
+            "project_name": "calc_x",
+            "experiment_name": out_dir.name,
+            "default_local_dir": str(out_dir / "checkpoint"),
+            "seed": args.seed,
+        },
+        "data": {
+            "train_batch_size": batch,
+            "val_batch_size": None,
+            "max_prompt_length": 512,
+            "max_response_length": 256,
+            "seed": args.seed,
+        },
+        "actor_rollout_ref": {
+            "model": {"path": args.model},
+            "actor": {
+                "optim": {"lr": args.lr},
+                "ppo_mini_batch_size": batch,
+                "ppo_micro_batch_size_per_gpu": max(1, min(batch * args.n, 32)),
+            },
+            "rollout": {
+                "n": args.n,
+                "temperature": 1.0,
+                "val_kwargs": {
+                    "temperature": args.val_temperature,
+                    "do_sample": args.val_temperature > 0,
+                    "n": 1,
+                },
+                "gpu_memory_utilization": args.gpu_memory_utilization,
+                "max_model_len": 1024,
+                "enforce_eager": args.enforce_eager,
+                "free_cache_engine": True,
+            },
+        },
+        "agentlightning": {
+            "credit": {"mode": args.credit, "turn_discount": args.turn_discount},
+            "max_tokens": 48,
+            "trace_aggregator": {"level": args.trace_level},
+            "probe_file": str(args.verl_probe_file) if getattr(args, "verl_probe_file", None) else None,
+        },
+        "ray_kwargs": {
+            "ray_init": {
+                "num_cpus": max(2, (os.cpu_count() or 4) - 2),
+                "runtime_env": {"env_vars": {"VERL_FILE_LOGGER_PATH": str(out_dir / "verl_metrics.jsonl")}},
+            }
+        },
+    }
+
+
+def _val_accuracy(data: dict[str, Any]) -> float | None:
+    keys = sorted(
+        k for k in data if k.startswith("val-core/") and ("reward" in k or "score" in k or "acc" in k)
+    )
+    keys = [k for k in keys if "mean" in k] or keys
+    return float(data[keys[0]]) if keys else None
+
+
+def translate(step: int, data: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """One verl log line → (train record, validation record) in the app's format (either may be None)."""
+    train = None
+    reward = next((data[k] for k in TRAIN_REWARD_KEYS if k in data), None)
+    if reward is not None:
+        train = {
+            "step": step,
+            "reward": float(reward),
+            "accuracy": float(reward),
+            "tool_use": float("nan"),
+            "failed": 0,
+            "rollout_s": float(data.get("timing_s/gen", data.get("timing_s/generate_sequences", 0.0))),
+            "update_s": float(data.get("timing_s/update_actor", 0.0)),
+            "step_s": float(data.get("timing_s/step", 0.0)),
+            "generated_tokens": int(data.get("response_length/mean", 0.0) * data.get("agl/samples", 0)),
+            "generation_s": float(data.get("timing_s/gen", 0.0)),
+            "verl": data,
+        }
+    validation = None
+    accuracy = _val_accuracy(data)
+    if accuracy is not None:
+        validation = {"step": step, "reward": accuracy, "accuracy": accuracy, "tool_use": float("nan")}
+    return train, validation
+
+
+class MetricsFollower(threading.Thread):
+    """Follows verl's jsonl log and calls back with each translated record."""
+
+    def __init__(self, path: Path, on_train: Any, on_validation: Any) -> None:
+        super().__init__(daemon=True, name="verl-metrics")
+        self.path, self.on_train, self.on_validation = path, on_train, on_validation
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        offset = 0
+        while True:
+            stopping = self.stop_event.is_set()
+            if self.path.exists():
+                with self.path.open("rb") as f:
+                    f.seek(offset)
+                    for line in f:
+                        if not line.endswith(b"\n"):
+                            break
+                        offset += len(line)
+                        entry = json.loads(line)
+                        train, validation = translate(int(entry.get("step", 0)), entry.get("data", {}))
+                        if validation is not None:
+                            self.on_validation(validation)
+                        if train is not None:
+                            self.on_train(train)
+            if stopping:
+                return
+            self.stop_event.wait(1.0)
+
+
+def run_verl(
+    args: Any, train: list[dict[str, Any]], val: list[dict[str, Any]], out_dir: Path, make_store: Any
+) -> int:
+    import sys
+
+    from agl.algorithms import VERL
+    from agl.runner import Trainer
+    from calc_x.agent import calc_agent
+    from calc_x.report import plot_curve, summary
+    from tqdm import tqdm
+
+    started = time.time()
+    history: list[dict[str, Any]] = []
+    validations: list[dict[str, Any]] = []
+    metrics_file = (out_dir / "metrics.jsonl").open("w")
+    bar = tqdm(total=args.steps, desc="VERL GRPO", unit="step", dynamic_ncols=True)
+
+    def on_train(m: dict[str, Any]) -> None:
+        history.append(m)
+        metrics_file.write(json.dumps({"kind": "train", **m}) + "\n")
+        metrics_file.flush()
+        bar.set_postfix(reward=f"{m['reward']:.2f}", s=f"{m['step_s']:.1f}")
+        bar.update(1)
+
+    def on_validation(m: dict[str, Any]) -> None:
+        validations.append(m)
+        metrics_file.write(json.dumps({"kind": "validation", **m}) + "\n")
+        metrics_file.flush()
+        bar.write(f"validation at step {m['step']}: accuracy {m['accuracy']:.1%}")
+
+    follower = MetricsFollower(out_dir / "verl_metrics.jsonl", on_train, on_validation)
+    follower.start()
+    algorithm = VERL(verl_config(args, out_dir))
+    trainer = Trainer(
+        algorithm=algorithm,
+        n_runners=args.n_runners,
+        store=make_store(args.store, out_dir),
+        strategy="shm",  # VERL serves the store over HTTP for verl's processes
+        runner={"type": "agl.runner.LitAgentRunner", "concurrency": args.concurrency},
+        progress=False,
+    )
+    try:
+        trainer.fit(calc_agent, train, val_dataset=val)
+    finally:
+        follower.stop_event.set()
+        follower.join(timeout=10)
+        bar.close()
+        metrics_file.close()
+    if len(validations) < 1:
+        print("no validation ran; nothing to summarise", file=sys.stderr)
+        return 1
+    curve = plot_curve(
+        history, validations, out_dir / "reward_curve.png", f"calc_x VERL GRPO, seed {args.seed}"
+    )
+    print(f"reward curve: {curve}")
+    print(summary(history, validations, (time.time() - started) / 60, out_dir))
+    return 0

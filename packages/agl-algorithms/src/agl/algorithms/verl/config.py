@@ -1,0 +1,150 @@
+"""The verl configuration ``VERL`` runs with: verl's own ``ppo_trainer`` + the project's overrides + the user's dict.
+
+Composed with Hydra from verl's packaged config (struct mode off, so the ``agentlightning`` block and any
+key verl knows can be given), then checked with verl's ``validate_config``. The reference's
+``agentlightning.*`` keys keep their meaning; LoRA keys (``actor_rollout_ref.model.lora_rank`` ...) pass
+through untouched.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["AGENT_LOOP_CONFIG", "AGL_DEFAULTS", "compose_config", "validate"]
+
+AGENT_LOOP_CONFIG = Path(__file__).resolve().parent / "agent_loops.yaml"
+"""The agent-loop registry file verl's workers load (``agl_bridge`` → :class:`AglBridgeAgentLoop`)."""
+
+AGL_DEFAULTS: dict[str, Any] = {
+    "agentlightning": {
+        "store_url": None,  # set by VERL.run(): the HTTP store every process reaches
+        "proxy": {"host": "127.0.0.1", "port": None},  # the LLM proxy beside the trainer; None: a free port
+        "trace_aggregator": {
+            "level": "transition",
+            "trajectory_max_prompt_length": 2048,
+            "trajectory_max_response_length": 8192,
+            "debug": False,
+            "mismatch_log_dir": "./mismatch_cases",
+        },
+        "credit": {"mode": "final", "turn_discount": 0.9},
+        "reward_fillna_value": 0.0,
+        "rollout_timeout_seconds": 1200.0,
+        "temperature": None,  # None: actor_rollout_ref.rollout.temperature
+        "val_temperature": None,  # None: actor_rollout_ref.rollout.val_kwargs.temperature
+        "max_tokens": None,  # None: data.max_response_length
+    },
+    "trainer": {
+        "use_v1": True,
+        "v1": {"trainer_mode": "agl_sync", "sampler": {"sync_refill_failed_groups": True}},
+        "n_gpus_per_node": 1,
+        "nnodes": 1,
+        "logger": ["console"],
+        "val_before_train": True,
+        "test_freq": -1,
+        "save_freq": -1,
+        "resume_mode": "disable",
+    },
+    "algorithm": {"adv_estimator": "grpo", "use_kl_in_reward": False},
+    "critic": {"enable": False},
+    # the agents' rewards come with the rollouts: verl's reward workers only stand by
+    "reward": {"num_workers": 1},
+    "transfer_queue": {"backend": {"SimpleStorage": {"num_data_storage_units": 2}}},
+    "data": {
+        "prompt_key": "prompt",
+        "filter_overlong_prompts": False,
+        "dataloader_num_workers": 0,
+        "return_raw_chat": True,
+        "max_prompt_length": 512,
+        "max_response_length": 512,
+        "train_batch_size": 16,
+    },
+    "actor_rollout_ref": {
+        "model": {"override_config": {"attn_implementation": "sdpa"}, "enable_gradient_checkpointing": False},
+        "actor": {"use_kl_loss": False, "ppo_mini_batch_size": 16, "ppo_micro_batch_size_per_gpu": 8},
+        "rollout": {
+            "name": "vllm",
+            "mode": "async",
+            "n": 4,
+            "tensor_model_parallel_size": 1,
+            "calculate_log_probs": True,
+            "log_prob_micro_batch_size_per_gpu": 8,
+            "agent": {
+                "default_agent_loop": "agl_bridge",
+                "agent_loop_config_path": str(AGENT_LOOP_CONFIG),
+                "num_workers": 2,
+            },
+            "engine_kwargs": {"vllm": {"enable_auto_tool_choice": True, "tool_call_parser": "hermes"}},
+        },
+        "ref": {"log_prob_micro_batch_size_per_gpu": 8},
+    },
+}
+
+
+def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def compose_config(user: Mapping[str, Any] | Any | None = None) -> Any:
+    """verl's ``ppo_trainer`` config, then :data:`AGL_DEFAULTS`, then ``user`` (a dict or DictConfig)."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    if GlobalHydra.instance().is_initialized():
+        GlobalHydra.instance().clear()
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        base = compose(config_name="ppo_trainer")
+    OmegaConf.set_struct(base, False)
+    user_dict: Any = (
+        OmegaConf.to_container(user, resolve=False) if OmegaConf.is_config(user) else (user or {})
+    )
+    merged = OmegaConf.merge(base, OmegaConf.create(_merge(AGL_DEFAULTS, user_dict)))
+    OmegaConf.set_struct(merged, False)
+    return merged
+
+
+def validate(config: Any) -> None:
+    """verl's ``validate_config`` plus the checks of the ``agentlightning`` block (ValueError if wrong)."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    agl = config.agentlightning
+    level = agl.trace_aggregator.level
+    if level not in ("transition", "trajectory"):
+        raise ValueError(
+            f"agentlightning.trace_aggregator.level must be 'transition' or 'trajectory', got {level!r}"
+        )
+    from ..credit import CreditAssignment
+
+    CreditAssignment.parse(agl.credit.mode, turn_discount=float(agl.credit.turn_discount))
+    if config.actor_rollout_ref.rollout.mode != "async":
+        raise ValueError("VERL needs actor_rollout_ref.rollout.mode=async (agents call vLLM's HTTP server)")
+    checked = config
+    if config.actor_rollout_ref.rollout.name == "vllm" and not _vllm_importable():
+        # verl's LoRA-rank check imports vLLM; without it (CPU machines) check the rank against vLLM's
+        # largest allowed one here and let verl check the rest.
+        from omegaconf import OmegaConf
+
+        rank = int(config.actor_rollout_ref.model.get("lora_rank", 0) or 0)
+        if rank > 512:
+            raise ValueError(f"lora_rank must be less than or equal to 512 for vLLM, but got {rank}")
+        checked = copy.deepcopy(config)
+        OmegaConf.update(checked, "actor_rollout_ref.rollout.name", "vllm (not installed)")
+    validate_config(
+        config=checked, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
+    )
+
+
+def _vllm_importable() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None

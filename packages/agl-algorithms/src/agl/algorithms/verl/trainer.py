@@ -1,0 +1,236 @@
+"""``AglPPOTrainerSync``: verl's V1 synchronous PPO trainer, wired to the store and the LLM proxy.
+
+Registered as ``trainer.v1.trainer_mode=agl_sync``. What it adds to ``PPOTrainerSync``:
+
+- ``on_init_end``: after verl's first weight sync, point the LLM proxy at vLLM's OpenAI servers
+  (``llm_server_manager.get_addresses()``, served under the model's local path) and publish ``main_llm``
+  (a ``ProxyLLM``) with the training sampling parameters;
+- ``on_validate_begin`` / ``on_validate_end``: publish the validation, then again the training, resource;
+- ``_compute_advantage``: with ``agentlightning.credit.mode`` other than ``final``, GRPO advantages from
+  the per-token credited returns (:func:`credit_advantages`); ``final`` is verl's own computation.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+from .bridge import TOKEN_RETURNS_KEY
+from .runtime import get_runtime, run_sync
+
+__all__ = ["AglPPOTrainerSync", "conversion_metrics", "credit_advantages", "session_keys_to_groups"]
+
+logger = logging.getLogger(__name__)
+
+
+def session_keys_to_groups(batch_keys: Sequence[str]) -> tuple[list[str], list[str], list[bool]]:
+    """For verl's TQ keys ``{uid}_{session}_{index}``: each row's group (uid), session, and whether it is
+    its session's final output."""
+    uids, sessions, last_index = [], [], {}
+    indices = []
+    for key in batch_keys:
+        uid, session, index = key.rsplit("_", 2)
+        uids.append(uid)
+        sessions.append(f"{uid}_{session}")
+        indices.append(int(index))
+        last_index[f"{uid}_{session}"] = max(last_index.get(f"{uid}_{session}", -1), int(index))
+    final = [indices[i] == last_index[s] for i, s in enumerate(sessions)]
+    return uids, sessions, final
+
+
+def credit_advantages(
+    batch_keys: Sequence[str],
+    final_scores: torch.Tensor,
+    token_returns: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """GRPO advantages per token from credited returns (the formula of :mod:`agl.algorithms.credit`).
+
+    ``final_scores`` (rows): each row's session final reward; the group statistics use one value per
+    session (its final output's). ``token_returns`` / ``response_mask`` (rows x response length).
+    Advantage = ``(return - mean) / (std + eps)`` on masked tokens; 0 for groups of equal rewards.
+    """
+    uids, _sessions, final = session_keys_to_groups(batch_keys)
+    per_group: dict[str, list[float]] = {}
+    for i, uid in enumerate(uids):
+        if final[i]:
+            per_group.setdefault(uid, []).append(float(final_scores[i]))
+    advantages = torch.zeros_like(token_returns, dtype=torch.float32)
+    for i, uid in enumerate(uids):
+        values = torch.tensor(per_group[uid], dtype=torch.float32)
+        mean = values.mean()
+        std = values.std(unbiased=True) if len(values) > 1 else torch.tensor(0.0)
+        if len(values) < 2 or float(values.max() - values.min()) < eps:
+            continue  # no learning signal in this group (verl's GRPO gives 0 as well)
+        scale = (std + eps) if norm_by_std else torch.tensor(1.0)
+        advantages[i] = (token_returns[i].float() - mean) / scale
+    return advantages * response_mask.float()
+
+
+def conversion_metrics(extra_fields: Sequence[Any]) -> dict[str, float]:
+    """``agl/*`` metrics of one batch from its outputs' ``extra_fields``: samples, truncated responses, and the
+    summed conversion counters of the rollouts (dropped prompts, prefix mismatches, triplets without ids)."""
+    metrics: dict[str, float] = {"agl/samples": 0, "agl/truncated_responses": 0}
+    for fields in extra_fields:
+        if not isinstance(fields, dict):
+            continue
+        metrics["agl/samples"] += 1
+        metrics["agl/truncated_responses"] += int(fields.get("agl_truncated", 0))
+        stats = fields.get("agl_rollout_stats")
+        if isinstance(stats, dict):
+            for key in ("rollouts", "triplets", "triplets_without_tokens", "dropped_prompt_too_long"):
+                metrics[f"agl/{key}"] = metrics.get(f"agl/{key}", 0) + int(stats.get(key, 0))
+            metrics["agl/prefix_mismatches"] = metrics.get("agl/prefix_mismatches", 0) + int(
+                stats.get("prefix_mismatches", 0)
+            )
+    return metrics
+
+
+@register_trainer("agl_sync")
+class AglPPOTrainerSync(PPOTrainerSync):
+    """See the module docstring."""
+
+    def _agl(self) -> Any:
+        return self.config.get("agentlightning", {})
+
+    def _agl_publisher(self) -> Any:
+        runtime = get_runtime(self._agl())
+        if runtime.publisher is None:
+            raise RuntimeError("the agl runtime of this process has no BackendPublisher")
+        publisher = runtime.publisher
+        rollout = self.config.actor_rollout_ref.rollout
+        agl = self._agl()
+        max_tokens = agl.get("max_tokens") or self.config.data.max_response_length
+        temperature = agl.get("temperature")
+        val_temperature = agl.get("val_temperature")
+        publisher.sampling = {
+            "temperature": float(rollout.temperature if temperature is None else temperature),
+            "max_tokens": int(max_tokens),
+        }
+        publisher.val_sampling = {
+            "temperature": float(
+                rollout.val_kwargs.temperature if val_temperature is None else val_temperature
+            ),
+            "max_tokens": int(max_tokens),
+        }
+        return publisher
+
+    def served_model_name(self) -> str:
+        """The name vLLM serves the model under in verl 0.9: the model's local path (or the prometheus override)."""
+        rollout = self.config.actor_rollout_ref.rollout
+        name = (rollout.get("prometheus") or {}).get("served_model_name")
+        if name:
+            return str(name)
+        model = self.config.actor_rollout_ref.model
+        return str(model.get("local_path") or model.path)
+
+    def on_init_end(self) -> None:
+        super().on_init_end()
+        publisher = self._agl_publisher()
+        addresses = list(self.llm_server_manager.get_addresses())
+        run_sync(publisher.set_backends(addresses, self.served_model_name()))
+        run_sync(publisher.publish(validation=False))
+        self._agl_probe()
+
+    def on_step_end(self) -> None:
+        super().on_step_end()  # pushes the new weights to vLLM
+        self._agl_probe()
+
+    def _agl_probe(self) -> None:
+        """With ``agentlightning.probe_file`` set (the GPU smoke): ask every vLLM replica for the greedy
+        next-token logprobs of a fixed prompt and append them to that file, one JSON line per step, so a
+        change after an update shows the new weights reached vLLM."""
+        path = self._agl().get("probe_file")
+        if not path:
+            return
+        import json
+
+        import httpx
+
+        out = {"step": int(getattr(self, "global_steps", 0)), "replicas": []}
+        for address in self.llm_server_manager.get_addresses():
+            base = address if address.startswith("http") else f"http://{address}"
+            body = {
+                "model": self.served_model_name(),
+                "prompt": str(self._agl().get("probe_prompt") or "What is 19 + 17?"),
+                "max_tokens": 1,
+                "temperature": 0.0,
+                "logprobs": 5,
+            }
+            try:
+                answer = httpx.post(f"{base.rstrip('/')}/v1/completions", json=body, timeout=60).json()
+                out["replicas"].append(answer["choices"][0]["logprobs"]["top_logprobs"][0])
+            except Exception as exc:  # a diagnostic must not stop training
+                out["replicas"].append({"error": repr(exc)})
+        with open(path, "a") as f:
+            f.write(json.dumps(out) + "\n")
+
+    def _compute_metrics(
+        self, batch: Any, metrics: Any, timing_raw: Any, global_steps: Any, epoch: Any
+    ) -> Any:
+        result = super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        try:
+            import transfer_queue as tq
+
+            data = tq.kv_batch_get(
+                keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"]
+            )
+            metrics.update(conversion_metrics(list(data.pop("extra_fields").tolist())))
+        except Exception as exc:  # metrics must not stop training
+            logger.warning("agl conversion metrics unavailable: %r", exc)
+        return result
+
+    def on_validate_begin(self) -> None:
+        super().on_validate_begin()
+        run_sync(self._agl_publisher().publish(validation=True))
+
+    def on_validate_end(self) -> None:
+        super().on_validate_end()
+        run_sync(self._agl_publisher().publish(validation=False))
+
+    def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
+        mode = str(self._agl().get("credit", {}).get("mode", "final"))
+        if mode == "final":
+            return super()._compute_advantage(batch, metrics)
+        import transfer_queue as tq
+        from tensordict import TensorDict
+        from verl.workers.utils.padding import response_to_nested
+
+        if str(self.config.algorithm.adv_estimator) not in ("grpo", "AdvantageEstimator.GRPO"):
+            raise ValueError(f"agentlightning.credit.mode={mode!r} needs algorithm.adv_estimator=grpo")
+        if self.config.algorithm.use_kl_in_reward:
+            raise ValueError(
+                f"agentlightning.credit.mode={mode!r} does not support algorithm.use_kl_in_reward"
+            )
+        fields = ["response_mask", "rm_scores", TOKEN_RETURNS_KEY]
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        nested_mask = data["response_mask"]
+        mask = data["response_mask"].to_padded_tensor(0)
+        returns = data[TOKEN_RETURNS_KEY].to_padded_tensor(0.0)
+        scores = data["rm_scores"].to_padded_tensor(0.0).sum(-1)
+        advantages = credit_advantages(
+            batch.keys,
+            scores,
+            returns,
+            mask,
+            norm_by_std=bool(self.config.algorithm.get("norm_adv_by_std_in_grpo", True)),
+        )
+        output = TensorDict(
+            {
+                "advantages": response_to_nested(advantages, nested_mask),
+                "returns": response_to_nested(advantages, nested_mask),
+            },
+            batch_size=len(batch),
+        )
+        metrics[f"agl/credit_{mode}/advantage_abs_mean"] = float(
+            advantages.abs().sum() / mask.sum().clamp(min=1)
+        )
+        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
