@@ -42,28 +42,11 @@ from agl.types import (
 from pydantic import Discriminator, Tag, TypeAdapter
 
 from ._http_models import WAIT_COMPLETE_HEADER, AddSpansInOrderResponse, AddSpansResponse
-from ._http_transport import (
-    HttpTransport,
-    StoreAuthenticationError,
-    StoreClientError,
-    StoreConflictError,
-    StoreConnectionError,
-    StoreInvalidRequestError,
-    StoreNotFoundError,
-    StoreServerError,
-)
+from ._http_transport import HttpTransport
 from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
+from .errors import *  # noqa: F403  (compatibility: the errors were importable from here)
 
-__all__ = [
-    "LightningStoreClient",
-    "StoreAuthenticationError",
-    "StoreClientError",
-    "StoreConflictError",
-    "StoreConnectionError",
-    "StoreInvalidRequestError",
-    "StoreNotFoundError",
-    "StoreServerError",
-]
+__all__ = ["LightningStoreClient"]
 
 logger = logging.getLogger("agl.store.client")
 
