@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -232,14 +231,9 @@ class OtelTracer(Tracer):
 
     # -- recording -------------------------------------------------------------------------------
 
-    def create_span(
-        self,
-        name: str,
-        attributes: Mapping[str, Any] | None = None,
-        timestamp: float | None = None,
-        status: TraceStatus | None = None,
+    def _create_span(
+        self, name: str, attributes: Mapping[str, Any] | None, when: float, status: TraceStatus | None
     ) -> SpanCoreFields:
-        when = timestamp if timestamp is not None else time.time()
         span = _OtelSpan(
             self.otel_tracer.start_span(
                 name, attributes=sanitize_attributes(dict(attributes or {})), start_time=_ns(when)
@@ -257,12 +251,12 @@ class OtelTracer(Tracer):
         )
 
     @contextlib.contextmanager
-    def operation_context(
+    def _operation_context(
         self,
         name: str,
-        attributes: Mapping[str, Any] | None = None,
-        start_time: float | None = None,
-        end_time: float | None = None,
+        attributes: Mapping[str, Any] | None,
+        start_time: float | None,
+        end_time: float | None,
     ) -> Iterator[SpanRecordingContext]:
         if end_time is not None:
             warnings.warn(
