@@ -9,22 +9,18 @@ from agl.types import (
     UNSET,
     Attempt,
     AttemptedRollout,
-    AttemptQuery,
     AttemptUpdate,
     EnqueueRolloutRequest,
     NamedResources,
     PaginatedResult,
-    ResourcesQuery,
     ResourcesUpdate,
     Rollout,
-    RolloutQuery,
     RolloutUpdate,
     Span,
-    SpanQuery,
     Unset,
     Worker,
-    WorkerQuery,
 )
+from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
 
 from .base import LightningStore, LightningStoreStatistics
 

@@ -22,23 +22,18 @@ from agl.types import (
     UNSET,
     Attempt,
     AttemptedRollout,
-    AttemptQuery,
     AttemptUpdate,
     EnqueueRolloutRequest,
     NamedResources,
     PaginatedResult,
-    ResourcesQuery,
     ResourcesUpdate,
     Rollout,
-    RolloutQuery,
     RolloutUpdate,
     Span,
-    SpanQuery,
-    StoreQuery,
     Unset,
     Worker,
-    WorkerQuery,
 )
+from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, StoreQuery, WorkerQuery
 from pydantic import Discriminator, Tag, TypeAdapter
 
 from ._http_models import WAIT_COMPLETE_HEADER, AddSpansInOrderResponse, AddSpansResponse

@@ -23,25 +23,21 @@ from agl.types import (
     UNSET,
     Attempt,
     AttemptedRollout,
-    AttemptQuery,
     AttemptUpdate,
     EnqueueRolloutRequest,
     InvalidRequestError,
     NamedResources,
     NotFoundError,
     PaginatedResult,
-    ResourcesQuery,
     ResourcesUpdate,
     Rollout,
-    RolloutQuery,
     RolloutUpdate,
     Span,
-    SpanQuery,
     Unset,
     Worker,
-    WorkerQuery,
     new_resources_id,
 )
+from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
 
 from ._memory_core import MemoryCore, by_creation
 from ._notify import Notifier, Waiter

@@ -22,6 +22,7 @@ __all__ = [
     "RolloutMode",
     "RolloutStatus",
     "RolloutUpdate",
+    "StatusCounts",
     "TaskInput",
     "Triplet",
     "Worker",
@@ -152,6 +153,20 @@ class AttemptUpdate(TypedDict, total=False):
     worker_id: str
     last_heartbeat_time: float
     metadata: dict[str, Any]
+
+
+class StatusCounts:
+    """Mixin of rollout tallies: ``succeeded`` and ``failed`` read from the class's ``by_status`` counts."""
+
+    by_status: dict[str, int]
+
+    @property
+    def succeeded(self) -> int:
+        return self.by_status.get("succeeded", 0)
+
+    @property
+    def failed(self) -> int:
+        return self.by_status.get("failed", 0)
 
 
 class Worker(BaseModel):

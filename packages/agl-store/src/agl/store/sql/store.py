@@ -16,23 +16,19 @@ from agl.types import (
     UNSET,
     Attempt,
     AttemptedRollout,
-    AttemptQuery,
     AttemptUpdate,
     EnqueueRolloutRequest,
     InvalidRequestError,
     NamedResources,
     PaginatedResult,
-    ResourcesQuery,
     ResourcesUpdate,
     Rollout,
-    RolloutQuery,
     RolloutUpdate,
     Span,
-    SpanQuery,
     Unset,
     Worker,
-    WorkerQuery,
 )
+from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
 from pydantic import TypeAdapter, ValidationError
 
 from .._notify import Notifier, Waiter
