@@ -47,6 +47,7 @@ from ._records import (
     copy_attempt,
     copy_rollout,
     resources_update,
+    write_fields,
 )
 from ._spans import ATTEMPT_ID, StoredSpan, encode_span, query_stored_spans
 from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
@@ -206,18 +207,7 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
             now = self._clock()
             self._watch(now)
             record = self._record(rollout_id)
-            rollout = record.rollout
-            if "input" in changes:
-                rollout.input = changes["input"]
-            if "mode" in changes:
-                rollout.mode = changes["mode"]
-            if "resources_id" in changes:
-                rollout.resources_id = changes["resources_id"]
-            if "config" in changes:
-                rollout.config = changes["config"]
-            if "metadata" in changes:
-                metadata = changes["metadata"]
-                rollout.metadata = None if metadata is None else dict(metadata)
+            write_fields(record.rollout, changes)
             if "status" in changes:
                 self._set_rollout_status(record, changes["status"], now)
             return copy_rollout(record)
@@ -232,13 +222,7 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
             attempt = record.attempts[-1] if attempt_id == "latest" else record.find_attempt(attempt_id)
             if attempt is None:
                 raise NotFoundError(f"Attempt {attempt_id} not found for rollout {rollout_id}")
-            if "worker_id" in changes:
-                attempt.worker_id = changes["worker_id"]
-            if "last_heartbeat_time" in changes:
-                attempt.last_heartbeat_time = changes["last_heartbeat_time"]
-            if "metadata" in changes:
-                metadata = changes["metadata"]
-                attempt.metadata = None if metadata is None else dict(metadata)
+            write_fields(attempt, changes)
             if "status" in changes:
                 self._set_attempt_status(record, attempt, changes["status"], now)
             elif changes.get("worker_id"):

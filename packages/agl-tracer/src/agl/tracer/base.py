@@ -296,13 +296,12 @@ class Tracer(ParallelWorkerBase):
         status: TraceStatus | None = None,
     ) -> SpanCoreFields:
         """Record an already finished span (``timestamp`` in seconds is both start and end; now by default)."""
-        return self._create_span(
-            name, attributes, timestamp if timestamp is not None else time.time(), status
-        )
+        when = timestamp if timestamp is not None else time.time()
+        return self._create_span(name, attributes or {}, when, status)
 
     @abstractmethod
     def _create_span(
-        self, name: str, attributes: Mapping[str, Any] | None, when: float, status: TraceStatus | None
+        self, name: str, attributes: Mapping[str, Any], when: float, status: TraceStatus | None
     ) -> SpanCoreFields:
         """Backend of :meth:`create_span`: a span started and ended at ``when``."""
 
@@ -321,15 +320,11 @@ class Tracer(ParallelWorkerBase):
         end_time: float | None = None,
     ) -> contextlib.AbstractContextManager[SpanRecordingContext]:
         """A span covering a block, current inside it; an exception marks it ERROR and propagates."""
-        return self._operation_context(name, attributes, start_time, end_time)
+        return self._operation_context(name, attributes or {}, start_time, end_time)
 
     @abstractmethod
     def _operation_context(
-        self,
-        name: str,
-        attributes: Mapping[str, Any] | None,
-        start_time: float | None,
-        end_time: float | None,
+        self, name: str, attributes: Mapping[str, Any], start_time: float | None, end_time: float | None
     ) -> contextlib.AbstractContextManager[SpanRecordingContext]:
         """Backend of :meth:`operation_context`."""
 

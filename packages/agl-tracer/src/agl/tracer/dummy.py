@@ -25,7 +25,7 @@ class DummyTracer(Tracer):
     """A tracer without a backend."""
 
     def _create_span(
-        self, name: str, attributes: Mapping[str, Any] | None, when: float, status: TraceStatus | None
+        self, name: str, attributes: Mapping[str, Any], when: float, status: TraceStatus | None
     ) -> SpanCoreFields:
         span = RecordedSpan(name, attributes, start_time=when)
         span.record_status(*(("OK", None) if status is None else (status.status_code, status.description)))
@@ -38,11 +38,7 @@ class DummyTracer(Tracer):
 
     @contextlib.contextmanager
     def _operation_context(
-        self,
-        name: str,
-        attributes: Mapping[str, Any] | None,
-        start_time: float | None,
-        end_time: float | None,
+        self, name: str, attributes: Mapping[str, Any], start_time: float | None, end_time: float | None
     ) -> Iterator[SpanRecordingContext]:
         span = RecordedSpan(name, attributes, start_time=start_time, on_end=self._submit)
         try:

@@ -232,11 +232,11 @@ class OtelTracer(Tracer):
     # -- recording -------------------------------------------------------------------------------
 
     def _create_span(
-        self, name: str, attributes: Mapping[str, Any] | None, when: float, status: TraceStatus | None
+        self, name: str, attributes: Mapping[str, Any], when: float, status: TraceStatus | None
     ) -> SpanCoreFields:
         span = _OtelSpan(
             self.otel_tracer.start_span(
-                name, attributes=sanitize_attributes(dict(attributes or {})), start_time=_ns(when)
+                name, attributes=sanitize_attributes(attributes), start_time=_ns(when)
             )
         )
         if status is not None:
@@ -252,11 +252,7 @@ class OtelTracer(Tracer):
 
     @contextlib.contextmanager
     def _operation_context(
-        self,
-        name: str,
-        attributes: Mapping[str, Any] | None,
-        start_time: float | None,
-        end_time: float | None,
+        self, name: str, attributes: Mapping[str, Any], start_time: float | None, end_time: float | None
     ) -> Iterator[SpanRecordingContext]:
         if end_time is not None:
             warnings.warn(
@@ -264,7 +260,7 @@ class OtelTracer(Tracer):
             )
         with self.otel_tracer.start_as_current_span(
             name,
-            attributes=sanitize_attributes(dict(attributes or {})),
+            attributes=sanitize_attributes(attributes),
             start_time=_ns(start_time),
             record_exception=False,
             set_status_on_exception=False,
