@@ -181,9 +181,8 @@ class Tracer(ParallelWorkerBase):
         if active is not None and active is not self:
             raise ValueError(f"another tracer ({type(active).__name__}) is active in this context")
         self._check_ready()
-        session = self.pipeline.open_session(
-            self, name, store, rollout_id, attempt_id, caller_loop=caller_loop
-        )
+        session = TraceSession(self, name, store, rollout_id, attempt_id, self.pipeline.max_recorded_spans)
+        self.pipeline.open_session(session, caller_loop=caller_loop)
         tracer_token, session_token = _context.enter_session(self, session)
         return session, tracer_token, session_token
 
