@@ -87,9 +87,25 @@ class LightningStoreStatistics(TypedDict, total=False):
     uptime: float
 
 
-def _request(**fields: Any) -> EnqueueRolloutRequest:
+def _request(
+    input: TaskInput, mode: Any = None, resources_id: Any = None, config: Any = None, metadata: Any = None
+) -> EnqueueRolloutRequest:
+    """A request from checked arguments: the checks of its model's fields without the cost of a pydantic
+    validation (``start_rollout`` and ``enqueue_rollout`` are hot paths)."""
+    check_mode(mode)
+    check_metadata(metadata)
+    if resources_id is not None and not isinstance(resources_id, str):
+        raise InvalidRequestError(f"resources_id must be a string or None, not {type(resources_id).__name__}")
+    if config is not None and not isinstance(config, RolloutConfig):
+        config = new_config(config)
+    return EnqueueRolloutRequest.model_construct(
+        input=input, mode=mode, resources_id=resources_id, config=config, metadata=metadata
+    )
+
+
+def _parsed_request(fields: Any) -> EnqueueRolloutRequest:
     try:
-        return EnqueueRolloutRequest(**fields)
+        return EnqueueRolloutRequest.model_validate(fields)
     except ValidationError as exc:
         raise InvalidRequestError(f"invalid rollout: {exc}") from exc
 
@@ -127,9 +143,7 @@ class LightningStore(ABC):
 
         ``resources_id=None`` means the latest resources at this moment.
         """
-        request = _request(
-            input=input, mode=mode, resources_id=resources_id, config=config, metadata=metadata
-        )
+        request = _request(input, mode, resources_id, config, metadata)
         return await self._start_rollout(request, worker_id)
 
     @abstractmethod
@@ -145,9 +159,7 @@ class LightningStore(ABC):
         metadata: dict[str, Any] | None = None,
     ) -> Rollout:
         """Append a new ``queuing`` rollout to the tail of the queue."""
-        request = _request(
-            input=input, mode=mode, resources_id=resources_id, config=config, metadata=metadata
-        )
+        request = _request(input, mode, resources_id, config, metadata)
         (rollout,) = await self._enqueue_rollouts([request])
         return rollout
 
@@ -156,7 +168,7 @@ class LightningStore(ABC):
         if not requests:
             return []
         return await self._enqueue_rollouts(
-            [r if isinstance(r, EnqueueRolloutRequest) else _request(**r) for r in requests]
+            [r if isinstance(r, EnqueueRolloutRequest) else _parsed_request(r) for r in requests]
         )
 
     @abstractmethod
