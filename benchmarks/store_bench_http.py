@@ -27,30 +27,17 @@ from collections.abc import Iterator
 from typing import Any
 
 from agl.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer
-from agl.types import Span
-
-OPS = ("enqueue", "dequeue", "add_spans", "update_attempt", "get_rollout")
-SPANS_PER_ROLLOUT = 10
+from store_bench import (  # the benchmarks folder is on the path of a script run from it
+    OPS,
+    lifecycle,
+    make_spans,
+)
 
 
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def _spans(rollout_id: str, attempt_id: str, first: int, count: int) -> list[Span]:
-    payload = "x" * 1000
-    return [
-        Span.from_attributes(
-            attributes={"payload": payload, "index": first + i},
-            rollout_id=rollout_id,
-            attempt_id=attempt_id,
-            sequence_id=first + i,
-            name="bench",
-        )
-        for i in range(count)
-    ]
 
 
 def _cpu_seconds(pid: int | None = None) -> float:
@@ -106,35 +93,15 @@ def store_process(backend: str) -> Iterator[str]:
         proc.wait(10)
 
 
-async def _lifecycle(client: LightningStoreClient, n: int, latencies: dict[str, list[float]]) -> None:
-    clock = time.perf_counter
-    for i in range(n):
-        t0 = clock()
-        await client.enqueue_rollout({"task": i})
-        t1 = clock()
-        claimed = await client.dequeue_rollout(worker_id="bench")
-        t2 = clock()
-        assert claimed is not None
-        rid, aid = claimed.rollout_id, claimed.attempt.attempt_id
-        await client.add_many_spans(_spans(rid, aid, 1, SPANS_PER_ROLLOUT))
-        t3 = clock()
-        await client.update_attempt(rid, aid, status="succeeded")
-        t4 = clock()
-        await client.get_rollout_by_id(rid)
-        t5 = clock()
-        for op, a, b in zip(OPS, (t0, t1, t2, t3, t4), (t1, t2, t3, t4, t5), strict=True):
-            latencies[op].append(b - a)
-
-
 async def run_lifecycle(
     address: str, rollouts: int, concurrency: int
 ) -> tuple[float, dict[str, list[float]]]:
     client = LightningStoreClient(address)
     latencies: dict[str, list[float]] = defaultdict(list)
-    await _lifecycle(client, 5, defaultdict(list))  # warm up connections
+    await lifecycle(client, 5, defaultdict(list))  # warm up connections
     share = [rollouts // concurrency + (1 if i < rollouts % concurrency else 0) for i in range(concurrency)]
     start = time.perf_counter()
-    await asyncio.gather(*(_lifecycle(client, n, latencies) for n in share))
+    await asyncio.gather(*(lifecycle(client, n, latencies) for n in share))
     elapsed = time.perf_counter() - start
     await client.close()
     return elapsed, latencies
@@ -180,7 +147,10 @@ async def run_spans(address: str, total: int, batch: int, concurrency: int) -> t
     # Spans are built before the clock starts: this measures the wire and the store, not span creation.
     per_writer = total // concurrency
     batches = [
-        [_spans(c.rollout_id, c.attempt.attempt_id, 1 + b * batch, batch) for b in range(per_writer // batch)]
+        [
+            make_spans(c.rollout_id, c.attempt.attempt_id, 1 + b * batch, batch)
+            for b in range(per_writer // batch)
+        ]
         for c in claimed
     ]
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from agl.proxy import LLMProxy
-from agl.store import InMemoryLightningStore
+from agl.store import InMemoryLightningStore, LightningStore
 from agl.types import AttemptedRollout, Span
 from agl.types.semconv import AGL_LLM_CALL
 
@@ -29,7 +29,7 @@ def model_list(
 
 @contextlib.asynccontextmanager
 async def running_proxy(
-    store: InMemoryLightningStore, *servers: StandinServer, **kwargs: Any
+    store: LightningStore, *servers: StandinServer, **kwargs: Any
 ) -> AsyncIterator[LLMProxy]:
     proxy = LLMProxy(model_list(*servers), store=store, **kwargs)
     await proxy.start()

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from _proxy_helpers import model_list
-from agl.proxy import LLMProxy
+from _proxy_helpers import running_proxy
 from agl.store import InMemoryLightningStore, LightningStore, SqlLightningStore
 from agl.types.semconv import AGL_LLM_CALL
 
@@ -25,38 +24,36 @@ async def test_the_span_is_stored_when_the_client_has_the_answer(
 ) -> None:
     store = SqlLightningStore(f"sqlite:///{tmp_path / 'store.db'}")
     rollouts = [await store.start_rollout(input=i) for i in range(16)]
-    proxy = LLMProxy(model_list(standin), store=store)
-    await proxy.start()
     try:
+        async with running_proxy(store, standin) as proxy:
 
-        async def agent(index: int) -> None:
-            rollout = rollouts[index]
-            llm = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id)
-            client = openai.AsyncOpenAI(base_url=llm.endpoint, api_key="x")
-            for turn in range(3):
-                messages = [{"role": "user", "content": f"agent {index} turn {turn}"}]
-                if stream:
-                    chunks = await client.chat.completions.create(model="m", messages=messages, stream=True)
-                    async for _ in chunks:
-                        pass
-                else:
-                    await client.chat.completions.create(model="m", messages=messages)
-                # No flush: the answer is complete, so its span is in the store already.
-                assert await _call_spans(store, rollout.rollout_id) == turn + 1
-            await client.close()
+            async def agent(index: int) -> None:
+                rollout = rollouts[index]
+                llm = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id)
+                client = openai.AsyncOpenAI(base_url=llm.endpoint, api_key="x")
+                for turn in range(3):
+                    messages = [{"role": "user", "content": f"agent {index} turn {turn}"}]
+                    if stream:
+                        chunks = await client.chat.completions.create(
+                            model="m", messages=messages, stream=True
+                        )
+                        async for _ in chunks:
+                            pass
+                    else:
+                        await client.chat.completions.create(model="m", messages=messages)
+                    # No flush: the answer is complete, so its span is in the store already.
+                    assert await _call_spans(store, rollout.rollout_id) == turn + 1
+                await client.close()
 
-        await asyncio.gather(*(agent(i) for i in range(len(rollouts))))
+            await asyncio.gather(*(agent(i) for i in range(len(rollouts))))
     finally:
-        await proxy.stop()
         await store.close()
 
 
 async def test_a_call_for_an_unknown_rollout_costs_only_its_own_span(standin: StandinServer) -> None:
     store = InMemoryLightningStore()
     rollout = await store.start_rollout(input=None)
-    proxy = LLMProxy(model_list(standin), store=store)
-    await proxy.start()
-    try:
+    async with running_proxy(store, standin) as proxy:
         good = openai.AsyncOpenAI(
             base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint, api_key="x"
         )
@@ -74,5 +71,3 @@ async def test_a_call_for_an_unknown_rollout_costs_only_its_own_span(standin: St
         assert proxy.stats["spans_dropped"] == 1
         await good.close()
         await bad.close()
-    finally:
-        await proxy.stop()

@@ -9,21 +9,9 @@ from _proxy_helpers import llm_spans, running_proxy
 from agl.proxy._metrics import proxy_route
 from agl.store import InMemoryLightningStore
 from agl.types.semconv import GenAIAttributes as G
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.openai_standin import StandinServer
-
-
-def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for f in text_string_to_metric_families(text)
-        for s in f.samples
-    }
-
-
-def _value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
-    return sum(v for (n, ls), v in samples.items() if n == name and labels.items() <= dict(ls).items())
+from tests.support.prometheus import metric_value, parse_metrics
 
 
 @pytest.mark.parametrize(
@@ -57,16 +45,16 @@ async def test_calls_tokens_and_latency_per_model(
             ).status_code == 401
             resp = await http.get(proxy.endpoint + "/metrics", headers={"Authorization": "Bearer tok"})
     assert resp.status_code == 200
-    samples = _samples(resp.text)
-    assert _value(samples, "agl_proxy_llm_calls_total", model="m", outcome="ok") == 2
+    samples = parse_metrics(resp.text)
+    assert metric_value(samples, "agl_proxy_llm_calls_total", model="m", outcome="ok") == 2
     tokens_in = sum(s.attributes[G.USAGE_INPUT_TOKENS.value] for s in spans)
     tokens_out = sum(s.attributes[G.USAGE_OUTPUT_TOKENS.value] for s in spans)
-    assert _value(samples, "agl_proxy_llm_tokens_total", model="m", direction="input") == tokens_in
-    assert _value(samples, "agl_proxy_llm_tokens_total", model="m", direction="output") == tokens_out
-    assert _value(samples, "agl_proxy_llm_call_duration_seconds_count", model="m") == 2
+    assert metric_value(samples, "agl_proxy_llm_tokens_total", model="m", direction="input") == tokens_in
+    assert metric_value(samples, "agl_proxy_llm_tokens_total", model="m", direction="output") == tokens_out
+    assert metric_value(samples, "agl_proxy_llm_call_duration_seconds_count", model="m") == 2
     routed = "/rollout/{id}/attempt/{id}/v1/chat/completions"
-    assert _value(samples, "agl_proxy_http_requests_total", route=routed, status="200") == 2
-    assert _value(samples, "agl_proxy_http_requests_total", route="/metrics", status="401") == 2
+    assert metric_value(samples, "agl_proxy_http_requests_total", route=routed, status="200") == 2
+    assert metric_value(samples, "agl_proxy_http_requests_total", route="/metrics", status="401") == 2
 
 
 async def test_metrics_public_opens_only_metrics(

@@ -6,8 +6,7 @@ import asyncio
 from pathlib import Path
 
 import openai
-from _proxy_helpers import model_list
-from agl.proxy import LLMProxy
+from _proxy_helpers import running_proxy
 from agl.store import LightningStore, LightningStoreClient, LightningStoreServer, SqlLightningStore
 from agl.types.semconv import AGL_LLM_CALL
 from agl.types.semconv import LLMCallAttributes as L
@@ -17,9 +16,7 @@ from tests.support.openai_standin import StandinServer, token_ids
 
 async def _record_and_read(store: LightningStore, standin: StandinServer, calls: int = 6) -> list[int]:
     rollout = await store.start_rollout(input=None)
-    proxy = LLMProxy(model_list(standin), store=store)
-    await proxy.start()
-    try:
+    async with running_proxy(store, standin) as proxy:  # stopping flushes
         client = openai.AsyncOpenAI(
             base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint, api_key="x"
         )
@@ -30,8 +27,6 @@ async def _record_and_read(store: LightningStore, standin: StandinServer, calls:
             )
 
         await asyncio.gather(*(one(i) for i in range(calls)))
-    finally:
-        await proxy.stop()  # flushes
     spans = [s for s in (await store.query_spans(rollout.rollout_id)).items if s.name == AGL_LLM_CALL]
     assert len(spans) == calls
     for span in spans:

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from _store_helpers import run_in_threads
 from _store_http_helpers import call, http_session, running_server
 from agl.store import (
     InMemoryLightningStore,
@@ -247,25 +248,13 @@ async def test_add_span_returns_the_span_given_or_none_for_a_duplicate() -> None
 def test_one_client_from_several_threads_each_with_its_own_loop() -> None:
     with running_server() as server:
         client = _client(server)
-        errors: list[BaseException] = []
 
-        def worker() -> None:
-            async def run() -> None:
-                for _ in range(5):
-                    await client.enqueue_rollout({"t": threading.get_ident()})
-                await client.close()
+        async def worker(_: int) -> None:
+            for _ in range(5):
+                await client.enqueue_rollout({"t": threading.get_ident()})
+            await client.close()
 
-            try:
-                asyncio.run(run())
-            except BaseException as exc:
-                errors.append(exc)
-
-        threads = [threading.Thread(target=worker) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors
+        run_in_threads(4, worker)
 
         async def count() -> int:
             try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from _store_helpers import claim, make_span, span_for
 from agl.store import LightningStore
-from agl.types import InvalidRequestError, NotFoundError, RolloutConfig
+from agl.types import Attempt, AttemptedRollout, InvalidRequestError, NotFoundError, RolloutConfig
 from conftest import ManualClock
 
 
@@ -219,16 +219,24 @@ async def test_watchdog_leaves_finished_attempts_alone(store: LightningStore, cl
     assert await rollout_status(store, rollout.rollout_id) == "succeeded"
 
 
-async def test_unresponsive_attempt_recovers_with_a_span(store: LightningStore, clock: ManualClock) -> None:
-    config = RolloutConfig(unresponsive_seconds=5, max_attempts=2, retry_condition=["unresponsive"])
+async def _span_past_the_limit(
+    store: LightningStore, clock: ManualClock, config: RolloutConfig
+) -> tuple[AttemptedRollout, Attempt]:
+    """A claimed rollout whose attempt broke its 5 s limit (a retry is pending) then sent a span; the rollout and
+    its latest attempt, whose heartbeat the span refreshed."""
     rollout = await claim(store, config=config)
     clock.advance(6)
     assert await rollout_status(store, rollout.rollout_id) == "requeuing"
     await span_for(store, rollout)
     attempt = await store.get_latest_attempt(rollout.rollout_id)
-    assert attempt is not None
+    assert attempt is not None and attempt.last_heartbeat_time == clock.now
+    return rollout, attempt
+
+
+async def test_unresponsive_attempt_recovers_with_a_span(store: LightningStore, clock: ManualClock) -> None:
+    config = RolloutConfig(unresponsive_seconds=5, max_attempts=2, retry_condition=["unresponsive"])
+    rollout, attempt = await _span_past_the_limit(store, clock, config)
     assert attempt.status == "running"
-    assert attempt.last_heartbeat_time == clock.now
     assert await rollout_status(store, rollout.rollout_id) == "running"
     assert await store.dequeue_rollout() is None  # the pending retry entry is stale now
 
@@ -238,14 +246,8 @@ async def test_late_span_of_a_timed_out_attempt_keeps_the_retry(
 ) -> None:
     """Decision (18): a late span of an ended attempt refreshes its heartbeat only."""
     config = RolloutConfig(timeout_seconds=5, max_attempts=2, retry_condition=["timeout"])
-    rollout = await claim(store, config=config)
-    clock.advance(6)
-    assert await rollout_status(store, rollout.rollout_id) == "requeuing"
-    await span_for(store, rollout)
-    attempt = await store.get_latest_attempt(rollout.rollout_id)
-    assert attempt is not None
+    rollout, attempt = await _span_past_the_limit(store, clock, config)
     assert attempt.status == "timeout"
-    assert attempt.last_heartbeat_time == clock.now
     assert await rollout_status(store, rollout.rollout_id) == "requeuing"
     retried = await store.dequeue_rollout()
     assert retried is not None and retried.attempt.sequence_id == 2

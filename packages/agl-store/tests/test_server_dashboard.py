@@ -9,18 +9,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from agl.store import InMemoryLightningStore, LightningStoreServer
+from _store_http_helpers import running_server
+from agl.store import LightningStoreServer
 from agl.store.dashboard import dashboard_files
 
 
 @pytest.fixture
 def server() -> Iterator[LightningStoreServer]:
-    srv = LightningStoreServer(InMemoryLightningStore(), port=0, token="s3cret")
-    srv.start()
-    try:
+    with running_server(token="s3cret") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def _get(url: str, method: str = "GET") -> tuple[int, bytes, Any]:

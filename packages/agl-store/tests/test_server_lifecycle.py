@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import pytest
+from _store_helpers import run_in_threads
 from _store_http_helpers import child_uses_store, running_server
 from agl.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer, StoreConnectionError
 
@@ -71,21 +72,12 @@ async def test_server_is_a_store_in_process_before_during_and_after_serving() ->
 
 def test_server_is_usable_from_threads_with_their_own_loops() -> None:
     with running_server() as server:
-        errors: list[BaseException] = []
 
-        def worker() -> None:
-            try:
-                for _ in range(5):
-                    asyncio.run(server.enqueue_rollout({"thread": threading.get_ident()}))
-            except BaseException as exc:
-                errors.append(exc)
+        async def worker(_: int) -> None:
+            for _ in range(5):
+                await server.enqueue_rollout({"thread": threading.get_ident()})
 
-        threads = [threading.Thread(target=worker) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors
+        run_in_threads(4, worker)
         assert asyncio.run(server.query_rollouts()).total == 20
 
 

@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _store_http_helpers import running_server
 from agl.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer
 from agl.store.cli import _store_parser
 from agl.store.metrics import route_template
 from agl.types import RolloutConfig
-from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.prometheus import metric_value, parse_metrics
 
 
 def _get(url: str, token: str | None = None) -> tuple[int, str, Any]:
@@ -30,26 +32,10 @@ def _get(url: str, token: str | None = None) -> tuple[int, str, Any]:
         return err.code, err.read().decode(), err.headers
 
 
-def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
-    return sum(v for (n, ls), v in samples.items() if n == name and labels.items() <= dict(ls).items())
-
-
 @pytest.fixture
 def server() -> Iterator[LightningStoreServer]:
-    srv = LightningStoreServer(InMemoryLightningStore(), port=0, token="s3cret")
-    srv.start()
-    try:
+    with running_server(token="s3cret") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.mark.parametrize(
@@ -92,21 +78,29 @@ def test_metrics_count_requests_by_route_and_report_the_store(server: LightningS
     asyncio.run(work())
     status, text, headers = _get(server.endpoint + "/metrics", "s3cret")
     assert status == 200 and headers["Content-Type"].startswith("text/plain")
-    samples = parse(text)
+    samples = parse_metrics(text)
     stats = asyncio.run(server.statistics())
-    assert value(samples, "agl_store_http_requests_total", route="/v1/agl/rollouts/{id}", method="GET") == 2
-    assert value(samples, "agl_store_http_requests_total", route="/v1/agl/queues/rollouts/enqueue") == 2
-    assert value(samples, "agl_store_http_request_duration_seconds_count", route="/v1/agl/rollouts/{id}") == 2
-    assert value(samples, "agl_store_rollouts_created_total") == stats["total_rollouts"] == 2
-    assert value(samples, "agl_store_attempts_started_total") == stats["total_attempts"] == 1
-    assert value(samples, "agl_store_resources_versions") == stats["total_resources"] == 1
-    assert value(samples, "agl_store_attempts_timed_out_total") == 1
-    assert value(samples, "agl_store_attempts", status="timeout") == 1
-    assert value(samples, "agl_store_queue_depth") == 1
-    assert value(samples, "agl_store_rollouts", status="queuing") == 1
-    assert value(samples, "agl_store_rollouts", status="failed") == 1  # no retries configured
-    assert value(samples, "agl_store_rollouts") == 2
-    assert value(samples, "agl_store_workers") == stats["total_workers"]
+    assert (
+        metric_value(samples, "agl_store_http_requests_total", route="/v1/agl/rollouts/{id}", method="GET")
+        == 2
+    )
+    assert (
+        metric_value(samples, "agl_store_http_requests_total", route="/v1/agl/queues/rollouts/enqueue") == 2
+    )
+    assert (
+        metric_value(samples, "agl_store_http_request_duration_seconds_count", route="/v1/agl/rollouts/{id}")
+        == 2
+    )
+    assert metric_value(samples, "agl_store_rollouts_created_total") == stats["total_rollouts"] == 2
+    assert metric_value(samples, "agl_store_attempts_started_total") == stats["total_attempts"] == 1
+    assert metric_value(samples, "agl_store_resources_versions") == stats["total_resources"] == 1
+    assert metric_value(samples, "agl_store_attempts_timed_out_total") == 1
+    assert metric_value(samples, "agl_store_attempts", status="timeout") == 1
+    assert metric_value(samples, "agl_store_queue_depth") == 1
+    assert metric_value(samples, "agl_store_rollouts", status="queuing") == 1
+    assert metric_value(samples, "agl_store_rollouts", status="failed") == 1  # no retries configured
+    assert metric_value(samples, "agl_store_rollouts") == 2
+    assert metric_value(samples, "agl_store_workers") == stats["total_workers"]
 
 
 def test_a_retried_attempt_is_counted(server: LightningStoreServer) -> None:
@@ -126,11 +120,11 @@ def test_a_retried_attempt_is_counted(server: LightningStoreServer) -> None:
             await client.close()
 
     asyncio.run(work())
-    samples = parse(_get(server.endpoint + "/metrics", "s3cret")[1])
-    assert value(samples, "agl_store_attempts_started_total") == 2
-    assert value(samples, "agl_store_attempts_retried_total") == 1
-    assert value(samples, "agl_store_attempts", status="failed") == 1
-    assert value(samples, "agl_store_attempts", status="succeeded") == 1
+    samples = parse_metrics(_get(server.endpoint + "/metrics", "s3cret")[1])
+    assert metric_value(samples, "agl_store_attempts_started_total") == 2
+    assert metric_value(samples, "agl_store_attempts_retried_total") == 1
+    assert metric_value(samples, "agl_store_attempts", status="failed") == 1
+    assert metric_value(samples, "agl_store_attempts", status="succeeded") == 1
 
 
 def test_metrics_need_the_token_unless_public(server: LightningStoreServer) -> None:
@@ -181,8 +175,10 @@ def test_multiprocess_mode_sums_the_request_counts_of_every_process(tmp_path: Pa
         [sys.executable, "-c", _CHILD, "2", "scrape"], env=env, capture_output=True, text=True, timeout=60
     )
     assert second.returncode == 0, second.stderr
-    samples = parse(second.stdout)
-    assert value(samples, "agl_store_http_requests_total", route="/v1/agl/statistics", status="200") == 5
+    samples = parse_metrics(second.stdout)
+    assert (
+        metric_value(samples, "agl_store_http_requests_total", route="/v1/agl/statistics", status="200") == 5
+    )
     # The store's own figures come once, from the scraping process's store.
-    assert value(samples, "agl_store_rollouts_created_total") == 0
+    assert metric_value(samples, "agl_store_rollouts_created_total") == 0
     assert sum(1 for (n, _) in samples if n == "agl_store_queue_depth") == 1

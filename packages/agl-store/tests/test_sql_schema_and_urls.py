@@ -191,21 +191,3 @@ async def test_store_operations_never_scan_a_table(tmp_path: Path) -> None:
                 assert f"SCAN {table}" not in plan, (stmt, plan)
             checked += 1
     assert checked >= 10
-
-
-def test_readme_example_runs(tmp_path: Path) -> None:
-    import re
-    import subprocess
-    import sys
-
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("## The SQL store", 1)[1]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, "no python example under '## The SQL store'"
-    script = tmp_path / "example.py"
-    script.write_text(match.group(1))
-    done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "{'question': '2 + 2'} preparing"

@@ -8,11 +8,19 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agl.store import InMemoryLightningStore, LightningStore
+from agl.tracer import OtelTracer
 from agl.types import Span
 
 
 def new_store() -> InMemoryLightningStore:
     return InMemoryLightningStore(scan_debounce_seconds=0.0)
+
+
+def worker_tracer(store: LightningStore) -> OtelTracer:
+    """An ``OtelTracer`` initialised as worker 0 writing to ``store``."""
+    tracer = OtelTracer()
+    tracer.init_worker(0, store)
+    return tracer
 
 
 async def new_attempt(store: LightningStore, task: Any = None) -> tuple[str, str]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import openai
 import pytest
-from _tracer_helpers import new_attempt, new_store, spans_of
+from _tracer_helpers import new_attempt, new_store, spans_of, worker_tracer
 from _tracer_llm_server import prompt_text, serve_llm, token_ids
 from agl.tracer import OtelTracer, operation
 from agl.tracer.instrumentation import instrument_openai, is_openai_instrumented
@@ -184,8 +184,7 @@ def test_calls_outside_a_trace_context_are_not_recorded(base_url: str, tracer: O
 
 def test_llm_spans_reach_the_store_of_the_attempt(base_url: str) -> None:
     store = new_store()
-    tracer = OtelTracer()
-    tracer.init_worker(0, store)
+    tracer = worker_tracer(store)
     client = openai.AsyncOpenAI(base_url=base_url, api_key="k", max_retries=0)
 
     async def go() -> list[Span]:

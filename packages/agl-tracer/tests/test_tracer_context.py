@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from _tracer_helpers import names, new_attempt, new_store, spans_of
+from _tracer_helpers import names, new_attempt, new_store, spans_of, worker_tracer
 from agl.tracer import (
     OtelTracer,
     _context,
@@ -18,8 +18,7 @@ from agl.tracer import (
 
 async def test_spans_started_inside_suppress_tracing_reach_no_session() -> None:
     store = new_store()
-    tracer = OtelTracer()
-    tracer.init_worker(0, store)
+    tracer = worker_tracer(store)
     rid, aid = await new_attempt(store)
     async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
         emit_message("kept")

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from _tracer_helpers import names, new_attempt, new_store, poll_until, spans_of
+from _tracer_helpers import names, new_attempt, new_store, poll_until, spans_of, worker_tracer
 from agl.store import InMemoryLightningStore, LightningStoreCapabilities
 from agl.tracer import (
     DummyTracer,
@@ -91,8 +91,7 @@ async def test_spans_are_in_the_store_when_the_context_exits(tracer_cls: type[Tr
 
 async def test_spans_go_in_batches_not_one_call_each() -> None:
     store = GatedStore()
-    tracer = OtelTracer()
-    tracer.init_worker(0, store)
+    tracer = worker_tracer(store)
     rid, aid = await new_attempt(store)
     async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
         emit_reward(0.0)
@@ -108,8 +107,7 @@ async def test_spans_go_in_batches_not_one_call_each() -> None:
 
 async def test_eight_concurrent_coroutines_never_mix_their_spans() -> None:
     store = new_store()
-    tracer = OtelTracer()
-    tracer.init_worker(0, store)
+    tracer = worker_tracer(store)
 
     async def runner(index: int) -> tuple[str, str]:
         rid, aid = await new_attempt(store, index)
@@ -146,8 +144,7 @@ async def test_eight_concurrent_coroutines_never_mix_their_spans() -> None:
 
 def test_four_threads_with_their_own_rollouts_never_mix_spans() -> None:
     store = new_store()
-    tracer = OtelTracer()
-    tracer.init_worker(0, store)
+    tracer = worker_tracer(store)
     ids: dict[int, tuple[str, str]] = {}
     errors: list[BaseException] = []
     barrier = threading.Barrier(4)
@@ -186,8 +183,7 @@ def test_four_threads_with_their_own_rollouts_never_mix_spans() -> None:
 
 async def test_an_agent_thread_without_context_lands_in_the_only_live_session() -> None:
     store = new_store()
-    tracer = OtelTracer()
-    tracer.init_worker(0, store)
+    tracer = worker_tracer(store)
     rid, aid = await new_attempt(store)
     async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
         thread = threading.Thread(target=emit_reward, args=(0.5,))  # a raw thread does not copy contextvars
@@ -199,8 +195,7 @@ async def test_an_agent_thread_without_context_lands_in_the_only_live_session() 
 
 async def test_with_two_live_sessions_a_contextless_thread_is_refused() -> None:
     store = new_store()
-    tracer = OtelTracer()
-    tracer.init_worker(0, store)
+    tracer = worker_tracer(store)
     opened = asyncio.Event()
     release = asyncio.Event()
 
@@ -260,8 +255,7 @@ async def test_contexts_do_not_nest_and_ids_go_together() -> None:
 
 async def test_without_ids_spans_are_only_recorded_locally() -> None:
     store = new_store()
-    tracer = OtelTracer()
-    tracer.init_worker(0, store)
+    tracer = worker_tracer(store)
     async with tracer.trace_context("local"):
         emit_reward(2.0)
         emit_message("m")
@@ -290,8 +284,7 @@ async def test_body_exceptions_propagate_and_spans_are_still_flushed(tracer_cls:
 
 async def test_store_rejections_never_reach_the_agent(caplog: pytest.LogCaptureFixture) -> None:
     store = new_store()
-    tracer = OtelTracer()
-    tracer.init_worker(0, store)
+    tracer = worker_tracer(store)
     with caplog.at_level(logging.ERROR):
         async with tracer.trace_context(rollout_id="ro-unknown", attempt_id="at-unknown"):
             emit_reward(1.0)
@@ -344,8 +337,7 @@ async def test_memory_is_bounded_and_drops_are_counted(caplog: pytest.LogCapture
 
 async def test_spans_flow_while_a_sync_agent_blocks_the_loop() -> None:
     store = new_store()
-    tracer = OtelTracer()
-    tracer.init_worker(0, store)
+    tracer = worker_tracer(store)
     rid, aid = await new_attempt(store)
     seen = threading.Event()
 
@@ -371,8 +363,7 @@ async def test_spans_flow_while_a_sync_agent_blocks_the_loop() -> None:
 
 async def test_a_store_that_is_not_thread_safe_is_used_from_the_callers_loop() -> None:
     store = LoopBoundStore()
-    tracer = OtelTracer()
-    tracer.init_worker(0, store)
+    tracer = worker_tracer(store)
     rid, aid = await new_attempt(store)
     async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
         for i in range(5):
@@ -384,8 +375,7 @@ async def test_a_store_that_is_not_thread_safe_is_used_from_the_callers_loop() -
 
 async def test_a_span_ending_after_its_context_closed_still_reaches_the_store() -> None:
     store = new_store()
-    tracer = OtelTracer()
-    tracer.init_worker(0, store)
+    tracer = worker_tracer(store)
     rid, aid = await new_attempt(store)
     async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
         open_span = tracer.start_span("late")
@@ -400,8 +390,7 @@ async def test_a_span_ending_after_its_context_closed_still_reaches_the_store() 
 
 def test_trace_context_sync_without_an_event_loop() -> None:
     store = new_store()
-    tracer = OtelTracer()
-    tracer.init_worker(0, store)
+    tracer = worker_tracer(store)
     rid, aid = asyncio.run(new_attempt(store))
     with tracer.trace_context_sync(rollout_id=rid, attempt_id=aid):
         emit_reward(4.0)
@@ -411,8 +400,7 @@ def test_trace_context_sync_without_an_event_loop() -> None:
 
 async def test_get_last_trace_is_per_task() -> None:
     store = new_store()
-    tracer = OtelTracer()
-    tracer.init_worker(0, store)
+    tracer = worker_tracer(store)
     first_done = asyncio.Event()
     second_done = asyncio.Event()
 
@@ -457,8 +445,7 @@ async def test_pipeline_through_the_http_store_client() -> None:
 
     inner = new_store()
     async with serve_over_http(inner) as client:
-        tracer = OtelTracer()
-        tracer.init_worker(0, client)
+        tracer = worker_tracer(client)
         rid, aid = await new_attempt(client)
         async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
             for i in range(120):

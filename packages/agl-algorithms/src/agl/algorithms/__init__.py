@@ -3,7 +3,9 @@
 Importing this package stays light (no torch, no LiteLLM): heavy algorithms live in their own modules.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agl.types._lazy import lazy_exports
 
 from .base import Algorithm, SupportsAdapt, SupportsLLMProxy
 from .decorator import FunctionalAlgorithm, algo
@@ -53,36 +55,25 @@ __all__ = [
 ]
 
 
-_ADAPTERS = frozenset(
+# APO, VERL and the local backend (the ``local`` extra: torch, transformers) are exported lazily, so importing
+# agl.algorithms never pulls in their extras; adapters are light, but load only when asked for.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
     {
-        "Adapter",
-        "LlmProxyTraceToTriplet",
-        "TraceAdapter",
-        "TraceToMessages",
-        "TraceToTripletBase",
-        "TracerTraceToTriplet",
-    }
+        "APO": ".apo",
+        "VERL": ".verl",  # constructs without the ``verl`` extra; run() says what to install
+        **dict.fromkeys(("GRPOConfig", "LocalGRPO", "ModelServer"), ".local"),
+        **dict.fromkeys(
+            (
+                "Adapter",
+                "LlmProxyTraceToTriplet",
+                "TraceAdapter",
+                "TraceToMessages",
+                "TraceToTripletBase",
+                "TracerTraceToTriplet",
+            ),
+            ".adapter",
+        ),
+    },
+    globals(),
 )
-
-_LOCAL = frozenset({"GRPOConfig", "LocalGRPO", "ModelServer"})
-
-
-def __getattr__(name: str) -> Any:
-    # APO and the local backend are exported lazily: importing agl.algorithms never pulls in their extras.
-    if name == "APO":
-        from .apo import APO
-
-        return APO
-    if name == "VERL":  # constructs without the ``verl`` extra; run() says what to install
-        from .verl import VERL
-
-        return VERL
-    if name in _LOCAL:  # needs the ``local`` extra (torch, transformers)
-        from . import local
-
-        return getattr(local, name)
-    if name in _ADAPTERS:  # adapters are light, but load only when asked for
-        from . import adapter
-
-        return getattr(adapter, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,6 +9,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agl.types import Dataset, NamedResources
+from agl.types._weak import deref
 
 if TYPE_CHECKING:
     from agl.store import LightningStore
@@ -41,12 +42,11 @@ class SupportsLLMProxy(Protocol):
 
 
 def _deref(ref: weakref.ReferenceType[Any] | None, what: str, setter: str) -> Any:
-    if ref is None:
-        raise ValueError(f"{what} is not set; call {setter}() first (the Trainer does this before run())")
-    value = ref()
-    if value is None:
-        raise ValueError(f"{what} was garbage-collected; keep a reference to it while the algorithm runs")
-    return value
+    return deref(
+        ref,
+        unset=f"{what} is not set; call {setter}() first (the Trainer does this before run())",
+        gone=f"{what} was garbage-collected; keep a reference to it while the algorithm runs",
+    )
 
 
 class Algorithm(ABC):

@@ -17,6 +17,7 @@ from agl.types import (
     RolloutMode,
     RolloutStatus,
     Span,
+    StatusCounts,
     Unset,
 )
 from agl.types.semconv import FINAL_REWARD_METADATA_KEY
@@ -39,21 +40,13 @@ class FastAlgorithm(Algorithm):
 
 
 @dataclass
-class BaselineSummary:
+class BaselineSummary(StatusCounts):
     """What came back from one :class:`Baseline` run."""
 
     total: int = 0
     by_status: dict[str, int] = field(default_factory=dict)
     rewards: list[float] = field(default_factory=list)
     duration: float = 0.0
-
-    @property
-    def succeeded(self) -> int:
-        return self.by_status.get("succeeded", 0)
-
-    @property
-    def failed(self) -> int:
-        return self.by_status.get("failed", 0)
 
     @property
     def mean_reward(self) -> float | None:

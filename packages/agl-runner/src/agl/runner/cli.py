@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from urllib.parse import urlsplit
 
+from agl.store.cli import add_log_level, configure_logging
 from agl.types.env import SERVER_HOST, SERVER_PORT
 
 __all__ = ["runner_command"]
@@ -33,16 +33,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--tracer", default="otel", help="tracer: 'otel', 'agentops' or an import path (default: otel)"
     )
-    parser.add_argument("--log-level", default="INFO", help="logging level (default: INFO)")
+    add_log_level(parser)
     return parser
 
 
 def runner_command(argv: list[str]) -> int:
     """Entry point of ``agl runner``."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args)
     from .build import build_component, load_object
     from .litagent import LitAgent
     from .runner import LitAgentRunner

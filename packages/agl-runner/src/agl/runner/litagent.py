@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 from agl.types import NamedResources, Rollout, Span, SpanCoreFields
+from agl.types._weak import deref
 
 if TYPE_CHECKING:
     from agl.tracer import Tracer
@@ -27,12 +28,11 @@ RolloutRawResult: TypeAlias = (
 
 
 def _deref(ref: weakref.ReferenceType[Any] | None, what: str) -> Any:
-    if ref is None:
-        raise ValueError(f"The {what} of this agent is not set")
-    value = ref()
-    if value is None:
-        raise ValueError(f"The {what} of this agent was garbage-collected")
-    return value
+    return deref(
+        ref,
+        unset=f"The {what} of this agent is not set",
+        gone=f"The {what} of this agent was garbage-collected",
+    )
 
 
 class LitAgent(Generic[T]):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
 from agl.tracer import recorded_final_reward
-from agl.types import FINISHED_STATUSES, QUEUED_STATUSES, Unset
+from agl.types import FINISHED_STATUSES, QUEUED_STATUSES, StatusCounts, Unset
 
 if TYPE_CHECKING:
     from agl.store import LightningStore
@@ -24,7 +24,7 @@ _PAGE = 1000
 
 
 @dataclass
-class ProgressSnapshot:
+class ProgressSnapshot(StatusCounts):
     """Counts of the rollouts seen in the store so far."""
 
     total: int = 0
@@ -37,14 +37,6 @@ class ProgressSnapshot:
     @property
     def done(self) -> int:
         return sum(self.by_status.values())
-
-    @property
-    def succeeded(self) -> int:
-        return self.by_status.get("succeeded", 0)
-
-    @property
-    def failed(self) -> int:
-        return self.by_status.get("failed", 0)
 
     @property
     def mean_reward(self) -> float | None:

@@ -1,19 +1,13 @@
 """The LightningStore: rollouts, attempts, spans, resources and workers, in memory, in SQL or over HTTP."""
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from agl.types._lazy import lazy_exports
+
+from . import errors
 from ._open import is_store_url, open_store
 from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
-from .errors import (
-    OTLPIngestError,
-    StoreAuthenticationError,
-    StoreClientError,
-    StoreConflictError,
-    StoreConnectionError,
-    StoreInvalidRequestError,
-    StoreNotFoundError,
-    StoreServerError,
-)
+from .errors import *  # noqa: F403  (every error users catch, listed once in errors.__all__)
 from .loop_bound import LoopBoundStore, as_thread_safe
 from .memory import InMemoryLightningStore
 
@@ -23,23 +17,11 @@ if TYPE_CHECKING:
     from .sql import SqlLightningStore
 
 # The HTTP server and client pull in FastAPI/uvicorn/aiohttp: imported on first use only.
-_LAZY = {
-    "LightningStoreServer": ".server",
-    "LightningStoreClient": ".client",
-    "SqlLightningStore": ".sql",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {"LightningStoreServer": ".server", "LightningStoreClient": ".client", "SqlLightningStore": ".sql"},
+    globals(),
+)
 
 __version__ = "0.1.0"
 
@@ -51,16 +33,9 @@ __all__ = [
     "LightningStoreServer",
     "LightningStoreStatistics",
     "LoopBoundStore",
-    "OTLPIngestError",
     "SqlLightningStore",
-    "StoreAuthenticationError",
-    "StoreClientError",
-    "StoreConflictError",
-    "StoreConnectionError",
-    "StoreInvalidRequestError",
-    "StoreNotFoundError",
-    "StoreServerError",
     "as_thread_safe",
     "is_store_url",
     "open_store",
 ]
+__all__ += errors.__all__

@@ -3,31 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from agl.types import (
     UNSET,
     Attempt,
     AttemptedRollout,
-    AttemptQuery,
-    AttemptStatus,
+    AttemptUpdate,
     EnqueueRolloutRequest,
     NamedResources,
     PaginatedResult,
-    ResourcesQuery,
     ResourcesUpdate,
     Rollout,
-    RolloutConfig,
-    RolloutMode,
-    RolloutQuery,
-    RolloutStatus,
+    RolloutUpdate,
     Span,
-    SpanQuery,
-    TaskInput,
     Unset,
     Worker,
-    WorkerQuery,
 )
+from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
 
 from .base import LightningStore, LightningStoreStatistics
 
@@ -38,7 +31,8 @@ class ForwardingStore(LightningStore):
     """Implements the whole contract by calling ``self._call(method_name, *args, **kwargs)``.
 
     Subclasses decide where a call goes (the wrapped store, another event loop, or HTTP). Queries are
-    validated here (``LightningStore.query_*``) and forwarded as query objects to ``_query_*``.
+    validated here (``LightningStore.query_*``) and forwarded as query objects to ``_query_*``; the checked
+    writes are forwarded to the wrapped store's public methods (so that its overrides see them).
     """
 
     async def _call(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
@@ -47,37 +41,14 @@ class ForwardingStore(LightningStore):
     async def statistics(self) -> LightningStoreStatistics:
         return await self._call("statistics")
 
-    async def start_rollout(
-        self,
-        input: TaskInput,
-        mode: RolloutMode | None = None,
-        resources_id: str | None = None,
-        config: RolloutConfig | None = None,
-        metadata: dict[str, Any] | None = None,
-        worker_id: str | None = None,
-    ) -> AttemptedRollout:
-        return await self._call("start_rollout", input, mode, resources_id, config, metadata, worker_id)
+    async def _start_rollout(self, request: EnqueueRolloutRequest, worker_id: str | None) -> AttemptedRollout:
+        return await self._call("start_rollout", **dict(request), worker_id=worker_id)
 
-    async def enqueue_rollout(
-        self,
-        input: TaskInput,
-        mode: RolloutMode | None = None,
-        resources_id: str | None = None,
-        config: RolloutConfig | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> Rollout:
-        return await self._call("enqueue_rollout", input, mode, resources_id, config, metadata)
-
-    async def enqueue_many_rollouts(self, requests: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
+    async def _enqueue_rollouts(self, requests: list[EnqueueRolloutRequest]) -> list[Rollout]:
         return await self._call("enqueue_many_rollouts", requests)
 
-    async def dequeue_rollout(
-        self, worker_id: str | None = None, *, timeout: float = 0.0
-    ) -> AttemptedRollout | None:
-        return await self._call("dequeue_rollout", worker_id, timeout=timeout)
-
-    async def dequeue_many_rollouts(
-        self, *, limit: int = 1, worker_id: str | None = None, timeout: float = 0.0
+    async def _dequeue_rollouts(
+        self, limit: int, worker_id: str | None, timeout: float
     ) -> list[AttemptedRollout]:
         return await self._call("dequeue_many_rollouts", limit=limit, worker_id=worker_id, timeout=timeout)
 
@@ -96,45 +67,11 @@ class ForwardingStore(LightningStore):
     async def get_latest_attempt(self, rollout_id: str) -> Attempt | None:
         return await self._call("get_latest_attempt", rollout_id)
 
-    async def update_rollout(
-        self,
-        rollout_id: str,
-        input: TaskInput | Unset = UNSET,
-        mode: RolloutMode | Unset | None = UNSET,
-        resources_id: str | Unset | None = UNSET,
-        status: RolloutStatus | Unset = UNSET,
-        config: RolloutConfig | Unset = UNSET,
-        metadata: dict[str, Any] | Unset | None = UNSET,
-    ) -> Rollout:
-        return await self._call(
-            "update_rollout",
-            rollout_id,
-            input=input,
-            mode=mode,
-            resources_id=resources_id,
-            status=status,
-            config=config,
-            metadata=metadata,
-        )
+    async def _update_rollout(self, rollout_id: str, changes: RolloutUpdate) -> Rollout:
+        return await self._call("update_rollout", rollout_id, **changes)
 
-    async def update_attempt(
-        self,
-        rollout_id: str,
-        attempt_id: str | Literal["latest"],
-        status: AttemptStatus | Unset = UNSET,
-        worker_id: str | Unset = UNSET,
-        last_heartbeat_time: float | Unset = UNSET,
-        metadata: dict[str, Any] | Unset = UNSET,
-    ) -> Attempt:
-        return await self._call(
-            "update_attempt",
-            rollout_id,
-            attempt_id,
-            status=status,
-            worker_id=worker_id,
-            last_heartbeat_time=last_heartbeat_time,
-            metadata=metadata,
-        )
+    async def _update_attempt(self, rollout_id: str, attempt_id: str, changes: AttemptUpdate) -> Attempt:
+        return await self._call("update_attempt", rollout_id, attempt_id, **changes)
 
     async def wait_for_rollouts(
         self, *, rollout_ids: Sequence[str], timeout: float | None = None

@@ -14,19 +14,15 @@ from agl.types import (
     UNSET,
     Attempt,
     AttemptedRollout,
-    AttemptQuery,
     InvalidRequestError,
     NamedResources,
     PaginatedResult,
-    ResourcesQuery,
     ResourcesUpdate,
     Rollout,
-    RolloutQuery,
     Span,
-    SpanQuery,
     Worker,
-    WorkerQuery,
 )
+from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
 from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response

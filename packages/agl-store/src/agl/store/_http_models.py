@@ -12,22 +12,25 @@ from typing import Annotated, Any, Literal, Union
 
 from agl.types import (
     AttemptedRollout,
-    AttemptQuery,
     AttemptStatus,
     EnqueueRolloutRequest,
-    ResourcesQuery,
     Rollout,
     RolloutConfig,
     RolloutMode,
-    RolloutQuery,
     RolloutStatus,
     Span,
+    TaskInput,
+)
+from agl.types.query import (
+    MAX_PAGE,
+    AttemptQuery,
+    PageInt,
+    ResourcesQuery,
+    RolloutQuery,
     SpanQuery,
     StoreQuery,
-    TaskInput,
     WorkerQuery,
 )
-from agl.types.query import MAX_PAGE, PageInt
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 __all__ = [

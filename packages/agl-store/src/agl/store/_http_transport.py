@@ -28,16 +28,7 @@ from .errors import (
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = [
-    "HttpTransport",
-    "StoreAuthenticationError",
-    "StoreClientError",
-    "StoreConflictError",
-    "StoreConnectionError",
-    "StoreInvalidRequestError",
-    "StoreNotFoundError",
-    "StoreServerError",
-]
+__all__ = ["HttpTransport"]
 
 logger = logging.getLogger("agl.store.client")
 

@@ -22,11 +22,11 @@ from agl.types import (
     AttemptedRollout,
     AttemptStatus,
     Condition,
+    EnqueueRolloutRequest,
     NotFoundError,
     ResourcesUpdate,
     Rollout,
     RolloutStatus,
-    TaskInput,
     Where,
     Worker,
     new_attempt_id,
@@ -36,7 +36,7 @@ from agl.types import (
 from . import _rules
 from ._notify import Notifier
 from ._query import filter_where
-from ._records import RolloutRecord, check_mode, copy_rollout, new_config, new_metadata
+from ._records import RolloutRecord, copy_rollout, new_config, new_metadata
 from ._watchdog import ScanDebouncer
 
 __all__ = ["MemoryCore", "by_creation"]
@@ -90,29 +90,25 @@ class MemoryCore:
 
     def _new_rollout(
         self,
-        input: TaskInput,
-        mode: Any,
-        resources_id: str | None,
-        config: Any,
-        metadata: Any,
+        request: EnqueueRolloutRequest,
         status: RolloutStatus,
         now: float,
         latest_resources_id: str | None,
     ) -> RolloutRecord:
-        check_mode(mode)
+        resources_id = request.resources_id
         rollout_id = new_rollout_id()
         while rollout_id in self._rollouts:
             rollout_id = new_rollout_id()
         rollout = Rollout.model_construct(
             rollout_id=rollout_id,
-            input=input,
+            input=request.input,
             start_time=now,
             end_time=None,
-            mode=mode,
+            mode=request.mode,
             resources_id=resources_id if resources_id is not None else latest_resources_id,
             status=status,
-            config=new_config(config),
-            metadata=new_metadata(metadata),
+            config=new_config(request.config),
+            metadata=new_metadata(request.metadata),
         )
         record = RolloutRecord(rollout, next(self._order))
         self._rollouts[rollout_id] = record

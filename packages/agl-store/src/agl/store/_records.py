@@ -3,7 +3,7 @@ the checks on its inputs."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agl.types import (
@@ -28,6 +28,7 @@ __all__ = [
     "new_config",
     "new_metadata",
     "resources_update",
+    "write_fields",
 ]
 
 _MODES = ("train", "val", "test")
@@ -118,3 +119,11 @@ def resources_update(
 def check_metadata(metadata: Any) -> None:
     if metadata is not None and not isinstance(metadata, dict):
         raise InvalidRequestError(f"metadata must be a dict or None, not {type(metadata).__name__}")
+
+
+def write_fields(record: Rollout | Attempt, changes: Mapping[str, Any]) -> None:
+    """Set the fields of an update on a stored rollout or attempt, a metadata dict copied; ``status`` is left
+    to the status rules."""
+    for name, value in changes.items():
+        if name != "status":
+            setattr(record, name, dict(value) if name == "metadata" and value is not None else value)

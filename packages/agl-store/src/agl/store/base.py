@@ -8,7 +8,10 @@ the store, identically in every backend.
 Queries: each ``query_*`` method keeps its keyword signature, validates its arguments once into a query
 object of :mod:`agl.types.query` (bad input raises :class:`agl.types.InvalidRequestError` in every backend)
 and hands it to the backend's one abstract ``_query_*(query)``. The arguments are read with ``locals()``,
-so the keyword list is written once here and once in the query model.
+so the keyword list is written once here and once in the query model. The wide writes follow the same
+pattern: ``start_rollout``, ``enqueue_*``, ``dequeue_*``, ``update_rollout`` and ``update_attempt`` check their
+arguments here and call one private method per backend with a request object (``EnqueueRolloutRequest``) or
+the fields to write (``RolloutUpdate``, ``AttemptUpdate``).
 """
 
 from __future__ import annotations
@@ -18,33 +21,42 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from agl.types import (
+    ATTEMPT_STATUSES,
+    ROLLOUT_STATUSES,
     UNSET,
     Attempt,
     AttemptedRollout,
-    AttemptQuery,
     AttemptStatus,
+    AttemptUpdate,
     EnqueueRolloutRequest,
-    FilterLogic,
     InvalidRequestError,
     NamedResources,
     PaginatedResult,
-    ResourcesQuery,
     ResourcesUpdate,
     Rollout,
     RolloutConfig,
     RolloutMode,
-    RolloutQuery,
     RolloutStatus,
-    SortOrder,
+    RolloutUpdate,
     Span,
-    SpanQuery,
     TaskInput,
     Unset,
     Worker,
-    WorkerQuery,
     WorkerStatus,
 )
+from agl.types.query import (
+    AttemptQuery,
+    FilterLogic,
+    ResourcesQuery,
+    RolloutQuery,
+    SortOrder,
+    SpanQuery,
+    WorkerQuery,
+)
+from pydantic import ValidationError
 from typing_extensions import TypedDict
+
+from ._records import check_metadata, check_mode, check_status, new_config
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -75,6 +87,29 @@ class LightningStoreStatistics(TypedDict, total=False):
     uptime: float
 
 
+def _request(
+    input: TaskInput, mode: Any = None, resources_id: Any = None, config: Any = None, metadata: Any = None
+) -> EnqueueRolloutRequest:
+    """A request from checked arguments: the checks of its model's fields without the cost of a pydantic
+    validation (``start_rollout`` and ``enqueue_rollout`` are hot paths)."""
+    check_mode(mode)
+    check_metadata(metadata)
+    if resources_id is not None and not isinstance(resources_id, str):
+        raise InvalidRequestError(f"resources_id must be a string or None, not {type(resources_id).__name__}")
+    if config is not None and not isinstance(config, RolloutConfig):
+        config = new_config(config)
+    return EnqueueRolloutRequest.model_construct(
+        input=input, mode=mode, resources_id=resources_id, config=config, metadata=metadata
+    )
+
+
+def _parsed_request(fields: Any) -> EnqueueRolloutRequest:
+    try:
+        return EnqueueRolloutRequest.model_validate(fields)
+    except ValidationError as exc:
+        raise InvalidRequestError(f"invalid rollout: {exc}") from exc
+
+
 class LightningStore(ABC):
     """Rollouts, attempts, spans, resources and workers, with the status machine that links them."""
 
@@ -95,7 +130,6 @@ class LightningStore(ABC):
 
     # -- rollouts and the queue ---------------------------------------------------------------
 
-    @abstractmethod
     async def start_rollout(
         self,
         input: TaskInput,
@@ -109,8 +143,13 @@ class LightningStore(ABC):
 
         ``resources_id=None`` means the latest resources at this moment.
         """
+        request = _request(input, mode, resources_id, config, metadata)
+        return await self._start_rollout(request, worker_id)
 
     @abstractmethod
+    async def _start_rollout(self, request: EnqueueRolloutRequest, worker_id: str | None) -> AttemptedRollout:
+        """Backend of :meth:`start_rollout`, given a validated request."""
+
     async def enqueue_rollout(
         self,
         input: TaskInput,
@@ -120,12 +159,22 @@ class LightningStore(ABC):
         metadata: dict[str, Any] | None = None,
     ) -> Rollout:
         """Append a new ``queuing`` rollout to the tail of the queue."""
+        request = _request(input, mode, resources_id, config, metadata)
+        (rollout,) = await self._enqueue_rollouts([request])
+        return rollout
 
-    @abstractmethod
     async def enqueue_many_rollouts(self, requests: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
         """Enqueue several rollouts in one batch, in order; returns them in the same order."""
+        if not requests:
+            return []
+        return await self._enqueue_rollouts(
+            [r if isinstance(r, EnqueueRolloutRequest) else _parsed_request(r) for r in requests]
+        )
 
     @abstractmethod
+    async def _enqueue_rollouts(self, requests: list[EnqueueRolloutRequest]) -> list[Rollout]:
+        """Backend of :meth:`enqueue_rollout` and :meth:`enqueue_many_rollouts`: validated, never empty."""
+
     async def dequeue_rollout(
         self, worker_id: str | None = None, *, timeout: float = 0.0
     ) -> AttemptedRollout | None:
@@ -133,8 +182,9 @@ class LightningStore(ABC):
 
         With ``timeout > 0``, wait up to that many seconds for work to arrive; ``None`` if none came.
         """
+        claimed = await self._dequeue_rollouts(1, worker_id, timeout)
+        return claimed[0] if claimed else None
 
-    @abstractmethod
     async def dequeue_many_rollouts(
         self, *, limit: int = 1, worker_id: str | None = None, timeout: float = 0.0
     ) -> list[AttemptedRollout]:
@@ -142,6 +192,15 @@ class LightningStore(ABC):
 
         With ``timeout > 0``, wait up to that many seconds for the first one.
         """
+        if limit <= 0:
+            return []
+        return await self._dequeue_rollouts(limit, worker_id, timeout)
+
+    @abstractmethod
+    async def _dequeue_rollouts(
+        self, limit: int, worker_id: str | None, timeout: float
+    ) -> list[AttemptedRollout]:
+        """Backend of :meth:`dequeue_rollout` and :meth:`dequeue_many_rollouts` (``limit >= 1``)."""
 
     @abstractmethod
     async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
@@ -195,7 +254,6 @@ class LightningStore(ABC):
     async def get_latest_attempt(self, rollout_id: str) -> Attempt | None:
         """The attempt with the highest sequence id, or ``None``."""
 
-    @abstractmethod
     async def update_rollout(
         self,
         rollout_id: str,
@@ -207,8 +265,23 @@ class LightningStore(ABC):
         metadata: dict[str, Any] | Unset | None = UNSET,
     ) -> Rollout:
         """Write the given fields only. A terminal status sets ``end_time``; a queued one requeues once."""
+        given = {"input": input, "mode": mode, "resources_id": resources_id, "status": status}
+        changes: Any = {name: value for name, value in given.items() if value is not UNSET}
+        if mode is not UNSET:
+            check_mode(mode)
+        if status is not UNSET:
+            check_status(status, ROLLOUT_STATUSES, "rollout status")
+        if config is not UNSET:
+            changes["config"] = new_config(config)
+        if metadata is not UNSET:
+            check_metadata(metadata)
+            changes["metadata"] = metadata
+        return await self._update_rollout(rollout_id, changes)
 
     @abstractmethod
+    async def _update_rollout(self, rollout_id: str, changes: RolloutUpdate) -> Rollout:
+        """Backend of :meth:`update_rollout`, given the checked fields to write (a copied config)."""
+
     async def update_attempt(
         self,
         rollout_id: str,
@@ -219,6 +292,22 @@ class LightningStore(ABC):
         metadata: dict[str, Any] | Unset = UNSET,
     ) -> Attempt:
         """Write the given fields; a status change of the latest attempt propagates to the rollout (retries included)."""
+        changes: Any = {}
+        if status is not UNSET:
+            check_status(status, ATTEMPT_STATUSES, "attempt status")
+            changes["status"] = status
+        if worker_id is not UNSET:
+            changes["worker_id"] = worker_id
+        if last_heartbeat_time is not UNSET:
+            changes["last_heartbeat_time"] = last_heartbeat_time
+        if metadata is not UNSET:
+            check_metadata(metadata)
+            changes["metadata"] = metadata
+        return await self._update_attempt(rollout_id, attempt_id, changes)
+
+    @abstractmethod
+    async def _update_attempt(self, rollout_id: str, attempt_id: str, changes: AttemptUpdate) -> Attempt:
+        """Backend of :meth:`update_attempt`, given the checked fields to write."""
 
     @abstractmethod
     async def wait_for_rollouts(

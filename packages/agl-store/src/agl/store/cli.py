@@ -19,7 +19,7 @@ from agl.types.env import STORE_BACKEND
 from ._open import _redact, open_store
 from .base import LightningStore
 
-__all__ = ["main", "open_store_backend", "store_command"]
+__all__ = ["add_log_level", "configure_logging", "main", "open_store_backend", "store_command"]
 
 Command = Callable[[list[str]], "int | None"]
 
@@ -94,16 +94,26 @@ def _store_parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics at /metrics without the bearer token (default: token required)",
     )
     parser.add_argument("--debug", action="store_true", help="include tracebacks in 500 answers")
-    parser.add_argument("--log-level", default="INFO", help="logging level (default: INFO)")
+    add_log_level(parser)
     return parser
+
+
+def add_log_level(parser: argparse.ArgumentParser) -> None:
+    """The ``--log-level`` option every ``agl`` command has; :func:`configure_logging` applies it."""
+    parser.add_argument("--log-level", default="INFO", help="logging level (default: INFO)")
+
+
+def configure_logging(args: argparse.Namespace) -> None:
+    """Log to stderr at the ``--log-level`` of ``args``, in the format of every ``agl`` command."""
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
 
 
 def store_command(argv: list[str]) -> int:
     """``agl store``: serve a store until Ctrl-C or SIGTERM, then close it cleanly."""
     args = _store_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args)
     from .server import LightningStoreServer
 
     try:

@@ -15,58 +15,33 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 from urllib.parse import quote
 
 from agl.types import (
     UNSET,
     Attempt,
     AttemptedRollout,
-    AttemptQuery,
-    AttemptStatus,
+    AttemptUpdate,
     EnqueueRolloutRequest,
     NamedResources,
     PaginatedResult,
-    ResourcesQuery,
     ResourcesUpdate,
     Rollout,
-    RolloutConfig,
-    RolloutMode,
-    RolloutQuery,
-    RolloutStatus,
+    RolloutUpdate,
     Span,
-    SpanQuery,
-    StoreQuery,
-    TaskInput,
     Unset,
     Worker,
-    WorkerQuery,
 )
+from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, StoreQuery, WorkerQuery
 from pydantic import Discriminator, Tag, TypeAdapter
 
 from ._http_models import WAIT_COMPLETE_HEADER, AddSpansInOrderResponse, AddSpansResponse
-from ._http_transport import (
-    HttpTransport,
-    StoreAuthenticationError,
-    StoreClientError,
-    StoreConflictError,
-    StoreConnectionError,
-    StoreInvalidRequestError,
-    StoreNotFoundError,
-    StoreServerError,
-)
+from ._http_transport import HttpTransport
 from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
+from .errors import *  # noqa: F403  (compatibility: the errors were importable from here)
 
-__all__ = [
-    "LightningStoreClient",
-    "StoreAuthenticationError",
-    "StoreClientError",
-    "StoreConflictError",
-    "StoreConnectionError",
-    "StoreInvalidRequestError",
-    "StoreNotFoundError",
-    "StoreServerError",
-]
+__all__ = ["LightningStoreClient"]
 
 logger = logging.getLogger("agl.store.client")
 
@@ -145,59 +120,18 @@ class LightningStoreClient(HttpTransport, LightningStore):
     async def statistics(self) -> LightningStoreStatistics:
         return await self._call("statistics", "GET", "/statistics", _ANY)
 
-    async def start_rollout(
-        self,
-        input: TaskInput,
-        mode: RolloutMode | None = None,
-        resources_id: str | None = None,
-        config: RolloutConfig | None = None,
-        metadata: dict[str, Any] | None = None,
-        worker_id: str | None = None,
-    ) -> AttemptedRollout:
-        body = {
-            "input": input,
-            "mode": mode,
-            "resources_id": resources_id,
-            "config": config,
-            "metadata": metadata,
-            "worker_id": worker_id,
-        }
+    async def _start_rollout(self, request: EnqueueRolloutRequest, worker_id: str | None) -> AttemptedRollout:
+        body = {**dict(request), "worker_id": worker_id}
         return await self._call("start_rollout", "POST", "/rollouts", _ATTEMPTED, body)
 
-    async def enqueue_rollout(
-        self,
-        input: TaskInput,
-        mode: RolloutMode | None = None,
-        resources_id: str | None = None,
-        config: RolloutConfig | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> Rollout:
-        request = {
-            "input": input,
-            "mode": mode,
-            "resources_id": resources_id,
-            "config": config,
-            "metadata": metadata,
-        }
-        rollouts = await self._call(
-            "enqueue_rollout", "POST", "/queues/rollouts/enqueue", _ROLLOUTS, {"rollouts": [request]}
-        )
-        return rollouts[0]
+    async def _enqueue_rollouts(self, requests: list[EnqueueRolloutRequest]) -> list[Rollout]:
+        op = "enqueue_rollout" if len(requests) == 1 else "enqueue_many_rollouts"  # named in errors
+        return await self._call(op, "POST", "/queues/rollouts/enqueue", _ROLLOUTS, {"rollouts": requests})
 
-    async def enqueue_many_rollouts(self, requests: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
-        if not requests:
-            return []
-        return await self._call(
-            "enqueue_many_rollouts",
-            "POST",
-            "/queues/rollouts/enqueue",
-            _ROLLOUTS,
-            {"rollouts": list(requests)},
-        )
-
-    async def _dequeue(
-        self, op: str, limit: int, worker_id: str | None, timeout: float
+    async def _dequeue_rollouts(
+        self, limit: int, worker_id: str | None, timeout: float
     ) -> list[AttemptedRollout]:
+        op = "dequeue_rollout" if limit == 1 else "dequeue_many_rollouts"  # named in errors
         deadline = time.monotonic() + max(timeout, 0.0)
         while True:
             chunk = max(0.0, min(deadline - time.monotonic(), self.long_poll_seconds))
@@ -207,19 +141,6 @@ class LightningStoreClient(HttpTransport, LightningStore):
             )
             if claimed or time.monotonic() >= deadline - 0.001:
                 return claimed
-
-    async def dequeue_rollout(
-        self, worker_id: str | None = None, *, timeout: float = 0.0
-    ) -> AttemptedRollout | None:
-        claimed = await self._dequeue("dequeue_rollout", 1, worker_id, timeout)
-        return claimed[0] if claimed else None
-
-    async def dequeue_many_rollouts(
-        self, *, limit: int = 1, worker_id: str | None = None, timeout: float = 0.0
-    ) -> list[AttemptedRollout]:
-        if limit <= 0:
-            return []
-        return await self._dequeue("dequeue_many_rollouts", limit, worker_id, timeout)
 
     async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
         return await self._call(
@@ -248,46 +169,12 @@ class LightningStoreClient(HttpTransport, LightningStore):
             "get_latest_attempt", "GET", f"/rollouts/{_q(rollout_id)}/attempts/latest", _ATTEMPT_OR_NONE
         )
 
-    async def update_rollout(
-        self,
-        rollout_id: str,
-        input: TaskInput | Unset = UNSET,
-        mode: RolloutMode | Unset | None = UNSET,
-        resources_id: str | Unset | None = UNSET,
-        status: RolloutStatus | Unset = UNSET,
-        config: RolloutConfig | Unset = UNSET,
-        metadata: dict[str, Any] | Unset | None = UNSET,
-    ) -> Rollout:
-        fields = {
-            "input": input,
-            "mode": mode,
-            "resources_id": resources_id,
-            "status": status,
-            "config": config,
-            "metadata": metadata,
-        }
-        body = {k: v for k, v in fields.items() if v is not UNSET}
-        return await self._call("update_rollout", "POST", f"/rollouts/{_q(rollout_id)}", _ROLLOUT, body)
+    async def _update_rollout(self, rollout_id: str, changes: RolloutUpdate) -> Rollout:
+        return await self._call("update_rollout", "POST", f"/rollouts/{_q(rollout_id)}", _ROLLOUT, changes)
 
-    async def update_attempt(
-        self,
-        rollout_id: str,
-        attempt_id: str | Literal["latest"],
-        status: AttemptStatus | Unset = UNSET,
-        worker_id: str | Unset = UNSET,
-        last_heartbeat_time: float | Unset = UNSET,
-        metadata: dict[str, Any] | Unset = UNSET,
-    ) -> Attempt:
-        fields = {
-            "status": status,
-            "worker_id": worker_id,
-            "last_heartbeat_time": last_heartbeat_time,
-            "metadata": metadata,
-        }
-        body = {k: v for k, v in fields.items() if v is not UNSET}
-        return await self._call(
-            "update_attempt", "POST", f"/rollouts/{_q(rollout_id)}/attempts/{_q(attempt_id)}", _ATTEMPT, body
-        )
+    async def _update_attempt(self, rollout_id: str, attempt_id: str, changes: AttemptUpdate) -> Attempt:
+        path = f"/rollouts/{_q(rollout_id)}/attempts/{_q(attempt_id)}"
+        return await self._call("update_attempt", "POST", path, _ATTEMPT, changes)
 
     async def wait_for_rollouts(
         self, *, rollout_ids: Sequence[str], timeout: float | None = None

@@ -16,50 +16,38 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from operator import attrgetter
-from typing import Any, Literal
+from typing import Any
 
 from agl.types import (
-    ATTEMPT_STATUSES,
     FINISHED_STATUSES,
-    ROLLOUT_STATUSES,
     UNSET,
     Attempt,
     AttemptedRollout,
-    AttemptQuery,
-    AttemptStatus,
+    AttemptUpdate,
     EnqueueRolloutRequest,
     InvalidRequestError,
     NamedResources,
     NotFoundError,
     PaginatedResult,
-    ResourcesQuery,
     ResourcesUpdate,
     Rollout,
-    RolloutConfig,
-    RolloutMode,
-    RolloutQuery,
-    RolloutStatus,
+    RolloutUpdate,
     Span,
-    SpanQuery,
-    TaskInput,
     Unset,
     Worker,
-    WorkerQuery,
     new_resources_id,
 )
+from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
 
 from ._memory_core import MemoryCore, by_creation
 from ._notify import Notifier, Waiter
 from ._query import filter_where, paginate, select_by_key, sort_rows, without
 from ._records import (
     RolloutRecord,
-    check_metadata,
-    check_mode,
-    check_status,
     copy_attempt,
     copy_rollout,
-    new_config,
     resources_update,
+    write_fields,
 )
 from ._spans import ATTEMPT_ID, StoredSpan, encode_span, query_stored_spans
 from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
@@ -114,75 +102,25 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
 
     # -- rollouts and the queue -----------------------------------------------------------------
 
-    async def start_rollout(
-        self,
-        input: TaskInput,
-        mode: RolloutMode | None = None,
-        resources_id: str | None = None,
-        config: RolloutConfig | None = None,
-        metadata: dict[str, Any] | None = None,
-        worker_id: str | None = None,
-    ) -> AttemptedRollout:
+    async def _start_rollout(self, request: EnqueueRolloutRequest, worker_id: str | None) -> AttemptedRollout:
         with self._lock:
             now = self._clock()
             self._watch(now)
-            record = self._new_rollout(
-                input, mode, resources_id, config, metadata, "preparing", now, self._latest_resources_id
-            )
+            record = self._new_rollout(request, "preparing", now, self._latest_resources_id)
             attempt = self._new_attempt(record, worker_id, now)
             if worker_id:
                 self._sync_worker(attempt, now)
             return copy_rollout(record)  # type: ignore[return-value]
 
-    async def enqueue_rollout(
-        self,
-        input: TaskInput,
-        mode: RolloutMode | None = None,
-        resources_id: str | None = None,
-        config: RolloutConfig | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> Rollout:
-        with self._lock:
-            now = self._clock()
-            self._watch(now)
-            record = self._new_rollout(
-                input, mode, resources_id, config, metadata, "queuing", now, self._latest_resources_id
-            )
-            return copy_rollout(record)
-
-    async def enqueue_many_rollouts(self, requests: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
-        parsed = [
-            r if isinstance(r, EnqueueRolloutRequest) else EnqueueRolloutRequest.model_validate(r)
-            for r in requests
-        ]
-        for request in parsed:
-            check_mode(request.mode)
+    async def _enqueue_rollouts(self, requests: list[EnqueueRolloutRequest]) -> list[Rollout]:
         with self._lock:
             now = self._clock()
             self._watch(now)
             latest = self._latest_resources_id
-            records = [
-                self._new_rollout(
-                    r.input, r.mode, r.resources_id, r.config, r.metadata, "queuing", now, latest
-                )
-                for r in parsed
-            ]
+            records = [self._new_rollout(r, "queuing", now, latest) for r in requests]
             return [copy_rollout(record) for record in records]
 
-    async def dequeue_rollout(
-        self, worker_id: str | None = None, *, timeout: float | None = 0.0
-    ) -> AttemptedRollout | None:
-        claimed = await self._dequeue(1, worker_id, timeout)
-        return claimed[0] if claimed else None
-
-    async def dequeue_many_rollouts(
-        self, *, limit: int = 1, worker_id: str | None = None, timeout: float | None = 0.0
-    ) -> list[AttemptedRollout]:
-        if limit <= 0:
-            return []
-        return await self._dequeue(limit, worker_id, timeout)
-
-    async def _dequeue(
+    async def _dequeue_rollouts(
         self, limit: int, worker_id: str | None, timeout: float | None
     ) -> list[AttemptedRollout]:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -264,55 +202,17 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
                 return None
             return copy_attempt(record.attempts[-1])
 
-    async def update_rollout(
-        self,
-        rollout_id: str,
-        input: TaskInput | Unset = UNSET,
-        mode: RolloutMode | Unset | None = UNSET,
-        resources_id: str | Unset | None = UNSET,
-        status: RolloutStatus | Unset = UNSET,
-        config: RolloutConfig | Unset = UNSET,
-        metadata: dict[str, Any] | Unset | None = UNSET,
-    ) -> Rollout:
-        if mode is not UNSET:
-            check_mode(mode)
-        if status is not UNSET:
-            check_status(status, ROLLOUT_STATUSES, "rollout status")
-        replacement_config = None if config is UNSET else new_config(config)
-        if metadata is not UNSET:
-            check_metadata(metadata)
+    async def _update_rollout(self, rollout_id: str, changes: RolloutUpdate) -> Rollout:
         with self._lock:
             now = self._clock()
             self._watch(now)
             record = self._record(rollout_id)
-            rollout = record.rollout
-            if input is not UNSET:
-                rollout.input = input
-            if mode is not UNSET:
-                rollout.mode = mode  # type: ignore[assignment]
-            if resources_id is not UNSET:
-                rollout.resources_id = resources_id  # type: ignore[assignment]
-            if replacement_config is not None:
-                rollout.config = replacement_config
-            if metadata is not UNSET:
-                rollout.metadata = None if metadata is None else dict(metadata)  # type: ignore[arg-type]
-            if status is not UNSET:
-                self._set_rollout_status(record, status, now)  # type: ignore[arg-type]
+            write_fields(record.rollout, changes)
+            if "status" in changes:
+                self._set_rollout_status(record, changes["status"], now)
             return copy_rollout(record)
 
-    async def update_attempt(
-        self,
-        rollout_id: str,
-        attempt_id: str | Literal["latest"],
-        status: AttemptStatus | Unset = UNSET,
-        worker_id: str | Unset = UNSET,
-        last_heartbeat_time: float | Unset = UNSET,
-        metadata: dict[str, Any] | Unset = UNSET,
-    ) -> Attempt:
-        if status is not UNSET:
-            check_status(status, ATTEMPT_STATUSES, "attempt status")
-        if metadata is not UNSET:
-            check_metadata(metadata)
+    async def _update_attempt(self, rollout_id: str, attempt_id: str, changes: AttemptUpdate) -> Attempt:
         with self._lock:
             now = self._clock()
             self._watch(now)
@@ -322,15 +222,10 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
             attempt = record.attempts[-1] if attempt_id == "latest" else record.find_attempt(attempt_id)
             if attempt is None:
                 raise NotFoundError(f"Attempt {attempt_id} not found for rollout {rollout_id}")
-            if worker_id is not UNSET:
-                attempt.worker_id = worker_id  # type: ignore[assignment]
-            if last_heartbeat_time is not UNSET:
-                attempt.last_heartbeat_time = last_heartbeat_time  # type: ignore[assignment]
-            if metadata is not UNSET:
-                attempt.metadata = None if metadata is None else dict(metadata)  # type: ignore[arg-type]
-            if status is not UNSET:
-                self._set_attempt_status(record, attempt, status, now)  # type: ignore[arg-type]
-            elif worker_id:
+            write_fields(attempt, changes)
+            if "status" in changes:
+                self._set_attempt_status(record, attempt, changes["status"], now)
+            elif changes.get("worker_id"):
                 self._sync_worker(attempt, now)
             return copy_attempt(attempt)
 

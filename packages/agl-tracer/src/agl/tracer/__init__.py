@@ -6,8 +6,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agl.types._lazy import lazy_exports
 
 from ._pipeline import PipelineStats, SpanPipeline
 from .attributes import (
@@ -53,23 +54,17 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-_LAZY = {
-    "OtelTracer": ".otel",
-    "LightningSpanProcessor": ".otel",
-    "AgentOpsTracer": ".agentops",
-    "instrument_openai": ".instrumentation",
-    "uninstrument_openai": ".instrumentation",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "OtelTracer": ".otel",
+        "LightningSpanProcessor": ".otel",
+        "AgentOpsTracer": ".agentops",
+        "instrument_openai": ".instrumentation",
+        "uninstrument_openai": ".instrumentation",
+    },
+    globals(),
+)
 
 __all__ = [
     "AgentOpsTracer",

@@ -196,17 +196,10 @@ class SpanPipeline:
     # -- sessions ------------------------------------------------------------------------------
 
     def open_session(
-        self,
-        tracer: Any,
-        name: str | None,
-        store: LightningStore | None,
-        rollout_id: str | None,
-        attempt_id: str | None,
-        *,
-        caller_loop: asyncio.AbstractEventLoop | None,
+        self, session: TraceSession, *, caller_loop: asyncio.AbstractEventLoop | None
     ) -> TraceSession:
-        """Start a session; with a store, its drain task starts at once."""
-        session = TraceSession(tracer, name, store, rollout_id, attempt_id, self.max_recorded_spans)
+        """Start a new session (made with this pipeline's ``max_recorded_spans``); with a store, its drain task
+        starts at once."""
         if session.store is not None:
             thread_safe = bool(session.store.capabilities.get("thread_safe"))
             if caller_loop is not None and not thread_safe:

@@ -49,7 +49,7 @@ class OpenSpan(SpanRecordingContext):
 class Tracer(ParallelWorkerBase):
     """Records spans and ships them to the store of the worker.
 
-    Subclasses implement :meth:`create_span`, :meth:`start_span` and :meth:`operation_context`, and may hook
+    Subclasses implement :meth:`_create_span`, :meth:`start_span` and :meth:`_operation_context`, and may hook
     :meth:`_on_session_start` / :meth:`_on_session_end` and :meth:`_session_handle`.
 
     Args:
@@ -181,9 +181,8 @@ class Tracer(ParallelWorkerBase):
         if active is not None and active is not self:
             raise ValueError(f"another tracer ({type(active).__name__}) is active in this context")
         self._check_ready()
-        session = self.pipeline.open_session(
-            self, name, store, rollout_id, attempt_id, caller_loop=caller_loop
-        )
+        session = TraceSession(self, name, store, rollout_id, attempt_id, self.pipeline.max_recorded_spans)
+        self.pipeline.open_session(session, caller_loop=caller_loop)
         tracer_token, session_token = _context.enter_session(self, session)
         return session, tracer_token, session_token
 
@@ -218,20 +217,13 @@ class Tracer(ParallelWorkerBase):
             name, store, rollout_id, attempt_id, asyncio.get_running_loop()
         )
         try:
-            handle = self._on_session_start(session)
-            try:
+            with self._session_body(session) as handle:
                 yield handle
-            except BaseException as exc:
-                self._safe_session_end(session, exc)
-                raise
-            else:
-                self._safe_session_end(session, None)
         finally:
             try:
                 await self.pipeline.close_session(session, self.flush_timeout)
             finally:
-                self._finish(session)
-                self._close_vars(session, tracer_token, session_token)
+                self._close(session, tracer_token, session_token)
 
     @contextlib.contextmanager
     def trace_context_sync(
@@ -244,20 +236,30 @@ class Tracer(ParallelWorkerBase):
         """Blocking twin of :meth:`trace_context` for code without an event loop."""
         session, tracer_token, session_token = self._open(name, None, rollout_id, attempt_id, None)
         try:
-            handle = self._on_session_start(session)
-            try:
+            with self._session_body(session) as handle:
                 yield handle
-            except BaseException as exc:
-                self._safe_session_end(session, exc)
-                raise
-            else:
-                self._safe_session_end(session, None)
         finally:
             try:
                 self.pipeline.close_session_sync(session, self.flush_timeout)
             finally:
-                self._finish(session)
-                self._close_vars(session, tracer_token, session_token)
+                self._close(session, tracer_token, session_token)
+
+    @contextlib.contextmanager
+    def _session_body(self, session: TraceSession) -> Iterator[Any]:
+        """What both trace contexts do around their body: the backend's start, and its end told of the
+        body's exception (if any), before the spans are flushed."""
+        handle = self._on_session_start(session)
+        try:
+            yield handle
+        except BaseException as exc:
+            self._safe_session_end(session, exc)
+            raise
+        else:
+            self._safe_session_end(session, None)
+
+    def _close(self, session: TraceSession, tracer_token: Any, session_token: Any) -> None:
+        self._finish(session)
+        self._close_vars(session, tracer_token, session_token)
 
     def _safe_session_end(self, session: TraceSession, exc: BaseException | None) -> None:
         try:
@@ -285,7 +287,6 @@ class Tracer(ParallelWorkerBase):
 
     # -- recording -------------------------------------------------------------------------------
 
-    @abstractmethod
     def create_span(
         self,
         name: str,
@@ -294,6 +295,14 @@ class Tracer(ParallelWorkerBase):
         status: TraceStatus | None = None,
     ) -> SpanCoreFields:
         """Record an already finished span (``timestamp`` in seconds is both start and end; now by default)."""
+        when = timestamp if timestamp is not None else time.time()
+        return self._create_span(name, attributes or {}, when, status)
+
+    @abstractmethod
+    def _create_span(
+        self, name: str, attributes: Mapping[str, Any], when: float, status: TraceStatus | None
+    ) -> SpanCoreFields:
+        """Backend of :meth:`create_span`: a span started and ended at ``when``."""
 
     @abstractmethod
     def start_span(self, name: str, attributes: Mapping[str, Any] | None = None) -> OpenSpan:
@@ -302,7 +311,6 @@ class Tracer(ParallelWorkerBase):
         It does not become the current span (so it may end in another task or thread).
         """
 
-    @abstractmethod
     def operation_context(
         self,
         name: str,
@@ -311,6 +319,13 @@ class Tracer(ParallelWorkerBase):
         end_time: float | None = None,
     ) -> contextlib.AbstractContextManager[SpanRecordingContext]:
         """A span covering a block, current inside it; an exception marks it ERROR and propagates."""
+        return self._operation_context(name, attributes or {}, start_time, end_time)
+
+    @abstractmethod
+    def _operation_context(
+        self, name: str, attributes: Mapping[str, Any], start_time: float | None, end_time: float | None
+    ) -> contextlib.AbstractContextManager[SpanRecordingContext]:
+        """Backend of :meth:`operation_context`."""
 
     def get_langchain_handler(self) -> Any:
         """A LangChain callback handler that records into this tracer; ``None`` when the tracer has none."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -25,14 +24,9 @@ logger = logging.getLogger(__name__)
 class DummyTracer(Tracer):
     """A tracer without a backend."""
 
-    def create_span(
-        self,
-        name: str,
-        attributes: Mapping[str, Any] | None = None,
-        timestamp: float | None = None,
-        status: TraceStatus | None = None,
+    def _create_span(
+        self, name: str, attributes: Mapping[str, Any], when: float, status: TraceStatus | None
     ) -> SpanCoreFields:
-        when = timestamp if timestamp is not None else time.time()
         span = RecordedSpan(name, attributes, start_time=when)
         span.record_status(*(("OK", None) if status is None else (status.status_code, status.description)))
         core = span.end(when)
@@ -43,12 +37,8 @@ class DummyTracer(Tracer):
         return RecordedSpan(name, attributes, on_end=self._submit)
 
     @contextlib.contextmanager
-    def operation_context(
-        self,
-        name: str,
-        attributes: Mapping[str, Any] | None = None,
-        start_time: float | None = None,
-        end_time: float | None = None,
+    def _operation_context(
+        self, name: str, attributes: Mapping[str, Any], start_time: float | None, end_time: float | None
     ) -> Iterator[SpanRecordingContext]:
         span = RecordedSpan(name, attributes, start_time=start_time, on_end=self._submit)
         try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -232,17 +231,12 @@ class OtelTracer(Tracer):
 
     # -- recording -------------------------------------------------------------------------------
 
-    def create_span(
-        self,
-        name: str,
-        attributes: Mapping[str, Any] | None = None,
-        timestamp: float | None = None,
-        status: TraceStatus | None = None,
+    def _create_span(
+        self, name: str, attributes: Mapping[str, Any], when: float, status: TraceStatus | None
     ) -> SpanCoreFields:
-        when = timestamp if timestamp is not None else time.time()
         span = _OtelSpan(
             self.otel_tracer.start_span(
-                name, attributes=sanitize_attributes(dict(attributes or {})), start_time=_ns(when)
+                name, attributes=sanitize_attributes(attributes), start_time=_ns(when)
             )
         )
         if status is not None:
@@ -257,12 +251,8 @@ class OtelTracer(Tracer):
         )
 
     @contextlib.contextmanager
-    def operation_context(
-        self,
-        name: str,
-        attributes: Mapping[str, Any] | None = None,
-        start_time: float | None = None,
-        end_time: float | None = None,
+    def _operation_context(
+        self, name: str, attributes: Mapping[str, Any], start_time: float | None, end_time: float | None
     ) -> Iterator[SpanRecordingContext]:
         if end_time is not None:
             warnings.warn(
@@ -270,7 +260,7 @@ class OtelTracer(Tracer):
             )
         with self.otel_tracer.start_as_current_span(
             name,
-            attributes=sanitize_attributes(dict(attributes or {})),
+            attributes=sanitize_attributes(attributes),
             start_time=_ns(start_time),
             record_exception=False,
             set_status_on_exception=False,

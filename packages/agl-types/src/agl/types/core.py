@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, TypeVar, get_args
+from typing import Any, Literal, Protocol, TypedDict, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -13,6 +13,7 @@ __all__ = [
     "RUNNING_STATUSES",
     "Attempt",
     "AttemptStatus",
+    "AttemptUpdate",
     "AttemptedRollout",
     "Dataset",
     "EnqueueRolloutRequest",
@@ -20,6 +21,8 @@ __all__ = [
     "RolloutConfig",
     "RolloutMode",
     "RolloutStatus",
+    "RolloutUpdate",
+    "StatusCounts",
     "TaskInput",
     "Triplet",
     "Worker",
@@ -130,6 +133,40 @@ class EnqueueRolloutRequest(BaseModel):
     resources_id: str | None = None
     config: RolloutConfig | None = None
     metadata: dict[str, Any] | None = None
+
+
+class RolloutUpdate(TypedDict, total=False):
+    """The fields an ``update_rollout`` call writes (only those present; the store checks them first)."""
+
+    input: TaskInput
+    mode: RolloutMode | None
+    resources_id: str | None
+    status: RolloutStatus
+    config: RolloutConfig
+    metadata: dict[str, Any] | None
+
+
+class AttemptUpdate(TypedDict, total=False):
+    """The fields an ``update_attempt`` call writes (only those present; the store checks them first)."""
+
+    status: AttemptStatus
+    worker_id: str
+    last_heartbeat_time: float
+    metadata: dict[str, Any]
+
+
+class StatusCounts:
+    """Mixin of rollout tallies: ``succeeded`` and ``failed`` read from the class's ``by_status`` counts."""
+
+    by_status: dict[str, int]
+
+    @property
+    def succeeded(self) -> int:
+        return self.by_status.get("succeeded", 0)
+
+    @property
+    def failed(self) -> int:
+        return self.by_status.get("failed", 0)
 
 
 class Worker(BaseModel):

@@ -71,7 +71,7 @@ class PromptTemplate(BaseModel):
     template: str
     engine: Literal["f-string", "jinja", "poml"] = "f-string"
 
-    def format(self, **context: Any) -> str:
+    def format(self, /, **context: Any) -> str:
         """Render the template with ``context``.
 
         ``f-string`` uses :meth:`str.format`; ``jinja`` needs ``jinja2`` (extra ``jinja``); ``poml``

@@ -6,8 +6,9 @@ agl.algorithms.local`` itself stays cheap.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agl.types._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .engine import GenerationEngine, GenerationResult, SamplingParams
@@ -24,19 +25,16 @@ __all__ = [
     "load_model",
 ]
 
-_WHERE = {
-    "GenerationEngine": "engine",
-    "GenerationResult": "engine",
-    "SamplingParams": "engine",
-    "GRPOConfig": "grpo",
-    "LocalGRPO": "grpo",
-    "ModelServer": "server",
-    "load_model": "server",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agl.algorithms.local' has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{module}", __name__), name)
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "GenerationEngine": ".engine",
+        "GenerationResult": ".engine",
+        "SamplingParams": ".engine",
+        "GRPOConfig": ".grpo",
+        "LocalGRPO": ".grpo",
+        "ModelServer": ".server",
+        "load_model": ".server",
+    },
+    globals(),
+)

@@ -66,19 +66,15 @@ def json_text(column: sa.ColumnElement[Any], dialect: str) -> sa.ColumnElement[s
     return sa.type_coerce(column, sa.Text)
 
 
+ATTEMPT_FIELDS = tuple(Attempt.model_fields)
+ROLLOUT_FIELDS = tuple(Rollout.model_fields)
+"""The columns of the rollouts and attempts tables named as the fields they hold."""
+
+
 def rollout_from_row(row: Mapping[Any, Any]) -> Rollout | AttemptedRollout:
     """A rollout, with its latest attempt attached when the row carries one (``a_*`` columns)."""
-    fields: dict[str, Any] = {
-        "rollout_id": row["rollout_id"],
-        "input": row["input"],
-        "start_time": row["start_time"],
-        "end_time": row["end_time"],
-        "mode": row["mode"],
-        "resources_id": row["resources_id"],
-        "status": row["status"],
-        "config": RolloutConfig.model_validate(row["config"]),
-        "metadata": row["metadata"],
-    }
+    fields: dict[str, Any] = {name: row[name] for name in ROLLOUT_FIELDS}
+    fields["config"] = RolloutConfig.model_validate(fields["config"])
     if row.get(ATTEMPT_PREFIX + "attempt_id") is not None:
         fields["attempt"] = attempt_from_row(row, prefix=ATTEMPT_PREFIX)
         return AttemptedRollout.model_validate(fields)
@@ -91,66 +87,25 @@ def plain_rollout_from_row(row: Mapping[Any, Any]) -> Rollout:
 
 
 def attempt_from_row(row: Mapping[Any, Any], prefix: str = "") -> Attempt:
-    return Attempt.model_validate(
-        {
-            "rollout_id": row[prefix + "rollout_id"],
-            "attempt_id": row[prefix + "attempt_id"],
-            "sequence_id": row[prefix + "sequence_id"],
-            "start_time": row[prefix + "start_time"],
-            "end_time": row[prefix + "end_time"],
-            "status": row[prefix + "status"],
-            "worker_id": row[prefix + "worker_id"],
-            "last_heartbeat_time": row[prefix + "last_heartbeat_time"],
-            "metadata": row[prefix + "metadata"],
-        }
-    )
+    return Attempt.model_validate({name: row[prefix + name] for name in ATTEMPT_FIELDS})
 
 
 def attempt_columns(prefix: str = "") -> list[sa.ColumnElement[Any]]:
-    a = schema.attempts.c
-    columns = [
-        a.rollout_id,
-        a.attempt_id,
-        a.sequence_id,
-        a.start_time,
-        a.end_time,
-        a.status,
-        a.worker_id,
-        a.last_heartbeat_time,
-        a.metadata,
-    ]
+    columns = [schema.attempts.c[name] for name in ATTEMPT_FIELDS]
     return [c.label(prefix + c.name) for c in columns] if prefix else list(columns)
 
 
 def attempt_values(attempt: Attempt) -> dict[str, Any]:
-    return {
-        "rollout_id": attempt.rollout_id,
-        "attempt_id": attempt.attempt_id,
-        "sequence_id": attempt.sequence_id,
-        "start_time": attempt.start_time,
-        "end_time": attempt.end_time,
-        "status": attempt.status,
-        "worker_id": attempt.worker_id,
-        "last_heartbeat_time": attempt.last_heartbeat_time,
-        "metadata": attempt.metadata,
-    }
+    """Column values of an attempt (one column per field)."""
+    return {name: getattr(attempt, name) for name in ATTEMPT_FIELDS}
 
 
 def rollout_values(rollout: Rollout) -> dict[str, Any]:
     """Column values of a rollout, config copies included (not ``queue_pos``/``num_attempts``)."""
-    return {
-        "rollout_id": rollout.rollout_id,
-        "input": rollout.input,
-        "start_time": rollout.start_time,
-        "end_time": rollout.end_time,
-        "mode": rollout.mode,
-        "resources_id": rollout.resources_id,
-        "status": rollout.status,
-        "config": rollout.config,
-        "metadata": rollout.metadata,
-        "timeout_seconds": rollout.config.timeout_seconds,
-        "unresponsive_seconds": rollout.config.unresponsive_seconds,
-    }
+    values = {name: getattr(rollout, name) for name in ROLLOUT_FIELDS}
+    values["timeout_seconds"] = rollout.config.timeout_seconds
+    values["unresponsive_seconds"] = rollout.config.unresponsive_seconds
+    return values
 
 
 def resources_from_row(row: Mapping[Any, Any]) -> ResourcesUpdate:

@@ -18,18 +18,20 @@ from agl.types import (
     FINISHED_STATUSES,
     Attempt,
     AttemptedRollout,
-    AttemptQuery,
-    Condition,
     PaginatedResult,
-    ResourcesQuery,
     ResourcesUpdate,
     Rollout,
-    RolloutQuery,
     Span,
+    Worker,
+)
+from agl.types.query import (
+    AttemptQuery,
+    Condition,
+    ResourcesQuery,
+    RolloutQuery,
     SpanQuery,
     StoreQuery,
     Where,
-    Worker,
     WorkerQuery,
 )
 

@@ -58,18 +58,9 @@ _SPAN_COLUMNS = (
 
 
 def _span_row(span: Span) -> dict[str, Any]:
-    return {
-        "rollout_id": span.rollout_id,
-        "attempt_id": span.attempt_id,
-        "span_id": span.span_id,
-        "sequence_id": span.sequence_id,
-        "trace_id": span.trace_id,
-        "parent_id": span.parent_id,
-        "name": span.name,
-        "start_time": span.start_time,
-        "end_time": span.end_time,
-        "payload": RawJson(span.model_dump_json()),
-    }
+    row = {name: getattr(span, name) for name in _SPAN_COLUMNS[:-1]}  # the indexed fields, then the span
+    row["payload"] = RawJson(span.model_dump_json())
+    return row
 
 
 def _insert_spans(conn: sa.Connection, ctx: Ctx, spans: Sequence[Span]) -> set[tuple[str, str, str]]:

@@ -10,32 +10,25 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from agl.types import (
     UNSET,
     Attempt,
     AttemptedRollout,
-    AttemptQuery,
-    AttemptStatus,
+    AttemptUpdate,
     EnqueueRolloutRequest,
     InvalidRequestError,
     NamedResources,
     PaginatedResult,
-    ResourcesQuery,
     ResourcesUpdate,
     Rollout,
-    RolloutConfig,
-    RolloutMode,
-    RolloutQuery,
-    RolloutStatus,
+    RolloutUpdate,
     Span,
-    SpanQuery,
-    TaskInput,
     Unset,
     Worker,
-    WorkerQuery,
 )
+from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
 from pydantic import TypeAdapter, ValidationError
 
 from .._notify import Notifier, Waiter
@@ -103,13 +96,6 @@ def _resources(resources: Any) -> NamedResources:
         return _NAMED_RESOURCES.validate_python(resources)
     except ValidationError as exc:
         raise InvalidRequestError(f"invalid resources: {exc}") from exc
-
-
-def _validated(model: type[Any], **fields: Any) -> Any:
-    try:
-        return model(**fields)
-    except ValidationError as exc:
-        raise InvalidRequestError(str(exc)) from exc
 
 
 class SqlLightningStore(LightningStore):
@@ -193,65 +179,17 @@ class SqlLightningStore(LightningStore):
 
     # -- rollouts and the queue ---------------------------------------------------------------
 
-    async def start_rollout(
-        self,
-        input: TaskInput,
-        mode: RolloutMode | None = None,
-        resources_id: str | None = None,
-        config: RolloutConfig | None = None,
-        metadata: dict[str, Any] | None = None,
-        worker_id: str | None = None,
-    ) -> AttemptedRollout:
+    async def _start_rollout(self, request: EnqueueRolloutRequest, worker_id: str | None) -> AttemptedRollout:
         await self._watchdog()
-        request = _validated(
-            EnqueueRolloutRequest,
-            input=input,
-            mode=mode,
-            resources_id=resources_id,
-            config=config,
-            metadata=metadata,
-        )
         return await self._write(_writes.start_rollout, request, worker_id)
 
-    async def enqueue_rollout(
-        self,
-        input: TaskInput,
-        mode: RolloutMode | None = None,
-        resources_id: str | None = None,
-        config: RolloutConfig | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> Rollout:
+    async def _enqueue_rollouts(self, requests: list[EnqueueRolloutRequest]) -> list[Rollout]:
         await self._watchdog()
-        request = _validated(
-            EnqueueRolloutRequest,
-            input=input,
-            mode=mode,
-            resources_id=resources_id,
-            config=config,
-            metadata=metadata,
-        )
-        (rollout,) = await self._write(_writes.enqueue, [request])
-        return rollout
+        return await self._write(_writes.enqueue, requests)
 
-    async def enqueue_many_rollouts(self, requests: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
-        await self._watchdog()
-        batch = [
-            r if isinstance(r, EnqueueRolloutRequest) else _validated(EnqueueRolloutRequest, **r)
-            for r in requests
-        ]
-        return await self._write(_writes.enqueue, batch)
-
-    async def dequeue_rollout(
-        self, worker_id: str | None = None, *, timeout: float = 0.0
-    ) -> AttemptedRollout | None:
-        claimed = await self.dequeue_many_rollouts(limit=1, worker_id=worker_id, timeout=timeout)
-        return claimed[0] if claimed else None
-
-    async def dequeue_many_rollouts(
-        self, *, limit: int = 1, worker_id: str | None = None, timeout: float = 0.0
+    async def _dequeue_rollouts(
+        self, limit: int, worker_id: str | None, timeout: float
     ) -> list[AttemptedRollout]:
-        if limit <= 0:
-            return []
         await self._watchdog()
         first_try = True
 
@@ -286,45 +224,12 @@ class SqlLightningStore(LightningStore):
         await self._watchdog()
         return await self._read(_reads.latest_attempt, rollout_id)
 
-    async def update_rollout(
-        self,
-        rollout_id: str,
-        input: TaskInput | Unset = UNSET,
-        mode: RolloutMode | Unset | None = UNSET,
-        resources_id: str | Unset | None = UNSET,
-        status: RolloutStatus | Unset = UNSET,
-        config: RolloutConfig | Unset = UNSET,
-        metadata: dict[str, Any] | Unset | None = UNSET,
-    ) -> Rollout:
+    async def _update_rollout(self, rollout_id: str, changes: RolloutUpdate) -> Rollout:
         await self._watchdog()
-        given = {
-            "input": input,
-            "mode": mode,
-            "resources_id": resources_id,
-            "status": status,
-            "config": config,
-            "metadata": metadata,
-        }
-        changes = {name: value for name, value in given.items() if value is not UNSET}
         return await self._write(_writes.update_rollout, rollout_id, changes)
 
-    async def update_attempt(
-        self,
-        rollout_id: str,
-        attempt_id: str | Literal["latest"],
-        status: AttemptStatus | Unset = UNSET,
-        worker_id: str | Unset = UNSET,
-        last_heartbeat_time: float | Unset = UNSET,
-        metadata: dict[str, Any] | Unset = UNSET,
-    ) -> Attempt:
+    async def _update_attempt(self, rollout_id: str, attempt_id: str, changes: AttemptUpdate) -> Attempt:
         await self._watchdog()
-        given = {
-            "status": status,
-            "worker_id": worker_id,
-            "last_heartbeat_time": last_heartbeat_time,
-            "metadata": metadata,
-        }
-        changes = {name: value for name, value in given.items() if value is not UNSET}
         return await self._write(_writes.update_attempt, rollout_id, attempt_id, changes)
 
     async def wait_for_rollouts(

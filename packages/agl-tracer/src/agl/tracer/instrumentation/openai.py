@@ -18,6 +18,7 @@ right after the application imports it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.abc
 import importlib.machinery
@@ -25,7 +26,7 @@ import importlib.util
 import logging
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -180,21 +181,35 @@ def _finish(span: OpenSpan, response: Any) -> None:
         span.end()
 
 
+@contextlib.contextmanager
+def _failing(span: Any) -> Iterator[None]:
+    """Record an exception of the wrapped call on its span, then let it propagate."""
+    try:
+        yield
+    except BaseException as exc:
+        _fail(span, exc)
+        raise
+
+
+def _traced(span: Any, result: Any, streaming: bool, stream: Callable[[Any, Any], Any]) -> Any:
+    """The call's result with its span ended, or a stream wrapped to end the span once consumed."""
+    if streaming:
+        return stream(result, span)
+    _finish(span, result)
+    return result
+
+
 def _wrap_sync(original: Any) -> Any:
     @functools.wraps(original)
     def create(self: Any, *args: Any, **kwargs: Any) -> Any:
         span = _start(self, kwargs)
         if span is None:
             return original(self, *args, **kwargs)
-        try:
+        with _failing(span):
             result = original(self, *args, **kwargs)
-        except BaseException as exc:
-            _fail(span, exc)
-            raise
-        if kwargs.get("stream") and hasattr(result, "__next__"):
-            return _TracedStream(result, span)
-        _finish(span, result)
-        return result
+        return _traced(
+            span, result, bool(kwargs.get("stream")) and hasattr(result, "__next__"), _TracedStream
+        )
 
     return create
 
@@ -205,15 +220,10 @@ def _wrap_async(original: Any) -> Any:
         span = _start(self, kwargs)
         if span is None:
             return await original(self, *args, **kwargs)
-        try:
+        with _failing(span):
             result = await original(self, *args, **kwargs)
-        except BaseException as exc:
-            _fail(span, exc)
-            raise
-        if kwargs.get("stream") and hasattr(result, "__anext__"):
-            return _TracedAsyncStream(result, span)
-        _finish(span, result)
-        return result
+        streaming = bool(kwargs.get("stream")) and hasattr(result, "__anext__")
+        return _traced(span, result, streaming, _TracedAsyncStream)
 
     return create
 

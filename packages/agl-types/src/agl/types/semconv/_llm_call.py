@@ -505,6 +505,18 @@ def _proxy_read(r: _Reader) -> LLMCall:
 # -- GEN_AI layout ---------------------------------------------------------------------------------
 
 
+def _set_str(attrs: dict[str, Any], key: str, value: Any) -> None:
+    """``attrs[key] = str(value)`` unless ``value`` is missing or empty."""
+    if value:
+        attrs[key] = str(value)
+
+
+def _set_text(attrs: dict[str, Any], key: str, value: Any) -> None:
+    """``value`` as text (JSON for structures) at ``key`` unless it is ``None``."""
+    if value is not None:
+        attrs[key] = _text(value)
+
+
 def _genai_tool_calls(prefix: str, tool_calls: Sequence[Any]) -> dict[str, Any]:
     attrs: dict[str, Any] = {}
     for j, tool_call in enumerate(tool_calls):
@@ -512,12 +524,10 @@ def _genai_tool_calls(prefix: str, tool_calls: Sequence[Any]) -> dict[str, Any]:
             continue
         function = tool_call.get("function") or {}
         function = function if isinstance(function, Mapping) else {}
-        if tool_call.get("id"):
-            attrs[f"{prefix}.tool_calls.{j}.id"] = str(tool_call["id"])
-        if function.get("name"):
-            attrs[f"{prefix}.tool_calls.{j}.name"] = str(function["name"])
-        if function.get("arguments") is not None:
-            attrs[f"{prefix}.tool_calls.{j}.arguments"] = _text(function["arguments"])
+        call_prefix = f"{prefix}.tool_calls.{j}"
+        _set_str(attrs, f"{call_prefix}.id", tool_call.get("id"))
+        _set_str(attrs, f"{call_prefix}.name", function.get("name"))
+        _set_text(attrs, f"{call_prefix}.arguments", function.get("arguments"))
     return attrs
 
 
@@ -545,11 +555,9 @@ def _genai_request(call: LLMCall) -> dict[str, Any]:
         prefix = f"{G.PROMPT.value}.{i}"
         if message.get("role") is not None:
             attrs[f"{prefix}.role"] = str(message["role"])
-        if message.get("content") is not None:
-            attrs[f"{prefix}.content"] = _text(message["content"])
+        _set_text(attrs, f"{prefix}.content", message.get("content"))
         for key in ("name", "tool_call_id"):
-            if message.get(key):
-                attrs[f"{prefix}.{key}"] = str(message[key])
+            _set_str(attrs, f"{prefix}.{key}", message.get(key))
         if message.get("tool_calls"):
             attrs.update(_genai_tool_calls(prefix, message["tool_calls"]))
     for i, tool in enumerate(call.tools or []):
@@ -557,12 +565,9 @@ def _genai_request(call: LLMCall) -> dict[str, Any]:
         if not isinstance(function, Mapping):
             continue
         prefix = f"{G.REQUEST_FUNCTIONS.value}.{i}"
-        if function.get("name"):
-            attrs[f"{prefix}.name"] = str(function["name"])
-        if function.get("description"):
-            attrs[f"{prefix}.description"] = str(function["description"])
-        if function.get("parameters") is not None:
-            attrs[f"{prefix}.parameters"] = _text(function["parameters"])
+        _set_str(attrs, f"{prefix}.name", function.get("name"))
+        _set_str(attrs, f"{prefix}.description", function.get("description"))
+        _set_text(attrs, f"{prefix}.parameters", function.get("parameters"))
     return attrs
 
 
@@ -578,8 +583,7 @@ def _genai_response(call: LLMCall) -> dict[str, Any]:
         prefix = f"{G.COMPLETION.value}.{choice.index}"
         message = choice.message
         attrs[f"{prefix}.role"] = str(message.get("role") or "assistant")
-        if message.get("content") is not None:
-            attrs[f"{prefix}.content"] = _text(message["content"])
+        _set_text(attrs, f"{prefix}.content", message.get("content"))
         if message.get("tool_calls"):
             attrs.update(_genai_tool_calls(prefix, message["tool_calls"]))
         if choice.finish_reason:
