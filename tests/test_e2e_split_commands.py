@@ -3,36 +3,35 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from agl.store.client import LightningStoreClient
 from agl.tracer import find_final_reward
 
+from tests.support.dashboard_run import agl_command, read_store_endpoint
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _agl_command() -> list[str]:
-    script = Path(sys.executable).parent / "agl"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "agl.store.cli"]
-
-
-def _read_endpoint(proc: subprocess.Popen[str], deadline: float) -> str:
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            raise AssertionError(f"agl store exited early with code {proc.wait(5)}")
-        match = re.search(r"at (http://127\.0\.0\.1:\d+)", line)
-        if match:
-            return match.group(1)
-    raise AssertionError("agl store did not announce its address in time")
+@contextlib.contextmanager
+def _killed_on_exit() -> Iterator[list[subprocess.Popen[str]]]:
+    """The processes a test starts; those still running when the block ends (a failure) are killed."""
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
 
 
 def _stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 30) -> int:
@@ -52,15 +51,15 @@ def test_store_algorithm_and_runners_as_three_commands(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "AGL_MANAGED_STORE": "0", "AGL_SERVER_HOST": "127.0.0.1"}
     env.pop("AGL_STORE_TOKEN", None)
     store = subprocess.Popen(
-        [*_agl_command(), "store", "--backend", f"sqlite:///{db}", "--port", "0", "--log-level", "WARNING"],
+        [*agl_command(), "store", "--backend", f"sqlite:///{db}", "--port", "0", "--log-level", "WARNING"],
         stdout=subprocess.PIPE,
         text=True,
         env=env,
         cwd=ROOT,
     )
-    procs: list[subprocess.Popen[str]] = [store]
-    try:
-        endpoint = _read_endpoint(store, time.monotonic() + 60)
+    with _killed_on_exit() as procs:
+        procs.append(store)
+        endpoint = read_store_endpoint(store, time.monotonic() + 60)
         env["AGL_SERVER_PORT"] = endpoint.rsplit(":", 1)[1]
         app = [sys.executable, "-m", "tests.support.split_app", "40"]
         runners = subprocess.Popen(app, env={**env, "AGL_CURRENT_ROLE": "runner"}, cwd=ROOT, text=True)
@@ -91,11 +90,6 @@ def test_store_algorithm_and_runners_as_three_commands(tmp_path: Path) -> None:
         assert runners.poll() is None, "runners keep serving until told to stop"
         assert _stop(runners) == 0
         assert _stop(store) == 0
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
 
 
 @pytest.mark.timeout(180)
@@ -105,16 +99,16 @@ def test_agl_runner_command_serves_an_agent_against_agl_store(tmp_path: Path) ->
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("AGL_STORE_TOKEN", None)
     store = subprocess.Popen(
-        [*_agl_command(), "store", "--port", "0", "--log-level", "WARNING"],
+        [*agl_command(), "store", "--port", "0", "--log-level", "WARNING"],
         stdout=subprocess.PIPE,
         text=True,
         env=env,
     )
-    procs: list[subprocess.Popen[str]] = [store]
-    try:
-        endpoint = _read_endpoint(store, time.monotonic() + 60)
+    with _killed_on_exit() as procs:
+        procs.append(store)
+        endpoint = read_store_endpoint(store, time.monotonic() + 60)
         bad = subprocess.run(
-            [*_agl_command(), "runner", "tests.support.e2e_agents:no_such_agent", "--store", endpoint],
+            [*agl_command(), "runner", "tests.support.e2e_agents:no_such_agent", "--store", endpoint],
             capture_output=True,
             text=True,
             env=env,
@@ -125,7 +119,7 @@ def test_agl_runner_command_serves_an_agent_against_agl_store(tmp_path: Path) ->
         assert bad.returncode == 2 and "no_such_agent" in bad.stderr
         runner = subprocess.Popen(
             [
-                *_agl_command(),
+                *agl_command(),
                 "runner",
                 "tests.support.e2e_agents:reward_agent",
                 "--store",
@@ -159,8 +153,3 @@ def test_agl_runner_command_serves_an_agent_against_agl_store(tmp_path: Path) ->
         asyncio.run(run_tasks())
         assert _stop(runner) == 0
         assert _stop(store) == 0
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)

@@ -11,21 +11,9 @@ from agl.runner import rollout
 from agl.types import LLM
 from agl.types.semconv import LLMCallAttributes
 
+from tests.support.dashboard_run import ADD_TOOL
 from tests.support.openai_standin import Reply, ToolCall, chat_prompt_text, completion_token_ids, token_ids
 from tests.support.proxy_harness import AgentRun, run_agent, tool_result_message
-
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers",
-        "parameters": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
-    },
-}
 
 
 def _stream_to_message(chunks: Any) -> dict[str, Any]:
@@ -87,11 +75,13 @@ def sync_agent(task: dict[str, Any], llm: LLM) -> float:
     for _ in range(2):
         if task["stream"]:
             answer = _stream_to_message(
-                client.chat.completions.create(model=llm.model, messages=messages, tools=[ADD], stream=True)  # type: ignore[arg-type,list-item]
+                client.chat.completions.create(
+                    model=llm.model, messages=messages, tools=[ADD_TOOL], stream=True
+                )  # type: ignore[arg-type,list-item]
             )
         else:
             answer = _from_response(
-                client.chat.completions.create(model=llm.model, messages=messages, tools=[ADD])  # type: ignore[arg-type,list-item]
+                client.chat.completions.create(model=llm.model, messages=messages, tools=[ADD_TOOL])  # type: ignore[arg-type,list-item]
             )
         messages = _next_messages(messages, answer)
     return 1.0 if messages[-1]["content"] == f"The sum is {task['a'] + task['b']}" else 0.0
@@ -106,13 +96,13 @@ async def async_agent(task: dict[str, Any], llm: LLM) -> float:
                 stream = await client.chat.completions.create(
                     model=llm.model,
                     messages=messages,  # type: ignore[arg-type]
-                    tools=[ADD],  # type: ignore[list-item]
+                    tools=[ADD_TOOL],  # type: ignore[list-item]
                     stream=True,
                 )
                 answer = _stream_to_message([c async for c in stream])
             else:
                 answer = _from_response(
-                    await client.chat.completions.create(model=llm.model, messages=messages, tools=[ADD])  # type: ignore[arg-type,list-item]
+                    await client.chat.completions.create(model=llm.model, messages=messages, tools=[ADD_TOOL])  # type: ignore[arg-type,list-item]
                 )
             messages = _next_messages(messages, answer)
     return 1.0 if messages[-1]["content"] == f"The sum is {task['a'] + task['b']}" else 0.0

@@ -52,6 +52,16 @@ def bridge_loop(config: Any) -> Any:
     )
 
 
+async def _shut_down(stop: Any, publisher: Any, server: Any) -> None:
+    """Stop the runner, forget the bridge's runtime, close the proxy publisher and the model server."""
+    from agl.algorithms.verl.runtime import set_runtime
+
+    stop.set()
+    set_runtime(None)
+    await publisher.close()
+    await asyncio.to_thread(server.stop)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("level", ["transition", "trajectory"])
 async def test_bridge_loop_returns_the_token_ids_the_server_generated(tmp_path: Path, level: str) -> None:
@@ -106,10 +116,7 @@ async def test_bridge_loop_returns_the_token_ids_the_server_generated(tmp_path: 
             stop.set()
             await asyncio.wait_for(runner_task, timeout=30)
     finally:
-        stop.set()
-        set_runtime(None)
-        await publisher.close()
-        await asyncio.to_thread(server.stop)
+        await _shut_down(stop, publisher, server)
 
     assert BRIDGE_STATS.rollouts - before == 4
     calls = {(tuple(p), tuple(r)) for p, r in recorder.calls}
@@ -261,9 +268,6 @@ async def test_rewards_emitted_after_each_turn_become_per_turn_credit(tmp_path: 
             stop.set()
             await asyncio.wait_for(runner_task, timeout=30)
     finally:
-        stop.set()
-        set_runtime(None)
-        await publisher.close()
-        await asyncio.to_thread(server.stop)
+        await _shut_down(stop, publisher, server)
     assert returns["per-turn"] == [[1.25], [1.0]]
     assert returns["final"] == [[1.0], [1.0]]

@@ -27,7 +27,16 @@ from agl.types import LLM
 
 from .openai_standin import free_port
 
-__all__ = ["ADD_TOOL", "PROMPT_V1", "PROMPT_V2", "agl_store", "calculator_agent", "stop"]
+__all__ = [
+    "ADD_TOOL",
+    "PROMPT_V1",
+    "PROMPT_V2",
+    "agl_command",
+    "agl_store",
+    "calculator_agent",
+    "read_store_endpoint",
+    "stop",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT_V1 = "You are a calculator.\nPlease add {a} and {b}.\nUse the add tool."
@@ -67,7 +76,8 @@ def calculator_agent(task: dict[str, Any], llm: LLM) -> None:
     emit_reward(1.0 if str(task["a"] + task["b"]) in answer else 0.0)
 
 
-def _agl_command() -> list[str]:
+def agl_command() -> list[str]:
+    """The installed ``agl`` command (or ``python -m agl.store.cli`` where no script was installed)."""
     script = Path(sys.executable).parent / "agl"
     return [str(script)] if script.exists() else [sys.executable, "-m", "agl.store.cli"]
 
@@ -77,7 +87,7 @@ def agl_store(db: Path, token: str | None, *extra: str) -> Iterator[str]:
     """Run ``agl store`` on ``db``; yields its endpoint; stops it with SIGTERM."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("AGL_STORE_TOKEN", None)
-    args = [*_agl_command(), "store", "--backend", f"sqlite:///{db}", "--port", str(free_port())]
+    args = [*agl_command(), "store", "--backend", f"sqlite:///{db}", "--port", str(free_port())]
     if token:
         args += ["--token", token]
     proc = subprocess.Popen(
@@ -88,22 +98,22 @@ def agl_store(db: Path, token: str | None, *extra: str) -> Iterator[str]:
         cwd=ROOT,
     )
     try:
-        deadline = time.monotonic() + 60
-        assert proc.stdout is not None
-        endpoint = None
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                raise AssertionError(f"agl store exited early with code {proc.wait(5)}")
-            match = re.search(r"at (http://127\.0\.0\.1:\d+)", line)
-            if match:
-                endpoint = match.group(1)
-                break
-        if endpoint is None:
-            raise AssertionError("agl store did not announce its address in time")
-        yield endpoint
+        yield read_store_endpoint(proc, time.monotonic() + 60)
     finally:
         stop(proc)
+
+
+def read_store_endpoint(proc: subprocess.Popen[str], deadline: float) -> str:
+    """The address an ``agl store`` process announces on its standard output (read up to ``deadline``)."""
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"agl store exited early with code {proc.wait(5)}")
+        match = re.search(r"at (http://127\.0\.0\.1:\d+)", line)
+        if match:
+            return match.group(1)
+    raise AssertionError("agl store did not announce its address in time")
 
 
 def stop(proc: subprocess.Popen[str], timeout: float = 30) -> None:
