@@ -148,20 +148,27 @@ async def run_lifecycle(
     return time.perf_counter() - start, latencies
 
 
-def _ms(values: list[float], q: float) -> float:
+def percentile_ms(values: list[float], q: float) -> float:
+    """The ``q`` quantile of latencies given in seconds, in milliseconds."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
-def report(title: str, elapsed: float, rollouts: int, latencies: dict[str, list[float]]) -> None:
-    print(f"\n{title}: {rollouts} rollouts in {elapsed:.2f} s = {rollouts / elapsed:,.0f} rollouts/s")
+def print_operations(latencies: dict[str, list[float]], elapsed: float | None = None) -> None:
+    """One line per operation: its rate (per second of the whole run with ``elapsed``, else per second spent
+    in that operation) and its p50/p99 latency."""
     print(f"  {'operation':<16}{'ops/s':>10}{'p50 ms':>10}{'p99 ms':>10}")
     for op in OPS:
         values = latencies.get(op, [])
         if values:
-            print(
-                f"  {op:<16}{len(values) / sum(values):>10,.0f}{_ms(values, 0.5):>10.2f}{_ms(values, 0.99):>10.2f}"
-            )
+            rate = len(values) / (elapsed if elapsed is not None else sum(values))
+            p50, p99 = percentile_ms(values, 0.5), percentile_ms(values, 0.99)
+            print(f"  {op:<16}{rate:>10,.0f}{p50:>10.2f}{p99:>10.2f}")
+
+
+def report(title: str, elapsed: float, rollouts: int, latencies: dict[str, list[float]]) -> None:
+    print(f"\n{title}: {rollouts} rollouts in {elapsed:.2f} s = {rollouts / elapsed:,.0f} rollouts/s")
+    print_operations(latencies)
 
 
 async def _timed(repeats: int, call: Any) -> float:

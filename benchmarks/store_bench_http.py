@@ -28,9 +28,10 @@ from typing import Any
 
 from agl.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer
 from store_bench import (  # the benchmarks folder is on the path of a script run from it
-    OPS,
     lifecycle,
     make_spans,
+    percentile_ms,
+    print_operations,
 )
 
 
@@ -167,11 +168,6 @@ async def run_spans(address: str, total: int, batch: int, concurrency: int) -> t
     return elapsed, latencies
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
-
-
 def report(
     title: str,
     elapsed: float,
@@ -186,13 +182,7 @@ def report(
             f"  CPU per rollout: server {server_cpu / rollouts * 1000:.2f} ms, client {client_cpu / rollouts * 1000:.2f} ms"
             f" (capacity if each had a free core: {rollouts / max(server_cpu, client_cpu):,.0f} rollouts/s)"
         )
-    print(f"  {'operation':<16}{'ops/s':>10}{'p50 ms':>10}{'p99 ms':>10}")
-    for op in OPS:
-        values = latencies.get(op, [])
-        if values:
-            print(
-                f"  {op:<16}{len(values) / elapsed:>10,.0f}{_pct(values, 0.5):>10.2f}{_pct(values, 0.99):>10.2f}"
-            )
+    print_operations(latencies, elapsed)
 
 
 def measure_startup(repeats: int = 5) -> list[float]:
@@ -246,8 +236,8 @@ def main(argv: list[str] | None = None) -> None:
                 )
                 print(
                     f"\nspans through the batch endpoint ({args.span_batch}/request, 4 writers): "
-                    f"{args.spans / elapsed:,.0f} spans/s; per request p50 {_pct(lat, 0.5):.1f} ms, "
-                    f"p99 {_pct(lat, 0.99):.1f} ms"
+                    f"{args.spans / elapsed:,.0f} spans/s; per request p50 {percentile_ms(lat, 0.5):.1f} ms, "
+                    f"p99 {percentile_ms(lat, 0.99):.1f} ms"
                 )
     if "startup" in modes:
         times = measure_startup()

@@ -26,6 +26,20 @@ def _rollouts(store: LightningStore) -> list[Any]:
     return list(asyncio.run(store.query_rollouts()))
 
 
+def _trainer(algorithm: Any, strategy: str, store: LightningStore, n_runners: int, **kwargs: Any) -> Trainer:
+    """A Trainer on ``store`` with the stand-in resources, a free port and no progress bar."""
+    return Trainer(
+        algorithm=algorithm,
+        n_runners=n_runners,
+        strategy=strategy,
+        store=store,
+        port=0,
+        initial_resources=INITIAL,
+        progress=False,
+        **kwargs,
+    )
+
+
 async def _spans_and_attempts(store: LightningStore, rollout_id: str) -> tuple[list[Any], list[Any]]:
     return list(await store.query_spans(rollout_id)), list(await store.query_attempts(rollout_id))
 
@@ -35,16 +49,7 @@ async def _spans_and_attempts(store: LightningStore, rollout_id: str) -> tuple[l
 def test_baseline_over_200_tasks_every_rollout_succeeds_with_its_reward_span(strategy: str) -> None:
     store = InMemoryLightningStore()
     algorithm = Baseline()
-    trainer = Trainer(
-        algorithm=algorithm,
-        n_runners=4,
-        strategy=strategy,
-        store=store,
-        port=0,
-        initial_resources=INITIAL,
-        progress=False,
-    )
-    trainer.fit(reward_agent, [{"x": i} for i in range(200)])
+    _trainer(algorithm, strategy, store, n_runners=4).fit(reward_agent, [{"x": i} for i in range(200)])
 
     rollouts = _rollouts(store)
     assert len(rollouts) == 200
@@ -72,16 +77,9 @@ def test_baseline_over_200_tasks_every_rollout_succeeds_with_its_reward_span(str
 def test_failed_first_attempts_are_retried_and_succeed_on_attempt_two(strategy: str) -> None:
     store = InMemoryLightningStore()
     config = RolloutConfig(max_attempts=2, retry_condition=["failed"])
-    trainer = Trainer(
-        algorithm=Baseline(rollout_config=config),
-        n_runners=2,
-        strategy=strategy,
-        store=store,
-        port=0,
-        initial_resources=INITIAL,
-        progress=False,
+    _trainer(Baseline(rollout_config=config), strategy, store, n_runners=2).fit(
+        flaky_agent, [{"x": i} for i in range(30)]
     )
-    trainer.fit(flaky_agent, [{"x": i} for i in range(30)])
 
     rollouts = _rollouts(store)
     assert len(rollouts) == 30
@@ -117,15 +115,12 @@ def test_runner_killed_mid_rollout_its_attempt_turns_unresponsive_and_another_ru
     store = InMemoryLightningStore(scan_debounce_seconds=0.1)
     pid_file = tmp_path / "victim.pid"
     config = RolloutConfig(unresponsive_seconds=2.5, max_attempts=2, retry_condition=["unresponsive"])
-    trainer = Trainer(
-        algorithm=Baseline(rollout_config=config, polling_interval=0.2),
+    trainer = _trainer(
+        Baseline(rollout_config=config, polling_interval=0.2),
+        "cs",
+        store,
         n_runners=2,
-        strategy="cs",
-        store=store,
-        port=0,
         runner=LitAgentRunner(tracer=OtelTracer(), heartbeat_interval=0.3, interval_jitter=0.05),
-        initial_resources=INITIAL,
-        progress=False,
     )
     tasks = [{"x": 0, "victim": True, "pid_file": str(pid_file)}] + [{"x": i} for i in range(1, 10)]
     killed: list[int] = []
@@ -172,16 +167,7 @@ def test_sqlite_store_end_to_end(strategy: str, tmp_path: Path) -> None:
     from agl.store import SqlLightningStore
 
     store = SqlLightningStore(f"sqlite:///{tmp_path / 'run.db'}")
-    trainer = Trainer(
-        algorithm=Baseline(),
-        n_runners=2,
-        strategy=strategy,
-        store=store,
-        port=0,
-        initial_resources=INITIAL,
-        progress=False,
-    )
-    trainer.fit(reward_agent, [{"x": i} for i in range(40)])
+    _trainer(Baseline(), strategy, store, n_runners=2).fit(reward_agent, [{"x": i} for i in range(40)])
 
     async def check() -> None:
         rollouts = list(await store.query_rollouts())
