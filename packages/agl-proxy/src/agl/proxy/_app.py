@@ -52,6 +52,24 @@ class ProxySettings:
     request_timeout_s: float = 600.0
 
 
+@dataclass
+class _Exchange:
+    """One completion request on its way to a backend: the client's channel, where it goes, what it asks."""
+
+    receive: Receive
+    send: Send
+    deployment: Deployment
+    endpoint: str
+    request: dict[str, Any]
+    stream: bool
+    call: CallRecord | None
+
+    def parts(
+        self,
+    ) -> tuple[Receive, Send, Deployment, str, dict[str, Any], bool, CallRecord | None]:
+        return self.receive, self.send, self.deployment, self.endpoint, self.request, self.stream, self.call
+
+
 class _HTTPError(Exception):
     def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
         super().__init__(message)
@@ -184,10 +202,11 @@ class ProxyApp:
         else:
             self.unattributed_calls += 1
         try:
+            exchange = _Exchange(receive, send, deployment, endpoint, request, stream, call)
             if deployment.direct and self.settings.direct_forwarding:
-                await self._forward_direct(receive, send, deployment, endpoint, request, stream, call)
+                await self._forward_direct(exchange)
             else:
-                await self._forward_litellm(receive, send, deployment, endpoint, request, stream, call)
+                await self._forward_litellm(exchange)
         except _HTTPError as exc:
             if call is not None:
                 call.http_status, call.error_type, call.error_message = exc.status, exc.kind, exc.message
@@ -251,18 +270,10 @@ class ProxyApp:
                 upstream["logprobs"] = 1
         return upstream
 
-    async def _forward_direct(
-        self,
-        receive: Receive,
-        send: Send,
-        deployment: Deployment,
-        endpoint: str,
-        request: dict[str, Any],
-        stream: bool,
-        call: CallRecord | None,
-    ) -> None:
+    async def _forward_direct(self, exchange: _Exchange) -> None:
         import aiohttp
 
+        receive, send, deployment, endpoint, request, stream, call = exchange.parts()
         url = (
             f"{deployment.api_base}/{'chat/completions' if endpoint == 'chat.completions' else 'completions'}"
         )
@@ -364,16 +375,8 @@ class ProxyApp:
                 with contextlib.suppress(Exception):
                     await aclose()
 
-    async def _forward_litellm(
-        self,
-        receive: Receive,
-        send: Send,
-        deployment: Deployment,
-        endpoint: str,
-        request: dict[str, Any],
-        stream: bool,
-        call: CallRecord | None,
-    ) -> None:
+    async def _forward_litellm(self, exchange: _Exchange) -> None:
+        receive, send, deployment, endpoint, request, stream, call = exchange.parts()
         if call is not None:
             call.route = "litellm"
         kwargs = dict(request)
