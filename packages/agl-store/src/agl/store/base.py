@@ -44,6 +44,7 @@ from agl.types import (
     Worker,
     WorkerStatus,
 )
+from agl.types.errors import validated
 from agl.types.query import (
     AttemptQuery,
     FilterLogic,
@@ -53,7 +54,6 @@ from agl.types.query import (
     SpanQuery,
     WorkerQuery,
 )
-from pydantic import ValidationError
 from typing_extensions import TypedDict
 
 from ._records import check_metadata, check_mode, check_status, new_config
@@ -104,10 +104,7 @@ def _request(
 
 
 def _parsed_request(fields: Any) -> EnqueueRolloutRequest:
-    try:
-        return EnqueueRolloutRequest.model_validate(fields)
-    except ValidationError as exc:
-        raise InvalidRequestError(f"invalid rollout: {exc}") from exc
+    return validated(EnqueueRolloutRequest.model_validate, fields, "rollout")
 
 
 class LightningStore(ABC):

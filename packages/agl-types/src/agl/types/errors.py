@@ -6,7 +6,14 @@ plain ``ValueError`` for unknown ids) keeps working, while HTTP layers can map t
 
 from __future__ import annotations
 
-__all__ = ["AglError", "ConflictError", "InvalidRequestError", "NotFoundError"]
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+__all__ = ["AglError", "ConflictError", "InvalidRequestError", "NotFoundError", "validated"]
+
+T = TypeVar("T")
 
 
 class AglError(Exception):
@@ -45,3 +52,12 @@ class ConflictError(AglError, ValueError):
 
 class InvalidRequestError(AglError, ValueError):
     """The request is malformed (bad filter, sort field, limit...). HTTP 400."""
+
+
+def validated(validate: Callable[[Any], T], value: Any, what: str) -> T:
+    """``validate(value)`` (a pydantic validator), its ``ValidationError`` raised as an
+    :class:`InvalidRequestError` that says what was invalid."""
+    try:
+        return validate(value)
+    except ValidationError as exc:
+        raise InvalidRequestError(f"invalid {what}: {exc}") from exc

@@ -18,7 +18,6 @@ from agl.types import (
     AttemptedRollout,
     AttemptUpdate,
     EnqueueRolloutRequest,
-    InvalidRequestError,
     NamedResources,
     PaginatedResult,
     ResourcesUpdate,
@@ -28,8 +27,9 @@ from agl.types import (
     Unset,
     Worker,
 )
+from agl.types.errors import validated
 from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
 from .._notify import Notifier, Waiter
 from .._watchdog import ScanDebouncer
@@ -92,10 +92,7 @@ _NAMED_RESOURCES: TypeAdapter[NamedResources] = TypeAdapter(NamedResources)
 
 
 def _resources(resources: Any) -> NamedResources:
-    try:
-        return _NAMED_RESOURCES.validate_python(resources)
-    except ValidationError as exc:
-        raise InvalidRequestError(f"invalid resources: {exc}") from exc
+    return validated(_NAMED_RESOURCES.validate_python, resources, "resources")
 
 
 class SqlLightningStore(LightningStore):
