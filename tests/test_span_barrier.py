@@ -106,7 +106,8 @@ def test_every_answered_call_is_stored_when_the_rollout_is_reported_finished(
                         calls = page.total
                         answered = counter.answered[rollout.rollout_id]
                         checked.append(rollout.rollout_id)
-                        if calls != answered:
+                        # More spans than answers is fine: a call the client retried is recorded as well.
+                        if calls < answered:
                             mismatches.append((rollout.rollout_id, answered, calls))
                 assert not pending, f"{len(pending)} rollouts did not finish"
             finally:
