@@ -220,17 +220,15 @@ class ProxyApp:
                 call.client_disconnected, call.error_type = True, "cancelled"
             raise
         finally:
-            if call is not None and not call.committed:  # failed or cut off: recorded, nobody waits for it
+            if call is not None and not call.finished:  # failed or cut off: recorded, nobody waits for it
                 call.finish()
-                call.committed = True
                 self.recorder.submit(call)
 
     async def _commit(self, call: CallRecord | None) -> None:
         """Store the call's span; the proxy calls this before the client can see the end of the answer."""
-        if call is None or call.committed:
+        if call is None or call.finished:
             return
         call.finish()
-        call.committed = True
         await self.recorder.write(call)
 
     async def _read_body(self, receive: Receive, headers: dict[bytes, bytes]) -> bytes:

@@ -60,12 +60,15 @@ class CallRecord:
     client_disconnected: bool = False
     traceparent: tuple[str, str] | None = None
     latency_ms: float | None = None
-    committed: bool = False
-    """Handed to the recorder (the span is written, or being written)."""
 
     def finish(self) -> None:
+        """The call is over: its span can be built (the proxy then hands it to the recorder, once)."""
         self.end_time = time.time()
         self.latency_ms = (time.perf_counter() - self.start_perf) * 1000.0
+
+    @property
+    def finished(self) -> bool:
+        return self.end_time is not None
 
     def to_span(self, sequence_id: int) -> Span:
         """The span recorded for this call."""

@@ -116,22 +116,25 @@ def _insert_spans_sqlite(
         cursor.close()
 
 
+def add_spans(conn: sa.Connection, ctx: Ctx, eff: Effects, spans: Sequence[Span]) -> list[int]:
+    """Insert spans, skipping duplicates; the indexes of those stored. All are validated first: an unknown
+    rollout or attempt stores nothing. Each (rollout, attempt) that got a span has a heartbeat."""
+    return _add(conn, ctx, eff, spans, allocate=False)[1]
+
+
 def add_spans_in_order(
     conn: sa.Connection, ctx: Ctx, eff: Effects, spans: Sequence[Span]
 ) -> tuple[list[Span], list[int]]:
     """Give each span the next sequence id of its rollout (in list order), then insert them as
     :func:`add_spans` does, in the same transaction: ``(numbered spans, indexes of those stored)``."""
-    return add_spans(conn, ctx, eff, spans, allocate=True)
+    return _add(conn, ctx, eff, spans, allocate=True)
 
 
-def add_spans(
-    conn: sa.Connection, ctx: Ctx, eff: Effects, spans: Sequence[Span], *, allocate: bool = False
-) -> Any:
-    """Insert spans, skipping duplicates; the indexes of those stored. All are validated first: an unknown
-    rollout or attempt stores nothing. Each (rollout, attempt) that got a span has a heartbeat.
-
-    With ``allocate``, the spans' sequence ids are allocated after the rollouts are locked (the lock order
-    of every writer: rollouts, then counters) and ``(numbered spans, indexes)`` is returned."""
+def _add(
+    conn: sa.Connection, ctx: Ctx, eff: Effects, spans: Sequence[Span], *, allocate: bool
+) -> tuple[list[Span], list[int]]:
+    """Both writes: ids are allocated (``allocate``) after the rollouts are locked, the lock order of every
+    writer (rollouts, then counters)."""
     now = ctx.clock()
     groups = list(dict.fromkeys((span.rollout_id, span.attempt_id) for span in spans))
     rollouts: dict[str, dict[str, Any]] = {}
@@ -165,7 +168,7 @@ def add_spans(
             touched[key[:2]] = None
     for rid, aid in touched:
         _heartbeat(conn, ctx, eff, rollouts[rid], attempts[(rid, aid)], now)
-    return (list(spans), stored) if allocate else stored
+    return list(spans), stored
 
 
 def _heartbeat(
