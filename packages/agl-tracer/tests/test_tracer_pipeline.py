@@ -484,3 +484,32 @@ async def test_tracers_sharing_one_provider_each_keep_only_their_own_spans() -> 
     assert names(await spans_of(store, rid2, aid2)) == ["two"] * 10
     second.teardown_worker(1)
     first.teardown_worker(0)
+
+
+class LostAnswerStore(InMemoryLightningStore):
+    """Stores the first batch, then fails as if its answer had been lost on the way back."""
+
+    def __init__(self) -> None:
+        super().__init__(scan_debounce_seconds=0.0)
+        self.lost = 0
+
+    async def add_spans_in_order(self, spans: Sequence[Span]) -> list[Span]:
+        stored = await super().add_spans_in_order(spans)
+        if not self.lost:
+            self.lost += 1
+            raise ConnectionError("the answer was lost")
+        return stored
+
+
+async def test_a_retry_after_a_lost_answer_keeps_the_spans_in_the_trace_and_stores_them_once() -> None:
+    store = LostAnswerStore()
+    tracer = OtelTracer()
+    tracer.init_worker(0, store)
+    rid, aid = await new_attempt(store)
+    async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
+        emit_reward(1.0)
+    assert store.lost == 1
+    stored = await spans_of(store, rid, aid)
+    assert len(stored) == 1  # stored once, though sent twice
+    assert names(tracer.get_last_trace()) == names(stored)  # and the trace still has it
+    tracer.teardown_worker(0)

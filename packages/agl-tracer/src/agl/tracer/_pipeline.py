@@ -327,11 +327,13 @@ class SpanPipeline:
         spans = [Span.from_item(item, rollout_id=rid, attempt_id=aid) for item in batch]
         for attempt in range(self.max_retries + 1):
             try:
-                # A retry after a lost answer cannot store a span twice: duplicates (same span id) are skipped.
+                # A retry after a lost answer cannot store a span twice: duplicates (same span id) are skipped,
+                # and the trace keeps them as they are (they were stored by the try whose answer was lost).
                 stored = await asyncio.wait_for(store.add_spans_in_order(spans), self.store_timeout)
-                session.record(stored)
-                session.written += len(stored)
-                self.stats.written += len(stored)
+                numbered = {span.span_id: span for span in stored}
+                session.record([numbered.get(span.span_id, span) for span in spans])
+                session.written += len(spans)
+                self.stats.written += len(spans)
                 self.stats.batches += 1
                 return
             except asyncio.CancelledError:
