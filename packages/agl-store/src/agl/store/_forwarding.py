@@ -35,6 +35,8 @@ class ForwardingStore(LightningStore):
     writes are forwarded to the wrapped store's public methods (so that its overrides see them).
     """
 
+    serialises_spans = True  # the store it forwards to checks them
+
     async def _call(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agl.types import ConflictError, InvalidRequestError, NotFoundError, Span
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from sqlalchemy import exc as sa_exc
 
 from ._http_middleware import ASGIApp, Receive, Scope, Send
 from ._http_models import (
@@ -95,14 +97,36 @@ def fault_reply(exc: BaseException, debug: bool) -> Reply:
 
 
 def error_reply(exc: Exception) -> Reply | None:
-    """The answer for an exception the API maps to a 4xx, or ``None`` for a server fault."""
+    """The answer for an exception the API maps to a 4xx or a 503, or ``None`` for a server fault."""
     if isinstance(exc, NotFoundError):
         return error_body(404, str(exc), type(exc).__name__)
     if isinstance(exc, ConflictError):
         return error_body(409, str(exc), type(exc).__name__)
     if isinstance(exc, ValueError):  # InvalidRequestError and other bad input
         return error_body(400, str(exc) or type(exc).__name__, type(exc).__name__)
+    if isinstance(exc, RecursionError):
+        return error_body(400, "the request is nested too deeply to process", "InvalidRequestError")
+    if isinstance(exc, OverflowError):
+        return error_body(400, f"a number in the request is out of range: {exc}", "InvalidRequestError")
+    if isinstance(exc, sa_exc.SQLAlchemyError):
+        return database_error_reply(exc)
     return None
+
+
+def database_error_reply(exc: sa_exc.SQLAlchemyError) -> Reply:
+    """A database error: the request's data refused (400), a constraint (409), or the database unavailable
+    or failing (503, retry later). The database's own message is left out (it may quote other data)."""
+    kind = type(exc).__name__
+    if isinstance(exc, sa_exc.DataError):
+        return error_body(
+            400, f"the database refused a value of the request ({kind}); check ids and texts", kind
+        )
+    if isinstance(exc, sa_exc.IntegrityError):
+        return error_body(409, f"the request conflicts with stored data ({kind})", kind)
+    status, body, _ = error_body(
+        503, f"the store's database failed or is unavailable ({kind}); retry later", kind
+    )
+    return status, body, {"Retry-After": "1"}
 
 
 def positions(sent: Sequence[Span], stored: Sequence[Span]) -> list[int]:
@@ -312,8 +336,8 @@ class FastPathMiddleware:
             return
         try:
             data = json.loads(raw, parse_float=_json_number, parse_constant=_no_constant)
-        except ValueError as exc:
-            msg = f"Invalid JSON: {exc}"
+        except (ValueError, RecursionError) as exc:
+            msg = f"Invalid JSON: {exc}" if isinstance(exc, ValueError) else "Invalid JSON: nested too deeply"
             await send_reply(send, validation_reply([{"loc": ("body",), "msg": msg, "type": "json_invalid"}]))
             return
         try:
@@ -342,6 +366,8 @@ class FastPathMiddleware:
 def _json_number(text: str) -> float | int:
     """JSON numbers with a fraction: integral ones become ints (JSON Schema counts 3.0 as an integer)."""
     value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of the range of a JSON number this API accepts")
     return int(value) if value.is_integer() and abs(value) < 2**53 else value
 
 

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any
 
-from agl.types import InvalidRequestError, PaginatedResult, Span, Where
+from agl.types import PaginatedResult, Span, Where
+from agl.types.validation import span_json
 from pydantic import TypeAdapter
-from pydantic_core import PydanticSerializationError
 
 from ._query import filter_where, paginate, sort_rows
 
@@ -34,18 +34,12 @@ _INDEXED = {
     "name": NAME,
     "start_time": START_TIME,
 }
-_serializer = Span.__pydantic_serializer__
 _SPAN_LIST: TypeAdapter[list[Span]] = TypeAdapter(list[Span])
 
 
 def encode_span(span: Span) -> StoredSpan:
-    try:
-        payload = _serializer.to_json(span)
-    except PydanticSerializationError as exc:
-        raise InvalidRequestError(
-            f"span {span.span_id} of rollout {span.rollout_id} is not JSON-serialisable: {exc}; "
-            "give attributes as strings, numbers, booleans or lists and dicts of them"
-        ) from exc
+    """The stored form of a span; :class:`InvalidRequestError` when it cannot be stored (``span_json``)."""
+    payload = span_json(span)
     return (
         span.attempt_id,
         span.sequence_id,

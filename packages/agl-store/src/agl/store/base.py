@@ -16,6 +16,7 @@ the fields to write (``RolloutUpdate``, ``AttemptUpdate``).
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -45,6 +46,7 @@ from agl.types import (
     WorkerStatus,
 )
 from agl.types.errors import validated
+from agl.types.validation import check_id, check_optional_id, check_timeout, json_bytes
 from agl.types.query import (
     AttemptQuery,
     FilterLogic,
@@ -56,6 +58,7 @@ from agl.types.query import (
 )
 from typing_extensions import TypedDict
 
+from ._checks import CHECKS, checked
 from ._records import check_metadata, check_mode, check_status, new_config
 
 if TYPE_CHECKING:
@@ -93,9 +96,10 @@ def _request(
     """A request from checked arguments: the checks of its model's fields without the cost of a pydantic
     validation (``start_rollout`` and ``enqueue_rollout`` are hot paths)."""
     check_mode(mode)
-    check_metadata(metadata)
+    _check_documents(input, metadata)
     if resources_id is not None and not isinstance(resources_id, str):
         raise InvalidRequestError(f"resources_id must be a string or None, not {type(resources_id).__name__}")
+    check_optional_id(resources_id, "resources_id")
     if config is not None and not isinstance(config, RolloutConfig):
         config = new_config(config)
     return EnqueueRolloutRequest.model_construct(
@@ -103,12 +107,64 @@ def _request(
     )
 
 
-def _parsed_request(fields: Any) -> EnqueueRolloutRequest:
-    return validated(EnqueueRolloutRequest.model_validate, fields, "rollout")
+def _check_documents(input: Any, metadata: Any) -> None:
+    """The JSON documents of a rollout: an input and metadata every backend can store and give back."""
+    json_bytes(input, "rollout input")
+    check_metadata(metadata)
+    if metadata:
+        json_bytes(metadata, "rollout metadata")
+
+
+def _checked_request(request: Any) -> EnqueueRolloutRequest:
+    if isinstance(request, EnqueueRolloutRequest):
+        _check_documents(request.input, request.metadata)
+        check_optional_id(request.resources_id, "resources_id")
+        return request
+    if not isinstance(request, dict):
+        raise InvalidRequestError(
+            f"each rollout to enqueue must be an EnqueueRolloutRequest or a dict of its fields, "
+            f"not {type(request).__name__}"
+        )
+    return _checked_request(validated(EnqueueRolloutRequest.model_validate, request, "rollout"))
+
+
+def _check_time(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidRequestError(f"last_heartbeat_time must be a finite number of seconds, not {value!r}")
+    return value
+
+
+def _check_limit(limit: Any) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise InvalidRequestError(f"limit must be an integer, not {type(limit).__name__}")
+    return limit
+
+
+def _check_wait(worker_id: Any, timeout: Any) -> Any:
+    check_optional_id(worker_id, "worker_id")
+    return check_timeout(timeout)
 
 
 class LightningStore(ABC):
-    """Rollouts, attempts, spans, resources and workers, with the status machine that links them."""
+    """Rollouts, attempts, spans, resources and workers, with the status machine that links them.
+
+    Every backend refuses the same bad arguments with :class:`~agl.types.InvalidRequestError` before any
+    state changes: the methods implemented here check them, and each data method a subclass defines is
+    wrapped with the check of ``agl.store._checks`` (ids, timeouts, JSON documents; see
+    :mod:`agl.types.validation`).
+    """
+
+    serialises_spans: bool = False
+    """True for a backend that turns each span it stores into JSON with
+    :func:`agl.types.validation.span_json` (whose checks then cover the spans); the others get spans checked
+    before the call."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, check in CHECKS.items():
+            method = cls.__dict__.get(name)
+            if method is not None:
+                setattr(cls, name, checked(method, check))
 
     @property
     def capabilities(self) -> LightningStoreCapabilities:
@@ -164,9 +220,9 @@ class LightningStore(ABC):
         """Enqueue several rollouts in one batch, in order; returns them in the same order."""
         if not requests:
             return []
-        return await self._enqueue_rollouts(
-            [r if isinstance(r, EnqueueRolloutRequest) else _parsed_request(r) for r in requests]
-        )
+        if isinstance(requests, (str, bytes, dict)):
+            raise InvalidRequestError(f"requests must be a list of rollouts, not {type(requests).__name__}")
+        return await self._enqueue_rollouts([_checked_request(r) for r in requests])
 
     @abstractmethod
     async def _enqueue_rollouts(self, requests: list[EnqueueRolloutRequest]) -> list[Rollout]:
@@ -179,7 +235,7 @@ class LightningStore(ABC):
 
         With ``timeout > 0``, wait up to that many seconds for work to arrive; ``None`` if none came.
         """
-        claimed = await self._dequeue_rollouts(1, worker_id, timeout)
+        claimed = await self._dequeue_rollouts(1, worker_id, _check_wait(worker_id, timeout))
         return claimed[0] if claimed else None
 
     async def dequeue_many_rollouts(
@@ -189,7 +245,8 @@ class LightningStore(ABC):
 
         With ``timeout > 0``, wait up to that many seconds for the first one.
         """
-        if limit <= 0:
+        timeout = _check_wait(worker_id, timeout)
+        if _check_limit(limit) <= 0:
             return []
         return await self._dequeue_rollouts(limit, worker_id, timeout)
 
@@ -264,6 +321,10 @@ class LightningStore(ABC):
         """Write the given fields only. A terminal status sets ``end_time``; a queued one requeues once."""
         given = {"input": input, "mode": mode, "resources_id": resources_id, "status": status}
         changes: Any = {name: value for name, value in given.items() if value is not UNSET}
+        if input is not UNSET:
+            json_bytes(input, "rollout input")
+        if resources_id is not UNSET:
+            check_optional_id(resources_id, "resources_id")
         if mode is not UNSET:
             check_mode(mode)
         if status is not UNSET:
@@ -271,9 +332,9 @@ class LightningStore(ABC):
         if config is not UNSET:
             changes["config"] = new_config(config)
         if metadata is not UNSET:
-            check_metadata(metadata)
+            _check_documents(None, metadata)
             changes["metadata"] = metadata
-        return await self._update_rollout(rollout_id, changes)
+        return await self._update_rollout(check_id(rollout_id, "rollout_id"), changes)
 
     @abstractmethod
     async def _update_rollout(self, rollout_id: str, changes: RolloutUpdate) -> Rollout:
@@ -294,13 +355,14 @@ class LightningStore(ABC):
             check_status(status, ATTEMPT_STATUSES, "attempt status")
             changes["status"] = status
         if worker_id is not UNSET:
-            changes["worker_id"] = worker_id
+            changes["worker_id"] = check_optional_id(worker_id, "worker_id")
         if last_heartbeat_time is not UNSET:
-            changes["last_heartbeat_time"] = last_heartbeat_time
+            changes["last_heartbeat_time"] = _check_time(last_heartbeat_time)
         if metadata is not UNSET:
-            check_metadata(metadata)
+            _check_documents(None, metadata)
             changes["metadata"] = metadata
-        return await self._update_attempt(rollout_id, attempt_id, changes)
+        check_id(rollout_id, "rollout_id")
+        return await self._update_attempt(rollout_id, check_id(attempt_id, "attempt_id"), changes)
 
     @abstractmethod
     async def _update_attempt(self, rollout_id: str, attempt_id: str, changes: AttemptUpdate) -> Attempt:

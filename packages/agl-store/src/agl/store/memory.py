@@ -39,6 +39,7 @@ from agl.types import (
 )
 from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
 
+from ._checks import spans_of
 from ._memory_core import MemoryCore, by_creation
 from ._notify import Notifier, Waiter
 from ._query import filter_where, paginate, select_by_key, sort_rows, without
@@ -72,6 +73,8 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
         self, *, clock: Callable[[], float] = time.time, scan_debounce_seconds: float = 10.0
     ) -> None:
         super().__init__(clock=clock, scan_debounce_seconds=scan_debounce_seconds)
+
+    serialises_spans = True
 
     # -- housekeeping ---------------------------------------------------------------------------
 
@@ -303,7 +306,7 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
         return stored[0] if stored else None
 
     async def add_many_spans(self, spans: Sequence[Span]) -> list[Span]:
-        spans = [s if isinstance(s, Span) else Span.model_validate(s) for s in spans]
+        spans = spans_of(spans)
         encoded = [encode_span(s) for s in spans]  # outside the lock: the expensive part
         with self._lock:
             now = self._clock()

@@ -105,14 +105,16 @@ def normalize_timestamp(value: float | int | None) -> float | None:
 class Span(BaseModel):
     """A span as stored: OpenTelemetry content plus rollout, attempt and sequence id.
 
-    Extra fields of the source span are kept (``extra="allow"``).
+    Extra fields of the source span are kept (``extra="allow"``). ``sequence_id`` fits a signed 64-bit
+    integer (every database keeps it as one). NaN and infinite numbers are dumped as the JSON constants
+    ``NaN``/``Infinity`` (not silently as ``null``), so stores and JSON parsers can refuse them.
     """
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", ser_json_inf_nan="constants")
 
     rollout_id: str
     attempt_id: str
-    sequence_id: int
+    sequence_id: int = Field(ge=0, lt=2**63)
     trace_id: str
     span_id: str
     parent_id: str | None = None

@@ -7,6 +7,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from agl.types import NotFoundError, Span
+from agl.types.validation import span_json
 
 from .. import _rules
 from . import _codec, schema
@@ -59,7 +60,7 @@ _SPAN_COLUMNS = (
 
 def _span_row(span: Span) -> dict[str, Any]:
     row = {name: getattr(span, name) for name in _SPAN_COLUMNS[:-1]}  # the indexed fields, then the span
-    row["payload"] = RawJson(span.model_dump_json())
+    row["payload"] = RawJson(span_json(span).decode())
     return row
 
 

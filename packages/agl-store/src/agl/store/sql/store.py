@@ -31,6 +31,7 @@ from agl.types.errors import validated
 from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
 from pydantic import TypeAdapter
 
+from .._checks import spans_of
 from .._notify import Notifier, Waiter
 from .._watchdog import ScanDebouncer
 from ..base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
@@ -111,6 +112,8 @@ class SqlLightningStore(LightningStore):
     The schema is created on first use. The store may be used from several threads, each with its own
     event loop, and by several processes on the same file or database at once.
     """
+
+    serialises_spans = True
 
     def __init__(
         self,
@@ -271,11 +274,12 @@ class SqlLightningStore(LightningStore):
     # -- spans --------------------------------------------------------------------------------
 
     async def add_span(self, span: Span) -> Span | None:
+        (span,) = spans_of([span])
         stored = await self._write(_spans.add_spans, [span])
         return span if stored else None
 
     async def add_many_spans(self, spans: Sequence[Span]) -> list[Span]:
-        batch = list(spans)
+        batch = spans_of(spans)
         if not batch:
             return []
         stored = await self._write(_spans.add_spans, batch)
@@ -284,7 +288,7 @@ class SqlLightningStore(LightningStore):
     async def add_spans_in_order(self, spans: Sequence[Span]) -> list[Span]:
         if not spans:
             return []
-        numbered, stored = await self._write(_spans.add_spans_in_order, list(spans))
+        numbered, stored = await self._write(_spans.add_spans_in_order, spans_of(spans))
         return [numbered[i] for i in stored]
 
     async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:

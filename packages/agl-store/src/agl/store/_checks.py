@@ -1,0 +1,148 @@
+"""The argument checks every backend shares, for the methods each backend implements itself.
+
+``LightningStore.__init_subclass__`` wraps each of these methods that a subclass defines with its check,
+so the memory, SQL and HTTP stores (and any other backend) refuse the same bad calls with the same
+:class:`~agl.types.InvalidRequestError`, before the backend sees them. The methods that ``LightningStore``
+implements itself (``enqueue_*``, ``dequeue_*``, ``query_*``, ``update_rollout``, ``update_attempt``) check
+their arguments there. Each check has the signature of its method (without ``self``), so Python binds the
+arguments and the cost is one call.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from agl.types import UNSET, InvalidRequestError, Span
+from agl.types.errors import validated
+from agl.types.validation import (
+    check_id,
+    check_optional_id,
+    check_timeout,
+    json_bytes,
+    span_json,
+)
+
+__all__ = ["CHECKS", "checked", "spans_of"]
+
+
+def _rollout_id(store: Any, rollout_id: Any) -> None:
+    check_id(rollout_id, "rollout_id")
+
+
+def _start_attempt(store: Any, rollout_id: Any, worker_id: Any = None) -> None:
+    check_id(rollout_id, "rollout_id")
+    check_optional_id(worker_id, "worker_id")
+
+
+def _wait_for_rollouts(store: Any, *, rollout_ids: Any, timeout: Any = None) -> None:
+    _ids(rollout_ids, "rollout_ids")
+    check_timeout(timeout)
+
+
+def _resources(store: Any, resources: Any) -> None:
+    if not isinstance(resources, dict):
+        raise InvalidRequestError(f"resources must be a dict of name to resource, not {type(resources).__name__}")
+
+
+def _update_resources(store: Any, resources_id: Any, resources: Any) -> None:
+    check_id(resources_id, "resources_id")
+    _resources(store, resources)
+
+
+def _resources_id(store: Any, resources_id: Any) -> None:
+    check_id(resources_id, "resources_id")
+
+
+def _add_span(store: Any, span: Any) -> None:
+    _spans(store, [span])
+
+
+def _spans(store: Any, spans: Any) -> None:
+    if isinstance(spans, (str, bytes)) or not isinstance(spans, Sequence):
+        raise InvalidRequestError(f"spans must be a list of Span objects, not {type(spans).__name__}")
+    for span in spans:  # pyright: ignore[reportUnknownVariableType]
+        if isinstance(span, Span):
+            if not store.serialises_spans:
+                span_json(span)  # the backend does not check them itself (the HTTP client)
+        elif not isinstance(span, dict):
+            raise InvalidRequestError(f"each span must be a Span (or a dict of one), not {type(span).__name__}")
+
+
+def _sequence_id(store: Any, rollout_id: Any, attempt_id: Any) -> None:
+    check_id(rollout_id, "rollout_id")
+    check_id(attempt_id, "attempt_id")
+
+
+def _sequence_ids(store: Any, rollout_attempt_ids: Any) -> None:
+    if isinstance(rollout_attempt_ids, (str, bytes)) or not isinstance(rollout_attempt_ids, Sequence):
+        raise InvalidRequestError("rollout_attempt_ids must be a list of (rollout_id, attempt_id) pairs")
+    for pair in rollout_attempt_ids:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:  # pyright: ignore[reportUnknownArgumentType]
+            raise InvalidRequestError(f"each item must be a (rollout_id, attempt_id) pair, not {pair!r}")
+        _sequence_id(store, *pair)  # pyright: ignore[reportUnknownArgumentType]
+
+
+def _worker_id(store: Any, worker_id: Any) -> None:
+    check_id(worker_id, "worker_id")
+
+
+def _update_worker(store: Any, worker_id: Any, heartbeat_stats: Any = UNSET) -> None:
+    check_id(worker_id, "worker_id")
+    if not worker_id:
+        raise InvalidRequestError("worker_id must be a non-empty string")
+    if heartbeat_stats is UNSET or heartbeat_stats is None:
+        return
+    if not isinstance(heartbeat_stats, dict):
+        raise InvalidRequestError(
+            f"heartbeat_stats must be a dict or None, not {type(heartbeat_stats).__name__}"
+        )
+    json_bytes(heartbeat_stats, "heartbeat_stats")
+
+
+def _ids(values: Any, what: str) -> None:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence | set | frozenset):
+        raise InvalidRequestError(f"{what} must be a list of ids, not {type(values).__name__}")
+    for value in values:  # pyright: ignore[reportUnknownVariableType]
+        check_id(value, what[:-1])
+
+
+CHECKS: dict[str, Callable[..., None]] = {
+    "start_attempt": _start_attempt,
+    "get_rollout_by_id": _rollout_id,
+    "get_latest_attempt": _rollout_id,
+    "wait_for_rollouts": _wait_for_rollouts,
+    "add_resources": _resources,
+    "update_resources": _update_resources,
+    "get_resources_by_id": _resources_id,
+    "add_span": _add_span,
+    "add_many_spans": _spans,
+    "add_spans_in_order": _spans,
+    "get_next_span_sequence_id": _sequence_id,
+    "get_many_span_sequence_ids": _sequence_ids,
+    "get_worker_by_id": _worker_id,
+    "update_worker": _update_worker,
+}
+"""Method name → the check of its arguments."""
+
+
+def checked(
+    method: Callable[..., Coroutine[Any, Any, Any]], check: Callable[..., None]
+) -> Callable[..., Coroutine[Any, Any, Any]]:
+    """``method`` that first runs ``check`` on its arguments."""
+    if getattr(method, "__agl_checked__", False):
+        return method
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        check(self, *args, **kwargs)
+        return await method(self, *args, **kwargs)
+
+    wrapper.__agl_checked__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def spans_of(spans: Sequence[Any]) -> list[Span]:
+    """``spans`` as ``Span`` objects (dicts validated into spans)."""
+    return [s if isinstance(s, Span) else validated(Span.model_validate, s, "span") for s in spans]
