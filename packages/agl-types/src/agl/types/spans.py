@@ -105,8 +105,8 @@ def normalize_timestamp(value: float | int | None) -> float | None:
 class Span(BaseModel):
     """A span as stored: OpenTelemetry content plus rollout, attempt and sequence id.
 
-    Extra fields of the source span are kept (``extra="allow"``). ``sequence_id`` fits a signed 64-bit
-    integer (every database keeps it as one). NaN and infinite numbers are dumped as the JSON constants
+    Extra fields of the source span are kept (``extra="allow"``). ``sequence_id`` is at most 2**53 - 1 (exact
+    in every JSON parser, and in the 64-bit integer column of every database). NaN and infinite numbers are dumped as the JSON constants
     ``NaN``/``Infinity`` (not silently as ``null``), so stores and JSON parsers can refuse them.
     """
 
@@ -114,7 +114,7 @@ class Span(BaseModel):
 
     rollout_id: str
     attempt_id: str
-    sequence_id: int = Field(ge=0, lt=2**63)
+    sequence_id: int = Field(ge=0, le=2**53 - 1)
     trace_id: str
     span_id: str
     parent_id: str | None = None
