@@ -197,7 +197,7 @@ class LightningStore(ABC):
         ``resources_id=None`` means the latest resources at this moment.
         """
         request = _request(input, mode, resources_id, config, metadata)
-        return await self._start_rollout(request, worker_id)
+        return await self._start_rollout(request, check_optional_id(worker_id, "worker_id"))
 
     @abstractmethod
     async def _start_rollout(self, request: EnqueueRolloutRequest, worker_id: str | None) -> AttemptedRollout:
