@@ -117,16 +117,43 @@ def database_error_reply(exc: sa_exc.SQLAlchemyError) -> Reply:
     """A database error: the request's data refused (400), a constraint (409), or the database unavailable
     or failing (503, retry later). The database's own message is left out (it may quote other data)."""
     kind = type(exc).__name__
-    if isinstance(exc, sa_exc.DataError):
+    sqlstate = _sqlstate(exc)
+    if isinstance(exc, sa_exc.DataError) or sqlstate.startswith("22") or _refused_value(exc):
         return error_body(
             400, f"the database refused a value of the request ({kind}); check ids and texts", kind
         )
-    if isinstance(exc, sa_exc.IntegrityError):
+    if isinstance(exc, sa_exc.IntegrityError) or sqlstate.startswith("23"):
         return error_body(409, f"the request conflicts with stored data ({kind})", kind)
     status, body, _ = error_body(
         503, f"the store's database failed or is unavailable ({kind}); retry later", kind
     )
     return status, body, {"Retry-After": "1"}
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and len(chain) < 8:
+        chain.append(current)
+        current = getattr(current, "orig", None) or current.__cause__
+    return chain
+
+
+def _sqlstate(exc: BaseException) -> str:
+    """The SQLSTATE of a PostgreSQL error (class 22: data exception, 23: integrity), or ``""``."""
+    for cause in _causes(exc):
+        state = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+        if isinstance(state, str):
+            return state
+    return ""
+
+
+def _refused_value(exc: BaseException) -> bool:
+    """A value the driver could not send (asyncpg's client-side DataError: a lone surrogate, say)."""
+    return any(
+        isinstance(cause, (UnicodeError, OverflowError)) or type(cause).__name__ == "DataError"
+        for cause in _causes(exc)[1:]
+    )
 
 
 def positions(sent: Sequence[Span], stored: Sequence[Span]) -> list[int]:
