@@ -34,6 +34,7 @@ from ._http_models import (
     UpdateAttemptRequest,
 )
 from .base import LightningStore
+from .errors import StoreFullError
 
 if TYPE_CHECKING:
     from ._http_options import AppOptions
@@ -100,6 +101,8 @@ def error_reply(exc: Exception) -> Reply | None:
     """The answer for an exception the API maps to a 4xx or a 503, or ``None`` for a server fault."""
     if isinstance(exc, NotFoundError):
         return error_body(404, str(exc), type(exc).__name__)
+    if isinstance(exc, StoreFullError):
+        return error_body(507, str(exc), type(exc).__name__)
     if isinstance(exc, ConflictError):
         return error_body(409, str(exc), type(exc).__name__)
     if isinstance(exc, ValueError):  # InvalidRequestError and other bad input

@@ -37,7 +37,9 @@ from . import _rules
 from ._notify import Notifier
 from ._query import filter_where
 from ._records import RolloutRecord, copy_rollout, new_config, new_metadata
+from ._memory_cap import ATTEMPT_BYTES, MemoryCap, rollout_size
 from ._watchdog import ScanDebouncer
+from .errors import StoreFullError
 
 __all__ = ["MemoryCore", "by_creation"]
 
@@ -46,8 +48,16 @@ class MemoryCore:
     """Rollouts indexed by id and status, the queue, attempts, span counters, resources and workers."""
 
     def __init__(
-        self, *, clock: Callable[[], float] = time.time, scan_debounce_seconds: float = 10.0
+        self,
+        *,
+        clock: Callable[[], float] = time.time,
+        scan_debounce_seconds: float = 10.0,
+        max_rollouts: int | None = None,
+        max_bytes: int | None = None,
     ) -> None:
+        self._cap = MemoryCap(max_rollouts, max_bytes)
+        self._bytes = 0
+        self._evicted = 0
         self._clock = clock
         self._debouncer = ScanDebouncer(clock, scan_debounce_seconds)
         self._lock = threading.Lock()
@@ -82,6 +92,44 @@ class MemoryCore:
             if verdict is not None:
                 self._set_attempt_status(record, attempt, verdict, now)
 
+    def _make_room(self, rollouts: int, size: int, keep: Iterable[str] = ()) -> None:
+        """Evict finished rollouts (oldest first, with their attempts and spans) until ``rollouts`` more
+        rollouts and ``size`` more bytes fit under the cap, or raise :class:`StoreFullError` having evicted
+        nothing when even evicting every finished rollout would not make enough room."""
+        need_rollouts, need_bytes = self._cap.excess(len(self._rollouts) + rollouts, self._bytes + size)
+        if need_rollouts <= 0 and need_bytes <= 0:
+            return
+        protected = set(keep)
+        finished = [
+            self._rollouts[i]
+            for status in FINISHED_STATUSES
+            for i in self._by_status[status]
+            if i not in protected
+        ]
+        if len(finished) < need_rollouts or sum(r.size for r in finished) < need_bytes:
+            raise StoreFullError(self._cap.full_message(len(self._rollouts), self._bytes, len(finished)))
+        finished.sort(key=_creation)
+        # Free a little more than needed (a twentieth of the cap), so that a full store sorts only now and then.
+        want_rollouts, want_bytes = self._cap.with_slack(need_rollouts, need_bytes)
+        freed_rollouts = freed_bytes = 0
+        for record in finished:
+            if freed_rollouts >= want_rollouts and freed_bytes >= want_bytes:
+                break
+            self._evict(record)
+            freed_rollouts += 1
+            freed_bytes += record.size
+
+    def _evict(self, record: RolloutRecord) -> None:
+        rollout_id = record.rollout.rollout_id
+        del self._rollouts[rollout_id]
+        self._by_status[record.rollout.status].discard(rollout_id)
+        self._in_queue.discard(rollout_id)
+        self._span_counters.pop(rollout_id, None)
+        self._total_spans -= len(record.spans)
+        self._total_attempts -= len(record.attempts)
+        self._bytes -= record.size
+        self._evicted += 1
+
     def _record(self, rollout_id: str) -> RolloutRecord:
         record = self._rollouts.get(rollout_id)
         if record is None:
@@ -111,6 +159,9 @@ class MemoryCore:
             metadata=new_metadata(request.metadata),
         )
         record = RolloutRecord(rollout, next(self._order))
+        if self._cap.max_bytes is not None:
+            record.size = rollout_size(request)
+            self._bytes += record.size
         self._rollouts[rollout_id] = record
         self._by_status[status].add(rollout_id)
         if status in QUEUED_STATUSES:
@@ -134,6 +185,9 @@ class MemoryCore:
         )
         record.attempts.append(attempt)
         self._total_attempts += 1
+        if len(record.attempts) > 1 and self._cap.max_bytes is not None:
+            record.size += ATTEMPT_BYTES
+            self._bytes += ATTEMPT_BYTES
         self._set_rollout_status(record, "preparing", now)
         return attempt
 

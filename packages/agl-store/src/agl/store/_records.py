@@ -37,11 +37,12 @@ _MODES = ("train", "val", "test")
 class RolloutRecord:
     """A rollout with everything hanging off it."""
 
-    __slots__ = ("attempts", "order", "rollout", "span_keys", "spans")
+    __slots__ = ("attempts", "order", "rollout", "size", "span_keys", "spans")
 
     def __init__(self, rollout: Rollout, order: int) -> None:
         self.rollout = rollout
         self.order = order
+        self.size = 0  # estimated bytes, counted only by a store with a byte cap
         self.attempts: list[Attempt] = []
         self.spans: list[StoredSpan] = []
         self.span_keys: set[tuple[str, str]] = set()

@@ -21,10 +21,16 @@ __all__ = [
     "StoreClientError",
     "StoreConflictError",
     "StoreConnectionError",
+    "StoreFullError",
     "StoreInvalidRequestError",
     "StoreNotFoundError",
     "StoreServerError",
 ]
+
+
+class StoreFullError(AglError):
+    """An in-memory store with a cap (``max_rollouts``/``max_bytes``) is full and has no finished rollout
+    left to evict. HTTP 507 (Insufficient Storage)."""
 
 
 class StoreClientError(AglError):

@@ -40,6 +40,7 @@ from agl.types import (
 from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
 
 from ._checks import spans_of
+from ._memory_cap import SPAN_BYTES, rollout_size
 from ._memory_core import MemoryCore, by_creation
 from ._notify import Notifier, Waiter
 from ._query import filter_where, paginate, select_by_key, sort_rows, without
@@ -67,12 +68,30 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
             tests inject a manual clock to exercise timeouts without sleeping.
         scan_debounce_seconds: The watchdog scans running rollouts for timed-out and unresponsive
             attempts at most once per this many seconds of ``clock`` (0: on every watched call).
+        max_rollouts: Keep at most this many rollouts (``None``: no limit).
+        max_bytes: Keep at most about this many bytes of rollouts, attempts and spans, as estimated from
+            their JSON size plus a measured fixed cost each (``None``: no limit; see the README).
+
+    With a cap, a write that would exceed it first evicts finished rollouts (succeeded, failed, cancelled),
+    oldest first, with their attempts and spans; when evicting every finished rollout would not make room,
+    the write is refused with :class:`~agl.store.errors.StoreFullError` (HTTP 507) and nothing changes.
+    Queued and running rollouts are never evicted.
     """
 
     def __init__(
-        self, *, clock: Callable[[], float] = time.time, scan_debounce_seconds: float = 10.0
+        self,
+        *,
+        clock: Callable[[], float] = time.time,
+        scan_debounce_seconds: float = 10.0,
+        max_rollouts: int | None = None,
+        max_bytes: int | None = None,
     ) -> None:
-        super().__init__(clock=clock, scan_debounce_seconds=scan_debounce_seconds)
+        super().__init__(
+            clock=clock,
+            scan_debounce_seconds=scan_debounce_seconds,
+            max_rollouts=max_rollouts,
+            max_bytes=max_bytes,
+        )
 
     serialises_spans = True
 
@@ -109,6 +128,8 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
         with self._lock:
             now = self._clock()
             self._watch(now)
+            if self._cap.max_rollouts is not None or self._cap.max_bytes is not None:
+                self._make_room(1, rollout_size(request) if self._cap.max_bytes is not None else 0)
             record = self._new_rollout(request, "preparing", now, self._latest_resources_id)
             attempt = self._new_attempt(record, worker_id, now)
             if worker_id:
@@ -120,6 +141,9 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
             now = self._clock()
             self._watch(now)
             latest = self._latest_resources_id
+            if self._cap.max_rollouts is not None or self._cap.max_bytes is not None:
+                size = sum(map(rollout_size, requests)) if self._cap.max_bytes is not None else 0
+                self._make_room(len(requests), size)
             records = [self._new_rollout(r, "queuing", now, latest) for r in requests]
             return [copy_rollout(record) for record in records]
 
@@ -321,6 +345,9 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
                             f"Attempt {span.attempt_id} not found for rollout {span.rollout_id}"
                         )
                     targets[key] = (record, attempt)
+            capped = self._cap.max_bytes is not None
+            if capped:
+                self._make_room(0, sum(SPAN_BYTES + len(row[7]) for row in encoded), (k[0] for k in targets))
             stored: list[Span] = []
             touched: dict[tuple[str, str], None] = {}
             counters = self._span_counters
@@ -333,6 +360,9 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
                     continue  # duplicate: skipped, not an error
                 record.span_keys.add(span_key)
                 record.spans.append(row)
+                if capped:
+                    record.size += SPAN_BYTES + len(row[7])
+                    self._bytes += SPAN_BYTES + len(row[7])
                 stored.append(span)
                 touched[(span.rollout_id, span.attempt_id)] = None
             self._total_spans += len(stored)
