@@ -256,3 +256,21 @@ async def test_sync_agents_run_off_the_event_loop(caplog: pytest.LogCaptureFixtu
         done = await runner.step(1, resources=LLM_RESOURCES)
     assert done.status == "succeeded"
     assert find_final_reward(list(await store.query_spans(done.rollout_id))) == 2.0
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"heartbeat_interval": "x"},
+        {"heartbeat_interval": float("nan")},
+        {"poll_interval": "0.5"},
+        {"interval_jitter": None},
+        {"concurrency": 1.5},
+        {"max_rollouts": "3"},
+    ],
+)
+def test_settings_that_are_not_numbers_are_refused(setting: dict[str, Any]) -> None:
+    from agl.types import InvalidRequestError
+
+    with pytest.raises(InvalidRequestError, match=next(iter(setting))):
+        LitAgentRunner(OtelTracer(), **setting)

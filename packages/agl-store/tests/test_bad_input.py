@@ -59,14 +59,16 @@ _UNSTORABLE_INPUTS = {
     "lone surrogate": b'"\\ud800"',
     "300 nested lists": b"[" * 300 + b"]" * 300,
     "huge number": b"1e400",
-    "negative huge number": b"{\"x\": -1e999}",
+    "negative huge number": b'{"x": -1e999}',
     "NaN constant": b"NaN",
     "Infinity constant": b"[Infinity]",
 }
 
 
 @pytest.mark.parametrize("value", list(_UNSTORABLE_INPUTS.values()), ids=list(_UNSTORABLE_INPUTS))
-async def test_an_unstorable_input_is_refused_and_leaves_nothing(server: LightningStoreServer, value: bytes) -> None:
+async def test_an_unstorable_input_is_refused_and_leaves_nothing(
+    server: LightningStoreServer, value: bytes
+) -> None:
     for path, body in [
         (P + "/queues/rollouts/enqueue", b'{"rollouts": [{"input": ' + value + b"}]}"),
         (P + "/rollouts", b'{"input": ' + value + b"}"),
@@ -137,15 +139,27 @@ async def test_bad_spans_are_4xx_and_not_stored(server: LightningStoreServer) ->
         _span(rollout_id, attempt_id, name="\ud800"),
         _span(rollout_id + "\x00", attempt_id),
         _span(rollout_id, attempt_id, attributes={"x": "\ud800"}),
-        _span(rollout_id, attempt_id, attributes={"x": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]} | {}),
+        _span(
+            rollout_id,
+            attempt_id,
+            attributes={"x": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]} | {},
+        ),
     ]
     deep: Any = []
     for _ in range(150):
         deep = [deep]
     bad.append(_span(rollout_id, attempt_id, attributes={"x": deep}))
     texts = [json.dumps(s).encode() for s in bad]
-    texts.append(json.dumps(_span(rollout_id, attempt_id)).encode().replace(b'"name": "n"', b'"name": "n", "attributes": {"x": 1e400}'))
-    texts.append(json.dumps(_span(rollout_id, attempt_id)).encode().replace(b'"name": "n"', b'"name": "n", "attributes": {"x": NaN}'))
+    texts.append(
+        json.dumps(_span(rollout_id, attempt_id))
+        .encode()
+        .replace(b'"name": "n"', b'"name": "n", "attributes": {"x": 1e400}')
+    )
+    texts.append(
+        json.dumps(_span(rollout_id, attempt_id))
+        .encode()
+        .replace(b'"name": "n"', b'"name": "n", "attributes": {"x": NaN}')
+    )
     for text in texts[:7] + texts[8:]:
         for path, body in [
             (P + "/spans", text),
@@ -266,7 +280,11 @@ async def test_bad_otlp_requests_are_4xx(server: LightningStoreServer) -> None:
         ("nested 5000 deep", _otlp({**ids, "x": _nested_value(5000)}), _PROTOBUF),
         ("NaN attribute", _otlp({**ids, "x": AnyValue(double_value=float("nan"))}), _PROTOBUF),
         ("infinite attribute", _otlp({**ids, "x": AnyValue(double_value=float("inf"))}), _PROTOBUF),
-        ("huge sequence id", _otlp({**ids, "agentlightning.sequence_id": AnyValue(int_value=2**62)}), _PROTOBUF),
+        (
+            "huge sequence id",
+            _otlp({**ids, "agentlightning.sequence_id": AnyValue(int_value=2**62)}),
+            _PROTOBUF,
+        ),
         ("NUL rollout id", _otlp(_ids(rollout_id + "\x00", attempt_id)), _PROTOBUF),
         ("unknown rollout", _otlp(_ids("ro-unknown", attempt_id)), _PROTOBUF),
         ("bad utf-8", good.replace(b"s", b"\xff", 1), _PROTOBUF),

@@ -41,13 +41,17 @@ async def _nothing_stored(store: LightningStore) -> None:
 
 
 @pytest.mark.parametrize("value", list(UNSTORABLE.values()), ids=list(UNSTORABLE))
-async def test_an_unstorable_input_is_refused_and_nothing_is_stored(store: LightningStore, value: Any) -> None:
+async def test_an_unstorable_input_is_refused_and_nothing_is_stored(
+    store: LightningStore, value: Any
+) -> None:
     with pytest.raises(InvalidRequestError, match="rollout input"):
         await store.enqueue_rollout(value)
     with pytest.raises(InvalidRequestError, match="rollout input"):
         await store.start_rollout(value)
     with pytest.raises(InvalidRequestError, match="rollout input"):
-        await store.enqueue_many_rollouts([EnqueueRolloutRequest(input="fine"), EnqueueRolloutRequest(input=value)])
+        await store.enqueue_many_rollouts(
+            [EnqueueRolloutRequest(input="fine"), EnqueueRolloutRequest(input=value)]
+        )
     with pytest.raises(InvalidRequestError, match="rollout metadata"):
         await store.enqueue_rollout("x", metadata={"m": value})
     await _nothing_stored(store)
@@ -176,3 +180,11 @@ def test_span_sequence_ids_are_bounded() -> None:
         with pytest.raises(ValidationError):
             Span.model_validate({**span.model_dump(), "sequence_id": bad})
     assert Span.model_validate({**span.model_dump(), "sequence_id": 2**53 - 1}).sequence_id == 2**53 - 1
+
+
+def test_a_server_needs_a_store() -> None:
+    from agl.store import LightningStoreServer
+
+    for bad in (None, "memory", object()):
+        with pytest.raises(InvalidRequestError, match="LightningStore"):
+            LightningStoreServer(bad)  # type: ignore[arg-type]

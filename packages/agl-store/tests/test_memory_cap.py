@@ -87,7 +87,11 @@ async def test_a_full_store_answers_507_over_http() -> None:
     with running_server(store) as server:
         async with http_session() as session:
             status, body, _ = await call(
-                session, server, "POST", "/v1/agl/queues/rollouts/enqueue", json_body={"rollouts": [{"input": 1}]}
+                session,
+                server,
+                "POST",
+                "/v1/agl/queues/rollouts/enqueue",
+                json_body={"rollouts": [{"input": 1}]},
             )
     assert status == 507, body
     assert body["error_type"] == "StoreFullError" and "max_rollouts=1" in body["detail"]

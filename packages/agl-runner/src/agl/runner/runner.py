@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from agl.types import (
     AttemptedRollout,
+    InvalidRequestError,
     NamedResources,
     ParallelWorkerBase,
     Rollout,
@@ -111,6 +112,16 @@ class Runner(ParallelWorkerBase, Generic[T]):
                     logger.exception("Runner teardown failed")
 
 
+def _check_number(name: str, value: Any, *, integer: bool = False, optional: bool = False) -> None:
+    """Refuse a setting that is not a number (or is NaN) with a clear ``InvalidRequestError``."""
+    if value is None and optional:
+        return
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or value != value:
+        what = "an integer" if integer else "a number of seconds"
+        raise InvalidRequestError(f"{name} must be {what}{' or None' if optional else ''}, not {value!r}")
+
+
 class LitAgentRunner(Runner[T]):
     """The runner for :class:`LitAgent` agents.
 
@@ -139,6 +150,11 @@ class LitAgentRunner(Runner[T]):
         concurrency: int = 1,
         sync_agent_in_thread: bool = True,
     ) -> None:
+        _check_number("max_rollouts", max_rollouts, integer=True, optional=True)
+        _check_number("poll_interval", poll_interval)
+        _check_number("heartbeat_interval", heartbeat_interval)
+        _check_number("interval_jitter", interval_jitter)
+        _check_number("concurrency", concurrency, integer=True)
         if max_rollouts is not None and max_rollouts < 1:
             raise ValueError(f"max_rollouts must be >= 1 or None, got {max_rollouts}")
         if poll_interval <= 0:

@@ -43,7 +43,9 @@ def _wait_for_rollouts(store: Any, *, rollout_ids: Any, timeout: Any = None) -> 
 
 def _resources(store: Any, resources: Any) -> None:
     if not isinstance(resources, dict):
-        raise InvalidRequestError(f"resources must be a dict of name to resource, not {type(resources).__name__}")
+        raise InvalidRequestError(
+            f"resources must be a dict of name to resource, not {type(resources).__name__}"
+        )
 
 
 def _update_resources(store: Any, resources_id: Any, resources: Any) -> None:
@@ -67,7 +69,9 @@ def _spans(store: Any, spans: Any) -> None:
             if not store.serialises_spans:
                 span_json(span)  # the backend does not check them itself (the HTTP client)
         elif not isinstance(span, dict):
-            raise InvalidRequestError(f"each span must be a Span (or a dict of one), not {type(span).__name__}")
+            raise InvalidRequestError(
+                f"each span must be a Span (or a dict of one), not {type(span).__name__}"
+            )
 
 
 def _sequence_id(store: Any, rollout_id: Any, attempt_id: Any) -> None:

@@ -34,10 +34,10 @@ from agl.types import (
 )
 
 from . import _rules
+from ._memory_cap import ATTEMPT_BYTES, MemoryCap, rollout_size
 from ._notify import Notifier
 from ._query import filter_where
 from ._records import RolloutRecord, copy_rollout, new_config, new_metadata
-from ._memory_cap import ATTEMPT_BYTES, MemoryCap, rollout_size
 from ._watchdog import ScanDebouncer
 from .errors import StoreFullError
 
@@ -111,12 +111,11 @@ class MemoryCore:
         finished.sort(key=_creation)
         # Free a little more than needed (a twentieth of the cap), so that a full store sorts only now and then.
         want_rollouts, want_bytes = self._cap.with_slack(need_rollouts, need_bytes)
-        freed_rollouts = freed_bytes = 0
-        for record in finished:
+        freed_bytes = 0
+        for freed_rollouts, record in enumerate(finished):
             if freed_rollouts >= want_rollouts and freed_bytes >= want_bytes:
                 break
             self._evict(record)
-            freed_rollouts += 1
             freed_bytes += record.size
 
     def _evict(self, record: RolloutRecord) -> None:

@@ -46,7 +46,6 @@ from agl.types import (
     WorkerStatus,
 )
 from agl.types.errors import validated
-from agl.types.validation import check_id, check_optional_id, check_timeout, json_bytes
 from agl.types.query import (
     AttemptQuery,
     FilterLogic,
@@ -56,6 +55,7 @@ from agl.types.query import (
     SpanQuery,
     WorkerQuery,
 )
+from agl.types.validation import check_id, check_optional_id, check_timeout, json_bytes
 from typing_extensions import TypedDict
 
 from ._checks import CHECKS, checked

@@ -21,6 +21,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from agl.types import InvalidRequestError
 from agl.types.env import DEFAULT_STORE_PORT, STORE_TOKEN
 
 from ._forwarding import ForwardingStore
@@ -96,6 +97,10 @@ class LightningStoreServer(ForwardingStore):
         access_host: str | None = None,
         metrics_public: bool = False,
     ) -> None:
+        if not isinstance(store, LightningStore):
+            raise InvalidRequestError(
+                f"LightningStoreServer serves a LightningStore (e.g. InMemoryLightningStore()), not {store!r}"
+            )
         if isinstance(store, LightningStoreServer):
             raise ValueError(
                 "LightningStoreServer cannot serve another LightningStoreServer; pass its inner store"

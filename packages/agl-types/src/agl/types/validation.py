@@ -82,9 +82,8 @@ def _why(message: str) -> str:
 
 def check_id(value: Any, what: str) -> str:
     """``value`` when it is a string a database can keep as an id, else :class:`InvalidRequestError`."""
-    if type(value) is not str:
-        if not isinstance(value, str):
-            raise InvalidRequestError(f"{what} must be a string, not {type(value).__name__}")
+    if not isinstance(value, str):
+        raise InvalidRequestError(f"{what} must be a string, not {type(value).__name__}")
     if value.isascii():
         if "\x00" in value:
             raise InvalidRequestError(f"{what} {value!r} contains a NUL character")
