@@ -56,8 +56,9 @@ def json_bytes(value: Any, what: str) -> bytes:
 def check_json_bytes(payload: bytes, what: str) -> None:
     """Refuse serialised JSON (NaN and Infinity written as constants) holding non-finite numbers or nested
     deeper than :data:`MAX_JSON_DEPTH`."""
-    suspicious = b"NaN" in payload or b"Infinity" in payload
-    if not suspicious and payload.count(b"[") + payload.count(b"{") <= MAX_JSON_DEPTH:
+    # One-byte searches (memchr) first: most documents hold no capital N or I, so no NaN or Infinity.
+    suspicious = (b"N" in payload and b"NaN" in payload) or (b"I" in payload and b"Infinity" in payload)
+    if not suspicious and len(payload) - len(payload.translate(None, b"[{")) <= MAX_JSON_DEPTH:
         return  # the common case: no constants, too few brackets to nest too deep
     try:
         pydantic_core.from_json(b"[" * _PAD + payload + b"]" * _PAD, allow_inf_nan=False)
@@ -126,8 +127,11 @@ def span_json(span: Any) -> bytes:
             f"span {span.span_id!r} of rollout {span.rollout_id!r} is not JSON-serialisable: {_why(str(exc))}; "
             "give attributes as strings, numbers, booleans or lists and dicts of them"
         ) from exc
-    check_json_bytes(payload, f"span {span.span_id!r} of rollout {span.rollout_id!r}")
-    if b"\\u0000" in payload:  # rare: find out whether it sits in an id (refused) or in content (kept)
+    check_json_bytes(payload, "span")
+    for field in _SPAN_IDS:  # lone surrogates failed the serialisation; NUL characters are looked for here
+        if "\x00" in getattr(span, field):
+            check_span_ids(span)
+    if span.parent_id is not None and "\x00" in span.parent_id:
         check_span_ids(span)
     return payload
 
