@@ -34,6 +34,7 @@ class AglError(Exception):
         │   ├── StoreServerError                        5xx through every retry
         │   └── StoreConnectionError [ConnectionError]  unreachable through every retry
         ├── OTLPIngestError                             agl.store.errors: an OTLP/HTTP request refused
+        ├── StoreFullError                              agl.store.errors: a capped in-memory store is full (507)
         ├── LLMCallFailed                               agl.algorithms.apo: a critic/editor call gave up
         └── StrategyError [RuntimeError]                agl.runner: a runner or the algorithm failed
 

@@ -128,10 +128,19 @@ def span_json(span: Any) -> bytes:
             "give attributes as strings, numbers, booleans or lists and dicts of them"
         ) from exc
     check_json_bytes(payload, "span")
-    for field in _SPAN_IDS:  # lone surrogates failed the serialisation; NUL characters are looked for here
-        if "\x00" in getattr(span, field):
-            check_span_ids(span)
-    if span.parent_id is not None and "\x00" in span.parent_id:
+    # Lone surrogates failed the serialisation; NUL characters are looked for in the ids themselves.
+    try:
+        ids = (
+            span.rollout_id
+            + span.attempt_id
+            + span.trace_id
+            + span.span_id
+            + span.name
+            + (span.parent_id or "")
+        )
+    except TypeError:  # an id that is not a string (a span built with model_construct)
+        ids = "\x00"
+    if "\x00" in ids:
         check_span_ids(span)
     return payload
 
