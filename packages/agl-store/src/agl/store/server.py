@@ -220,6 +220,9 @@ class LightningStoreServer(ForwardingStore):
             self._local = as_thread_safe(self.store, self._loop)
         self._shutdown = asyncio.Event()
         self._options.shutdown = self._shutdown
+        prepare = getattr(self.store, "ensure_schema", None)  # SQL stores: schema ready before serving
+        if prepare is not None:
+            await prepare()
         try:
             await server.serve(sockets=[sock])
         finally:

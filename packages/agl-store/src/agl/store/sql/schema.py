@@ -222,6 +222,21 @@ def read_version(conn: sa.Connection) -> int | None:
     return None if found is None else int(found)
 
 
+def _read_version_locked(conn: sa.Connection) -> int | None:
+    """:func:`read_version` on PostgreSQL after waiting for the advisory lock: ``to_regclass`` may answer
+    from a catalog cache that predates the commit we waited for; reading the table itself refreshes it."""
+    try:
+        with conn.begin_nested():
+            found = conn.execute(
+                sa.select(schema_meta.c.value).where(schema_meta.c.key == "schema_version")
+            ).scalar_one_or_none()
+    except sa.exc.DBAPIError as error:
+        if getattr(getattr(error, "orig", None), "sqlstate", None) != "42P01":  # undefined_table
+            raise
+        return None
+    return None if found is None else int(found)
+
+
 def check_version(found: int | None) -> bool:
     """Whether a database of version ``found`` is current; raises if it is newer than this agl-store."""
     if found is not None and found > SCHEMA_VERSION:
@@ -240,7 +255,9 @@ def migrate(conn: sa.Connection) -> None:
     """
     if conn.dialect.name == "postgresql":
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_DDL_LOCK})
-    found = read_version(conn)
+        found = _read_version_locked(conn)
+    else:
+        found = read_version(conn)
     if check_version(found):
         return
     for step in MIGRATIONS[(found or 0) :]:
