@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["AppOptions"]
 
@@ -22,3 +23,5 @@ class AppOptions:
     """Set when the server stops: long polls end early with what they have."""
     metrics_public: bool = False
     """Serve ``/metrics`` without the bearer token."""
+    replay_cache: Any = field(default=None, repr=False)
+    """Where idempotent answers are kept (a ``ReplayCache``); ``None``: this process's memory."""

@@ -12,6 +12,7 @@ import os
 import socket
 import threading
 import uuid
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -31,7 +32,7 @@ def process_holder() -> str:
     return _HOLDER[1]
 
 
-def _insert(dialect: str):  # noqa: ANN202 - the dialect's insert with ON CONFLICT
+def _insert(dialect: str) -> Any:  # the dialect's insert, with ON CONFLICT
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert
     else:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 __all__ = [
@@ -230,7 +231,7 @@ def _read_version_locked(conn: sa.Connection) -> int | None:
             found = conn.execute(
                 sa.select(schema_meta.c.value).where(schema_meta.c.key == "schema_version")
             ).scalar_one_or_none()
-    except sa.exc.DBAPIError as error:
+    except sa_exc.DBAPIError as error:
         if getattr(getattr(error, "orig", None), "sqlstate", None) != "42P01":  # undefined_table
             raise
         return None
