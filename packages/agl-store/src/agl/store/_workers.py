@@ -27,6 +27,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import time
 import uuid
@@ -116,8 +117,9 @@ def tag_worker(app: ASGIApp, index: int) -> ASGIApp:
 # -- a worker ------------------------------------------------------------------------------------
 
 
-def _worker_main(settings: WorkerSettings, sock: socket.socket, index: int, ready: Any) -> None:
-    """Entry point of a worker process: serve on the inherited socket until SIGINT/SIGTERM."""
+def _worker_main(settings: WorkerSettings, sock: socket.socket | None, index: int, ready: Any) -> None:
+    """Entry point of a worker process: serve on the inherited socket (``None``: on its own
+    ``SO_REUSEPORT`` socket on the same port) until SIGINT/SIGTERM."""
     logging.basicConfig(
         level=settings.log_level.upper(),
         format=f"%(asctime)s %(levelname)s %(name)s[worker {index}]: %(message)s",
@@ -138,6 +140,8 @@ def _worker_main(settings: WorkerSettings, sock: socket.socket, index: int, read
     )
     server._worker_index = index  # pyright: ignore[reportPrivateUsage]
     server._run_id = settings.run_id  # pyright: ignore[reportPrivateUsage]
+    if sock is None:
+        sock = _bind(settings.host, settings.port, reuse_port=True)
     server._prebound = sock  # pyright: ignore[reportPrivateUsage]
     try:
         server.run_forever(on_started=lambda: ready.put((index, os.getpid())))
@@ -148,16 +152,24 @@ def _worker_main(settings: WorkerSettings, sock: socket.socket, index: int, read
 # -- the parent ----------------------------------------------------------------------------------
 
 
-def _bind(host: str, port: int) -> socket.socket:
+_REUSE_PORT = sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
+"""Each worker listens on its own socket (``SO_REUSEPORT``) and the kernel spreads connections evenly
+over them; with one shared socket, the worker that happens to wake first takes most connections."""
+
+
+def _bind(host: str, port: int, *, listen: bool = True, reuse_port: bool = False) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
         raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from exc
-    sock.listen(2048)
+    if listen:  # (the parent's SO_REUSEPORT socket only reserves the port: it never accepts)
+        sock.listen(2048)
     sock.set_inheritable(True)
     return sock
 
@@ -216,8 +228,9 @@ def serve_workers(
     """
     check_backend(settings.backend, workers)
     _prepare_database(settings)
-    sock = _bind(settings.host, settings.port)
+    sock = _bind(settings.host, settings.port, listen=not _REUSE_PORT, reuse_port=_REUSE_PORT)
     settings.port = sock.getsockname()[1]
+    shared = None if _REUSE_PORT else sock
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Queue()
     stopping = False
@@ -233,7 +246,7 @@ def serve_workers(
         with _metrics_dir():
             try:
                 return _supervise(
-                    settings, workers, ctx, sock, ready, procs, started_at, on_started, lambda: stopping
+                    settings, workers, ctx, shared, ready, procs, started_at, on_started, lambda: stopping
                 )
             finally:
                 _stop_all(procs)
@@ -248,7 +261,7 @@ def _supervise(
     settings: WorkerSettings,
     workers: int,
     ctx: Any,
-    sock: socket.socket,
+    sock: socket.socket | None,
     ready: Any,
     procs: dict[int, Any],
     started_at: dict[int, float],

@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from ._http_app import AppOptions
-    from .sql import SqlLightningStore
     from .client import LightningStoreClient
+    from .sql import SqlLightningStore
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_PORT", "LightningStoreServer"]
 
