@@ -11,6 +11,7 @@ database (the workers of ``agl store --workers N``, runners with their own store
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
@@ -174,8 +175,10 @@ class SqlLightningStore(LightningStore):
         if self._lease_held:  # let another process take the watchdog over at once
             self._lease_held = False
             self._lease.forget()
-            with contextlib.suppress(Exception):
-                await self._db.write(_lease.give_up, _WATCHDOG_LEASE, self._lease_holder)
+            with contextlib.suppress(Exception):  # (a database gone meanwhile: the lease expires)
+                await asyncio.wait_for(
+                    self._db.write(_lease.give_up, _WATCHDOG_LEASE, self._lease_holder), timeout=5
+                )
         await self._db.close()
 
     # -- plumbing -----------------------------------------------------------------------------
