@@ -14,6 +14,7 @@ from _sql_workers import open_and_enqueue
 from _store_helpers import make_span
 from agl.store import SqlLightningStore
 from agl.store.sql._db import parse_url
+from agl.store.sql.schema import SCHEMA_VERSION
 from agl.types import RolloutConfig
 from conftest import POSTGRES_URL, require_postgres
 
@@ -104,7 +105,7 @@ def test_schema_is_created_on_first_use_only(tmp_path: Path) -> None:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         version = conn.execute("SELECT value FROM agl_schema WHERE key = 'schema_version'").fetchone()
     assert {"agl_rollouts", "agl_attempts", "agl_spans", "agl_resources", "agl_workers"} <= tables
-    assert version == ("1",)
+    assert version == (str(SCHEMA_VERSION),)
 
 
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:

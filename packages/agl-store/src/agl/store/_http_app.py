@@ -147,7 +147,7 @@ def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[FastAPI
     app = create_app(store, options)
     asgi: ASGIApp = FastPathMiddleware(app, HotOps(store, options))
     asgi = _FaultMiddleware(asgi, debug=options.debug)
-    asgi = IdempotencyMiddleware(asgi)
+    asgi = IdempotencyMiddleware(asgi, cache=options.replay_cache)
     asgi = BodySizeLimitMiddleware(asgi, max_body_bytes=options.max_body_bytes)
     if options.token:
         asgi = BearerTokenMiddleware(asgi, token=options.token)

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from ._http_models import API_PREFIX, IDEMPOTENCY_HEADER
+from ._http_replay import RecordedAnswer, ReplayCache
 
 __all__ = ["BearerTokenMiddleware", "BodySizeLimitMiddleware", "IdempotencyMiddleware", "json_error"]
 
@@ -166,8 +167,11 @@ class IdempotencyMiddleware:
         max_entries: int = 20_000,
         max_bytes: int = 64 * 1024 * 1024,
         ttl_seconds: float = 600.0,
+        cache: ReplayCache | None = None,
     ) -> None:
         self.app = app
+        self.cache = cache
+        """Where answers are kept instead of this process's memory (e.g. shared by a server's workers)."""
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.ttl_seconds = ttl_seconds
@@ -193,6 +197,9 @@ class IdempotencyMiddleware:
             await self.app(scope, receive, send)
             return
         key = scope["path"].encode() + b"\x00" + key
+        if self.cache is not None:
+            await _through_cache(self.cache, key, self.app, scope, receive, send)
+            return
         entry = self._entries.get(key)
         if entry is not None:
             await entry.done.wait()
@@ -230,3 +237,39 @@ class IdempotencyMiddleware:
                 del self._entries[key]
             entry.done.set()
             self._evict()
+
+
+async def _through_cache(
+    cache: ReplayCache, key: bytes, app: ASGIApp, scope: Scope, receive: Receive, send: Send
+) -> None:
+    """Answer from ``cache`` (a replay), or run ``app`` holding ``key`` and record its answer there."""
+    found = await cache.claim(key)
+    if found is not None:
+        headers = [*found.headers, (b"agl-replayed", b"true")]
+        await send({"type": "http.response.start", "status": found.status, "headers": headers})
+        await send({"type": "http.response.body", "body": found.body})
+        return
+    start: Message | None = None
+    bodies: list[bytes] = []
+    complete = False
+
+    async def recording_send(message: Message) -> None:
+        nonlocal start, complete
+        if message["type"] == "http.response.start":
+            start = message
+        elif message["type"] == "http.response.body":
+            bodies.append(bytes(message.get("body", b"")))
+            complete = not message.get("more_body", False)
+        await send(message)
+
+    answer: RecordedAnswer | None = None
+    try:
+        await app(scope, receive, recording_send)
+    finally:
+        if start is not None and start["status"] < 500 and complete:
+            answer = RecordedAnswer(
+                int(start["status"]),
+                [(bytes(k), bytes(v)) for k, v in start.get("headers", [])],
+                b"".join(bodies),
+            )
+        await asyncio.shield(cache.release(key, answer))

@@ -93,6 +93,13 @@ def _store_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="serve Prometheus metrics at /metrics without the bearer token (default: token required)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing the port (default: 1); more than 1 needs a SQL backend, and the "
+        "workers share long polls, the watchdog, idempotent replays and /metrics through it",
+    )
     parser.add_argument("--debug", action="store_true", help="include tracebacks in 500 answers")
     add_log_level(parser)
     return parser
@@ -114,6 +121,8 @@ def store_command(argv: list[str]) -> int:
     """``agl store``: serve a store until Ctrl-C or SIGTERM, then close it cleanly."""
     args = _store_parser().parse_args(argv)
     configure_logging(args)
+    if args.workers != 1:
+        return _serve_workers(args)
     from .server import LightningStoreServer
 
     try:
@@ -150,6 +159,47 @@ def store_command(argv: list[str]) -> int:
         asyncio.run(store.close())
     print("agl store: stopped", flush=True)
     return 0
+
+
+def _serve_workers(args: argparse.Namespace) -> int:
+    from ._workers import WorkerSettings, check_backend, serve_workers
+
+    try:
+        check_backend(args.backend, args.workers)
+    except ValueError as exc:
+        print(f"agl store: {exc}", file=sys.stderr)
+        return 2
+    from agl.types.env import STORE_TOKEN
+
+    settings = WorkerSettings(
+        backend=args.backend,
+        host=args.host,
+        port=args.port,
+        token=STORE_TOKEN.get(args.token),
+        cors_allow_origins=list(args.cors_origin),
+        max_body_bytes=args.max_body_bytes,
+        debug=args.debug,
+        metrics_public=args.metrics_public,
+        watchdog_interval=args.watchdog_interval,
+        log_level=args.log_level,
+    )
+    auth = "bearer token required" if settings.token else "no token: anyone who can reach it can use it"
+
+    def announce(endpoint: str) -> None:
+        print(
+            f"agl store: serving {_redact(args.backend)} at {endpoint} with {args.workers} workers "
+            f"(API {endpoint}/v1/agl, OTLP {endpoint}/v1/traces, dashboard {endpoint}/dashboard, "
+            f"metrics {endpoint}/metrics; {auth})",
+            flush=True,
+        )
+
+    try:
+        status = serve_workers(settings, args.workers, on_started=announce)
+    except (OSError, ValueError, ImportError, RuntimeError) as exc:
+        print(f"agl store: {exc}", file=sys.stderr)
+        return 1 if isinstance(exc, OSError) else 2
+    print("agl store: stopped", flush=True)
+    return status
 
 
 if __name__ == "__main__":

@@ -14,12 +14,14 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agl.types import InvalidRequestError
 from agl.types.env import DEFAULT_STORE_PORT, STORE_TOKEN
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 
     from ._http_app import AppOptions
     from .client import LightningStoreClient
+    from .sql import SqlLightningStore
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_PORT", "LightningStoreServer"]
 
@@ -133,6 +136,10 @@ class LightningStoreServer(ForwardingStore):
         self._client: LightningStoreClient | None = None
         self._client_lock = threading.Lock()
         self._local: LightningStore | None = None
+        # Set by `agl store --workers N` in each worker process (see agl.store._workers).
+        self._prebound: socket.socket | None = None
+        self._worker_index: int | None = None
+        self._run_id = uuid.uuid4().hex
 
     # -- addresses --------------------------------------------------------------------------------
 
@@ -173,12 +180,26 @@ class LightningStoreServer(ForwardingStore):
                 max_wait_seconds=self.max_wait_seconds,
                 debug=self.debug,
                 metrics_public=self.metrics_public,
+                replay_cache=self._replay_cache(self.store),
             )
             self._options = options
             self._app, self._asgi = create_asgi_app(self.store, options)
         return self._app
 
+    def _replay_cache(self, store: LightningStore) -> Any:
+        """Idempotent answers of a SQL store are kept in its database (shared by workers, kept across
+        restarts); of other stores, in this process's memory (``None``)."""
+        sql = sys.modules.get("agl.store.sql.store")  # not imported: not a SQL store (and no import cost)
+        if sql is None or not isinstance(store, sql.SqlLightningStore):
+            return None
+        from .sql._replay import SqlReplayCache
+
+        return SqlReplayCache(cast("SqlLightningStore", store), self._run_id)
+
     def _bind(self) -> socket.socket:
+        if self._prebound is not None:  # a worker: the parent bound the socket every worker accepts on
+            self.port = self._prebound.getsockname()[1]
+            return self._prebound
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -206,8 +227,13 @@ class LightningStoreServer(ForwardingStore):
                     on_started()
 
         _ = self.app
+        asgi = self._asgi
+        if self._worker_index is not None:
+            from ._workers import tag_worker
+
+            asgi = tag_worker(asgi, self._worker_index)
         config = uvicorn.Config(
-            self._asgi,
+            asgi,
             log_level="warning",
             access_log=False,
             http=coalescing_protocol_class(_fast_http_impl()),
@@ -225,7 +251,10 @@ class LightningStoreServer(ForwardingStore):
             self._local = as_thread_safe(self.store, self._loop)
         self._shutdown = asyncio.Event()
         self._options.shutdown = self._shutdown
+        prepare = getattr(self.store, "ensure_schema", None)  # SQL stores: schema ready before serving
         try:
+            if prepare is not None:
+                await prepare()
             await server.serve(sockets=[sock])
         finally:
             self._loop = None
@@ -369,6 +398,9 @@ class LightningStoreServer(ForwardingStore):
         self._client = None
         self._client_lock = threading.Lock()
         self._local = None
+        self._prebound = None
+        self._worker_index = None
+        self._run_id = uuid.uuid4().hex
 
     def _remote(self) -> LightningStoreClient:
         with self._client_lock:

@@ -3,10 +3,17 @@
 See :mod:`agl.store.sql._db` for transactions and durability, :mod:`._writes` and :mod:`._reads` for the
 operations. Waiting (``wait_for_rollouts``, ``dequeue_*`` with a timeout) is woken at once by writes of
 this process and polls the database (backing off to 100 ms) for writes of other processes.
+
+The watchdog (timeouts, unresponsive attempts) runs in one process at a time among all that share the
+database (the workers of ``agl store --workers N``, runners with their own store): the one holding the
+``watchdog`` lease (:mod:`._lease`); another takes over when the holder closes its store or stops renewing.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -35,13 +42,18 @@ from .._checks import spans_of
 from .._notify import Notifier, Waiter
 from .._watchdog import ScanDebouncer
 from ..base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
-from . import _reads, _spans, _writes
+from . import _lease, _reads, _spans, _writes
 from ._db import Database
 from ._steps import Ctx, Effects
 
 __all__ = ["SqlLightningStore"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger("agl.store.sql")
+
+_WATCHDOG_LEASE = "watchdog"
+_MIN_LEASE_SECONDS = 10.0
 
 _MAX_POLL_INTERVAL = 0.1
 _FIRST_POLL_INTERVAL = 0.005
@@ -106,6 +118,9 @@ class SqlLightningStore(LightningStore):
         clock: Source of timestamps and of the watchdog's notion of now (tests pass a manual clock).
         scan_debounce_seconds: At most one watchdog scan for timed-out or unresponsive attempts per
             this many seconds of ``clock``; 0 scans on every watched call.
+        watchdog_lease_seconds: How long this process keeps the watchdog to itself among the processes
+            sharing the database without renewing it (default: 3 debounce periods, at least 10 s): how
+            long scans may pause when the process doing them dies.
         **engine_kwargs: Passed to SQLAlchemy's ``create_engine`` / ``create_async_engine``
             (e.g. ``pool_size``, ``connect_args``).
 
@@ -121,12 +136,18 @@ class SqlLightningStore(LightningStore):
         *,
         clock: Callable[[], float] = time.time,
         scan_debounce_seconds: float = 10.0,
+        watchdog_lease_seconds: float | None = None,
         **engine_kwargs: Any,
     ) -> None:
         self._db = Database(url, engine_kwargs)
         self._ctx = Ctx(clock=clock, dialect=self._db.dialect)
         self._clock = clock
         self._debouncer = ScanDebouncer(clock, scan_debounce_seconds)
+        if watchdog_lease_seconds is None:
+            watchdog_lease_seconds = max(3 * scan_debounce_seconds, _MIN_LEASE_SECONDS)
+        self._lease = _lease.Lease(_WATCHDOG_LEASE, watchdog_lease_seconds)
+        self._lease_holder = _lease.process_holder()
+        self._lease_held = False
         self._started = time.monotonic()
         self._queued = _Signal()
         self._finished = _Signal()
@@ -148,7 +169,19 @@ class SqlLightningStore(LightningStore):
             name=type(self).__name__, uptime=time.monotonic() - self._started, **counts
         )  # type: ignore[typeddict-item]
 
+    async def ensure_schema(self) -> None:
+        """Create or migrate the database's schema now instead of on first use (a server does it before
+        serving). Cheap and lock-free when the schema is current; concurrent calls share one check."""
+        await self._db.ensure_schema()
+
     async def close(self) -> None:
+        if self._lease_held:  # let another process take the watchdog over at once
+            self._lease_held = False
+            self._lease.forget()
+            with contextlib.suppress(Exception):  # (a database gone meanwhile: the lease expires)
+                await asyncio.wait_for(
+                    self._db.write(_lease.give_up, _WATCHDOG_LEASE, self._lease_holder), timeout=5
+                )
         await self._db.close()
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -172,10 +205,26 @@ class SqlLightningStore(LightningStore):
 
     async def _watchdog(self) -> None:
         """Mark timed-out and unresponsive attempts (debounced); each verdict is re-checked under a lock."""
-        if not self._debouncer.should_scan():
+        if not self._debouncer.should_scan() or not await self._hold_watchdog():
             return
         for rollout_id in await self._read(_writes.find_unhealthy):
             await self._write(_writes.apply_watchdog, rollout_id)
+
+    async def _hold_watchdog(self) -> bool:
+        """Whether this process runs the watchdog now (it holds, or has just taken, the lease)."""
+        now = self._clock()
+        fresh = self._lease.fresh(now)
+        if fresh is not None:
+            return fresh
+        held = await self._db.write(_lease.take, _WATCHDOG_LEASE, self._lease_holder, now, self._lease.ttl)
+        self._lease.record(now, held)
+        if held != self._lease_held:
+            self._lease_held = held
+            if held:
+                logger.info("watchdog: %s now runs the watchdog of this store", self._lease_holder)
+            else:
+                logger.info("watchdog: another process took the watchdog over from %s", self._lease_holder)
+        return held
 
     # -- rollouts and the queue ---------------------------------------------------------------
 

@@ -1,0 +1,336 @@
+"""``agl store --workers N``: several server processes on one listening socket, over one SQL database.
+
+The parent process prepares the database (schema, once), binds the socket, starts ``N`` worker processes
+(``spawn``: each a fresh interpreter) that all accept on it, and supervises them: a worker that dies is
+replaced (with a growing pause, and the parent gives up after too many deaths in a row); SIGINT/SIGTERM
+stop them all gracefully. What the workers share goes through the database:
+
+- long polls (``wait_for_rollouts``, dequeue with a timeout) poll it, so a write on one worker wakes a
+  waiter on another within the poll interval (100 ms at most);
+- the watchdog runs in one worker at a time (a lease row, see :mod:`agl.store.sql._lease`);
+- idempotent replays are kept in it (:class:`agl.store.sql.SqlReplayCache`), so a retried write is applied
+  once whichever worker it reaches, and after a restart too;
+- Prometheus metrics are written to ``PROMETHEUS_MULTIPROC_DIR`` (a temporary directory unless set) and
+  ``/metrics`` on any worker answers with the sum over all of them.
+
+Every answer carries ``agl-server-worker: <index>`` (the worker's number, 0-based).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agl.types.env import PROMETHEUS_MULTIPROC_DIR
+
+from ._http_middleware import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["WORKER_HEADER", "WorkerSettings", "check_backend", "serve_workers"]
+
+logger = logging.getLogger("agl.store.workers")
+
+WORKER_HEADER = "agl-server-worker"
+_STARTUP_SECONDS = 120.0
+_STOP_SECONDS = 10.0
+_MAX_QUICK_DEATHS = 5
+"""Worker deaths in a row, each within a minute of its start, after which the parent gives up."""
+
+
+@dataclass
+class WorkerSettings:
+    """What each worker needs to build its store and server (picklable: sent to spawned processes)."""
+
+    backend: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    token: str | None = None
+    cors_allow_origins: list[str] = field(default_factory=list)
+    max_body_bytes: int = 64 * 1024 * 1024
+    debug: bool = False
+    metrics_public: bool = False
+    watchdog_interval: float | None = None
+    log_level: str = "INFO"
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """Names this run of the server: idempotency keys held by requests of an earlier run are stale."""
+
+
+def check_backend(backend: str, workers: int) -> None:
+    """Refuse ``workers`` server processes for a backend they cannot share (ValueError says why)."""
+    if workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {workers}")
+    if workers == 1:
+        return
+    text = backend.strip()
+    if text in ("", "memory"):
+        raise ValueError(
+            f"--workers {workers} needs a SQL backend (--backend sqlite:///path/to/file.db or "
+            "postgresql://user:pw@host/db): the in-memory store lives inside one process, so several "
+            "workers would each have their own; use --workers 1 for the memory backend"
+        )
+    if text.startswith(("http://", "https://")):
+        raise ValueError(
+            f"--workers {workers} cannot serve another store server ({text}); point the workers at its "
+            "database instead"
+        )
+
+
+class _TagWorker:
+    """Adds ``agl-server-worker: <index>`` to every answer."""
+
+    def __init__(self, app: ASGIApp, index: int) -> None:
+        self.app = app
+        self._header = (WORKER_HEADER.encode(), str(index).encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def tagged(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), self._header]}
+            await send(message)
+
+        await self.app(scope, receive, tagged)
+
+
+def tag_worker(app: ASGIApp, index: int) -> ASGIApp:
+    """``app`` answering with the ``agl-server-worker`` header of worker ``index``."""
+    return _TagWorker(app, index)
+
+
+# -- a worker ------------------------------------------------------------------------------------
+
+
+def _worker_main(settings: WorkerSettings, sock: socket.socket | None, index: int, ready: Any) -> None:
+    """Entry point of a worker process: serve on the inherited socket (``None``: on its own
+    ``SO_REUSEPORT`` socket on the same port) until SIGINT/SIGTERM."""
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format=f"%(asctime)s %(levelname)s %(name)s[worker {index}]: %(message)s",
+    )
+    from .cli import open_store_backend
+    from .server import LightningStoreServer
+
+    store = open_store_backend(settings.backend, watchdog_interval=settings.watchdog_interval)
+    server = LightningStoreServer(
+        store,
+        host=settings.host,
+        port=settings.port,
+        token=settings.token,
+        cors_allow_origins=settings.cors_allow_origins,
+        max_body_bytes=settings.max_body_bytes,
+        debug=settings.debug,
+        metrics_public=settings.metrics_public,
+    )
+    server._worker_index = index  # pyright: ignore[reportPrivateUsage]
+    server._run_id = settings.run_id  # pyright: ignore[reportPrivateUsage]
+    if sock is None:
+        sock = _bind(settings.host, settings.port, reuse_port=True)
+    server._prebound = sock  # pyright: ignore[reportPrivateUsage]
+    try:
+        server.run_forever(on_started=lambda: ready.put((index, os.getpid())))
+    finally:
+        asyncio.run(store.close())
+
+
+# -- the parent ----------------------------------------------------------------------------------
+
+
+_REUSE_PORT = sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
+"""Each worker listens on its own socket (``SO_REUSEPORT``) and the kernel spreads connections evenly
+over them; with one shared socket, the worker that happens to wake first takes most connections."""
+
+
+def _bind(host: str, port: int, *, listen: bool = True, reuse_port: bool = False) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    if listen:  # (the parent's SO_REUSEPORT socket only reserves the port: it never accepts)
+        sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _prepare_database(settings: WorkerSettings) -> None:
+    """Create or migrate the schema once, before any worker serves."""
+    from ._open import open_store
+
+    async def prepare() -> None:
+        store = open_store(settings.backend)
+        try:
+            ensure = getattr(store, "ensure_schema", None)
+            if ensure is not None:
+                await ensure()
+        finally:
+            await store.close()
+
+    asyncio.run(prepare())
+
+
+@contextlib.contextmanager
+def _metrics_dir() -> Any:
+    """``PROMETHEUS_MULTIPROC_DIR`` for the workers: the one set (its old files removed) or a new one."""
+    given = PROMETHEUS_MULTIPROC_DIR.get()
+    if given:
+        path = Path(given)
+        path.mkdir(parents=True, exist_ok=True)
+        for stale in path.glob("*.db"):  # counters of an earlier run would be added to this one's
+            stale.unlink(missing_ok=True)
+        yield path
+        return
+    path = Path(tempfile.mkdtemp(prefix="agl-store-metrics-"))
+    os.environ[PROMETHEUS_MULTIPROC_DIR.name] = str(path)
+    try:
+        yield path
+    finally:
+        os.environ.pop(PROMETHEUS_MULTIPROC_DIR.name, None)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _mark_dead(pid: int | None) -> None:
+    if pid is None:
+        return
+    with contextlib.suppress(Exception):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)
+
+
+def serve_workers(
+    settings: WorkerSettings, workers: int, on_started: Callable[[str], None] | None = None
+) -> int:
+    """Serve with ``workers`` processes until SIGINT/SIGTERM; the exit status of ``agl store``.
+
+    ``on_started`` is called with the endpoint once every worker accepts requests.
+    """
+    check_backend(settings.backend, workers)
+    _prepare_database(settings)
+    sock = _bind(settings.host, settings.port, listen=not _REUSE_PORT, reuse_port=_REUSE_PORT)
+    settings.port = sock.getsockname()[1]
+    shared = None if _REUSE_PORT else sock
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Queue()
+    stopping = False
+
+    def stop(*_: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    procs: dict[int, Any] = {}
+    started_at: dict[int, float] = {}
+    try:
+        with _metrics_dir():
+            try:
+                return _supervise(
+                    settings, workers, ctx, shared, ready, procs, started_at, on_started, lambda: stopping
+                )
+            finally:
+                _stop_all(procs)
+    finally:
+        sock.close()
+        ready.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _supervise(
+    settings: WorkerSettings,
+    workers: int,
+    ctx: Any,
+    sock: socket.socket | None,
+    ready: Any,
+    procs: dict[int, Any],
+    started_at: dict[int, float],
+    on_started: Callable[[str], None] | None,
+    stopping: Callable[[], bool],
+) -> int:
+    def start(index: int) -> None:
+        proc = ctx.Process(
+            target=_worker_main,
+            args=(settings, sock, index, ready),
+            name=f"agl-store-worker-{index}",
+            daemon=False,
+        )
+        proc.start()
+        procs[index], started_at[index] = proc, time.monotonic()
+
+    for index in range(workers):
+        start(index)
+    up: set[int] = set()
+    deadline = time.monotonic() + _STARTUP_SECONDS
+    while len(up) < workers and not stopping():
+        with contextlib.suppress(Exception):
+            up.add(ready.get(timeout=0.2)[0])
+        dead = [i for i, p in procs.items() if i not in up and not p.is_alive()]
+        if dead or time.monotonic() > deadline:
+            why = f"worker {dead[0]} exited with {procs[dead[0]].exitcode}" if dead else "timed out"
+            logger.error("agl store: the workers failed to start (%s)", why)
+            return 1
+    if stopping():
+        return 0
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    if settings.host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    if on_started is not None:
+        on_started(f"http://{host}:{settings.port}")
+    quick_deaths = 0
+    while not stopping():
+        multiprocessing.connection.wait([p.sentinel for p in procs.values()], timeout=0.5)
+        for index, proc in list(procs.items()):
+            if proc.is_alive() or stopping():
+                continue
+            lived = time.monotonic() - started_at[index]
+            quick_deaths = quick_deaths + 1 if lived < 60 else 0
+            _mark_dead(proc.pid)
+            if quick_deaths > _MAX_QUICK_DEATHS:
+                logger.error("agl store: workers keep dying (%d in a row); stopping", quick_deaths)
+                return 1
+            pause = min(0.5 * 2 ** max(quick_deaths - 1, 0), 10.0)
+            logger.warning(
+                "agl store: worker %d (pid %s) exited with %s; starting a new one in %.1f s",
+                index,
+                proc.pid,
+                proc.exitcode,
+                pause,
+            )
+            time.sleep(pause)
+            start(index)
+    return 0
+
+
+def _stop_all(procs: dict[int, Any]) -> None:
+    for proc in procs.values():
+        if proc.is_alive() and proc.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + _STOP_SECONDS
+    for proc in procs.values():
+        proc.join(max(deadline - time.monotonic(), 0.1))
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+        _mark_dead(proc.pid)
