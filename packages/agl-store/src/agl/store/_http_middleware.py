@@ -6,17 +6,23 @@ request and can act before the body is read.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
-import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from ._http_models import API_PREFIX, IDEMPOTENCY_HEADER
+from ._http_replay import MemoryReplayCache, RecordedAnswer, ReplayCache
 
-__all__ = ["BearerTokenMiddleware", "BodySizeLimitMiddleware", "IdempotencyMiddleware", "json_error"]
+__all__ = [
+    "BearerTokenMiddleware",
+    "BodySizeLimitMiddleware",
+    "IdempotencyMiddleware",
+    "json_error",
+    "replay_key",
+    "send_replay",
+    "serve_idempotent",
+]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -140,24 +146,15 @@ class BodySizeLimitMiddleware:
                 raise
 
 
-class _Entry:
-    __slots__ = ("created", "done", "response", "size")
-
-    def __init__(self) -> None:
-        self.created = time.monotonic()
-        self.done = asyncio.Event()
-        self.response: tuple[Message, list[Message]] | None = None
-        self.size = 0
-
-
 class IdempotencyMiddleware:
     """Replay the first answer to a request whose ``Idempotency-Key`` was seen recently.
 
     The client sends a fresh key with every write and the same key on its retries, so a write whose
     answer was lost (connection dropped, timeout) is applied exactly once. A retry that arrives while
     the first request is still running waits for it. Server faults (5xx) are not remembered, so they can
-    be retried for real. The cache is bounded by ``max_entries``, ``max_bytes`` of answers and ``ttl_seconds``
-    (oldest first), so a retry must come within those bounds: the client's back-off is seconds.
+    be retried for real. Answers are kept in ``cache`` (by default a :class:`MemoryReplayCache` bounded by
+    ``max_entries``, ``max_bytes`` of answers and ``ttl_seconds``, oldest first), so a retry must come within
+    those bounds: the client's back-off is seconds.
     """
 
     def __init__(
@@ -166,67 +163,62 @@ class IdempotencyMiddleware:
         max_entries: int = 20_000,
         max_bytes: int = 64 * 1024 * 1024,
         ttl_seconds: float = 600.0,
+        cache: ReplayCache | None = None,
     ) -> None:
         self.app = app
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes
-        self.ttl_seconds = ttl_seconds
-        self._entries: OrderedDict[bytes, _Entry] = OrderedDict()
-        self._bytes = 0
-
-    def _evict(self) -> None:
-        now = time.monotonic()
-        while self._entries:
-            key, entry = next(iter(self._entries.items()))
-            over = len(self._entries) > self.max_entries or self._bytes > self.max_bytes
-            if over or now - entry.created > self.ttl_seconds:
-                if not entry.done.is_set():
-                    break  # never drop an entry whose request is still running
-                del self._entries[key]
-                self._bytes -= entry.size
-            else:
-                break
+        self.cache: ReplayCache = cache or MemoryReplayCache(max_entries, max_bytes, ttl_seconds)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        key = _header(scope, IDEMPOTENCY_HEADER.lower().encode()) if scope["type"] == "http" else None
+        key = _header(scope, _IDEMPOTENCY) if scope["type"] == "http" else None
         if key is None or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        key = scope["path"].encode() + b"\x00" + key
-        entry = self._entries.get(key)
-        if entry is not None:
-            await entry.done.wait()
-            if entry.response is not None:
-                start, bodies = entry.response
-                headers = [*start["headers"], (b"agl-replayed", b"true")]
-                await send({**start, "headers": headers})
-                for body in bodies:
-                    await send(body)
-                return
-            # The first try ended in a server fault or was cut off: run this one for real.
-        entry = _Entry()
-        self._entries[key] = entry
-        self._evict()
-        start_message: Message | None = None
-        bodies: list[Message] = []
+        await serve_idempotent(self.cache, replay_key(scope, key), self.app, scope, receive, send)
 
-        async def recording_send(message: Message) -> None:
-            nonlocal start_message
-            if message["type"] == "http.response.start":
-                start_message = message
-            elif message["type"] == "http.response.body":
-                bodies.append(message)
-            await send(message)
 
-        try:
-            await self.app(scope, receive, recording_send)
-        finally:
-            complete = bodies and not bodies[-1].get("more_body", False)
-            if start_message is not None and start_message["status"] < 500 and complete:
-                entry.response = (start_message, bodies)
-                entry.size = sum(len(b.get("body", b"")) for b in bodies)
-                self._bytes += entry.size
-            elif self._entries.get(key) is entry:
-                del self._entries[key]
-            entry.done.set()
-            self._evict()
+_IDEMPOTENCY = IDEMPOTENCY_HEADER.lower().encode()
+_REPLAYED = (b"agl-replayed", b"true")
+
+
+def replay_key(scope: Scope, key: bytes) -> bytes:
+    """The cache key of a request: its path and its ``Idempotency-Key``."""
+    return scope["path"].encode() + b"\x00" + key
+
+
+async def send_replay(send: Send, answer: RecordedAnswer) -> None:
+    """Send a remembered answer again, marked ``agl-replayed: true``."""
+    headers = [*answer.headers, _REPLAYED]
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": answer.body})
+
+
+async def serve_idempotent(
+    cache: ReplayCache, key: bytes, app: ASGIApp, scope: Scope, receive: Receive, send: Send
+) -> None:
+    """Replay the answer remembered under ``key``, or run ``app`` and remember its answer (not a 5xx)."""
+    answer = await cache.claim(key)
+    if answer is not None:
+        await send_replay(send, answer)
+        return
+    status = 0
+    headers: list[tuple[bytes, bytes]] = []
+    bodies: list[bytes] = []
+    complete = False
+
+    async def recording_send(message: Message) -> None:
+        nonlocal status, headers, complete
+        kind = message["type"]
+        if kind == "http.response.start":
+            status, headers = message["status"], list(message.get("headers", ()))
+        elif kind == "http.response.body":
+            bodies.append(message.get("body", b""))
+            complete = not message.get("more_body", False)
+        await send(message)
+
+    recorded: RecordedAnswer | None = None
+    try:
+        await app(scope, receive, recording_send)
+        if status and status < 500 and complete:
+            recorded = RecordedAnswer(status, headers, b"".join(bodies))
+    finally:
+        await cache.release(key, recorded)
