@@ -18,10 +18,14 @@ __all__ = [
     "BearerTokenMiddleware",
     "BodySizeLimitMiddleware",
     "IdempotencyMiddleware",
+    "bad_content_length",
     "json_error",
     "replay_key",
+    "send_pair",
     "send_replay",
     "serve_idempotent",
+    "too_large",
+    "unauthorized",
 ]
 
 Scope = MutableMapping[str, Any]
@@ -46,10 +50,34 @@ def json_error(
     )
 
 
-async def _send_error(send: Send, status: int, detail: str, error_type: str, **kw: Any) -> None:
-    start, body = json_error(status, detail, error_type, **kw)
-    await send(start)
-    await send(body)
+def unauthorized(given: bytes) -> tuple[Message, Message]:
+    """The 401 answer to a request whose ``Authorization`` header is ``given`` (empty: none)."""
+    reason = "missing Authorization header" if not given else "wrong bearer token"
+    return json_error(
+        401,
+        f"{reason}: this store needs 'Authorization: Bearer <token>' (the server's token or AGL_STORE_TOKEN)",
+        "AuthenticationError",
+        extra_headers=[(b"www-authenticate", b"Bearer")],
+    )
+
+
+def too_large(max_body_bytes: int) -> tuple[Message, Message]:
+    """The 413 answer to a body over ``max_body_bytes``."""
+    return json_error(
+        413,
+        f"request body exceeds the server's limit of {max_body_bytes} bytes; send smaller "
+        "batches or start the server with a larger max_body_bytes",
+        "PayloadTooLarge",
+    )
+
+
+def bad_content_length(declared: bytes) -> tuple[Message, Message]:
+    return json_error(400, f"invalid Content-Length header {declared!r}", "InvalidRequestError")
+
+
+async def send_pair(send: Send, answer: tuple[Message, Message]) -> None:
+    await send(answer[0])
+    await send(answer[1])
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -72,14 +100,7 @@ class BearerTokenMiddleware:
             return
         given = _header(scope, b"authorization") or b""
         if not hmac.compare_digest(given, self._expected):
-            reason = "missing Authorization header" if not given else "wrong bearer token"
-            await _send_error(
-                send,
-                401,
-                f"{reason}: this store needs 'Authorization: Bearer <token>' (the server's token or AGL_STORE_TOKEN)",
-                "AuthenticationError",
-                extra_headers=[(b"www-authenticate", b"Bearer")],
-            )
+            await send_pair(send, unauthorized(given))
             return
         await self.app(scope, receive, send)
 
@@ -95,12 +116,6 @@ class BodySizeLimitMiddleware:
         self.app = app
         self.max_body_bytes = max_body_bytes
 
-    def _message(self) -> str:
-        return (
-            f"request body exceeds the server's limit of {self.max_body_bytes} bytes; send smaller "
-            "batches or start the server with a larger max_body_bytes"
-        )
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -110,12 +125,10 @@ class BodySizeLimitMiddleware:
             try:
                 too_big = int(declared) > self.max_body_bytes
             except ValueError:
-                await _send_error(
-                    send, 400, f"invalid Content-Length header {declared!r}", "InvalidRequestError"
-                )
+                await send_pair(send, bad_content_length(declared))
                 return
             if too_big:
-                await _send_error(send, 413, self._message(), "PayloadTooLarge")
+                await send_pair(send, too_large(self.max_body_bytes))
                 return
 
         received = 0
@@ -130,7 +143,7 @@ class BodySizeLimitMiddleware:
                 received += len(message.get("body", b""))
                 if received > self.max_body_bytes:
                     rejected = True
-                    await _send_error(send, 413, self._message(), "PayloadTooLarge")
+                    await send_pair(send, too_large(self.max_body_bytes))
                     # The app sees a disconnect and stops reading; its own answer is dropped below.
                     return {"type": "http.disconnect"}
             return message

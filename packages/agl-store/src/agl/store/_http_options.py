@@ -5,6 +5,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._http_replay import ReplayCache
 
 __all__ = ["AppOptions"]
 
@@ -22,3 +26,5 @@ class AppOptions:
     """Set when the server stops: long polls end early with what they have."""
     metrics_public: bool = False
     """Serve ``/metrics`` without the bearer token."""
+    replay_cache: ReplayCache | None = field(default=None, repr=False)
+    """Where idempotent answers are kept for replays (default: a :class:`MemoryReplayCache` per app)."""
