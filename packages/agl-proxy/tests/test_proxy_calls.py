@@ -245,8 +245,8 @@ async def test_backend_4xx_is_relayed_and_recorded(
     async with running_proxy(store, standin) as proxy:
         url = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint
         async with httpx.AsyncClient() as http:
-            # The stand-in rejects a prompt that is neither text nor token ids.
-            r = await http.post(f"{url}/completions", json={"model": "m", "prompt": {"a": 1}})
+            # The stand-in rejects a batch of prompts (the proxy passes it on: OpenAI's API allows it).
+            r = await http.post(f"{url}/completions", json={"model": "m", "prompt": ["a", "b"]})
         assert r.status_code == 400
         [span] = await llm_spans(store, rollout, 1)
     assert span.status.status_code == "ERROR" and span.attributes[G.ERROR_TYPE.value] == "http_400"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
 import time
@@ -13,6 +14,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from ._assemble import ResponseAssembler, SSEParser
+from ._checks import check_litellm_kwargs, check_request
 from ._record import CallRecord, parse_traceparent
 from ._recorder import SpanRecorder
 from ._router import DIRECT_PROVIDERS, Deployment, ModelRouter
@@ -130,13 +132,13 @@ class ProxyApp:
                 )
             rollout_id, attempt_id = unquote(parts[2]), unquote(parts[4])
             path = "/" + (parts[5] if len(parts) > 5 else "")
-        elif b"x-rollout-id" in headers and b"x-attempt-id" in headers:
-            rollout_id = headers[b"x-rollout-id"].decode() or None
-            attempt_id = headers[b"x-attempt-id"].decode() or None
         if path in ("/health", "/v1/health"):
             await _send_json(send, 200, {"status": "ok"})
             return
         self._check_auth(headers)
+        if rollout_id is None and b"x-rollout-id" in headers and b"x-attempt-id" in headers:
+            rollout_id = _header_text(headers, b"x-rollout-id") or None
+            attempt_id = _header_text(headers, b"x-attempt-id") or None
         endpoint = _ENDPOINTS.get(path)
         if endpoint is not None:
             if method != "POST":
@@ -158,7 +160,7 @@ class ProxyApp:
 
     def _check_auth(self, headers: dict[bytes, bytes]) -> None:
         token = self.settings.auth_token
-        if token and headers.get(b"authorization", b"").decode() != f"Bearer {token}":
+        if token and not hmac.compare_digest(headers.get(b"authorization", b""), f"Bearer {token}".encode()):
             raise _HTTPError(
                 401, "missing or wrong bearer token (Authorization: Bearer <token>)", "authentication_error"
             )
@@ -197,7 +199,8 @@ class ProxyApp:
                 provider=deployment.provider,
                 deployment_model=deployment.litellm_model,
                 api_base=deployment.api_base,
-                traceparent=parse_traceparent(headers.get(b"traceparent", b"").decode() or None),
+                # An invalid traceparent (not ASCII, malformed) is ignored, as W3C trace context says.
+                traceparent=parse_traceparent(headers.get(b"traceparent", b"").decode("latin-1") or None),
             )
         else:
             self.unattributed_calls += 1
@@ -280,7 +283,7 @@ class ProxyApp:
             out_headers["Authorization"] = f"Bearer {deployment.api_key}"
         if call is not None:
             call.route = "direct"
-        body = json.dumps(self._upstream_request(deployment, endpoint, request)).encode()
+        body = _dumps(self._upstream_request(deployment, endpoint, request))
         try:
             response = await self.session.post(url, data=body, headers=out_headers)
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
@@ -378,6 +381,9 @@ class ProxyApp:
         if call is not None:
             call.route = "litellm"
         kwargs = dict(request)
+        problem = check_litellm_kwargs(kwargs)
+        if problem is not None:
+            raise _HTTPError(400, problem)
         if self.settings.return_token_ids and deployment.provider in DIRECT_PROVIDERS:
             kwargs["extra_body"] = {**(kwargs.get("extra_body") or {}), "return_token_ids": True}
         if self.settings.request_logprobs and endpoint == "chat.completions":
@@ -389,9 +395,9 @@ class ProxyApp:
             else:
                 result = await router.atext_completion(**kwargs)
         except Exception as exc:
-            status = getattr(exc, "status_code", None)
-            status = status if isinstance(status, int) and 400 <= status < 600 else 502
-            raise _HTTPError(status, f"{type(exc).__name__}: {exc}", "upstream_error") from None
+            status = _gateway_status(exc)
+            kind = "bad_gateway" if status == 502 else "upstream_error"
+            raise _HTTPError(status, f"{type(exc).__name__}: {exc}", kind) from None
         if call is not None:
             call.http_status = 200
         if not stream:
@@ -417,17 +423,43 @@ def _parse_request(body: bytes, endpoint: str) -> dict[str, Any]:
         request = json.loads(body)
     except ValueError as exc:
         raise _HTTPError(400, f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise _HTTPError(400, "request body is nested too deeply to be a completion request") from None
     if not isinstance(request, dict):
         raise _HTTPError(400, "request body must be a JSON object")
-    if not isinstance(request.get("model"), str) or not request["model"]:
-        raise _HTTPError(400, "'model' is required: the model name as listed by GET /v1/models")
-    if endpoint == "chat.completions":
-        messages = request.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise _HTTPError(400, "'messages' must be a non-empty list of chat messages")
-    elif "prompt" not in request:
-        raise _HTTPError(400, "'prompt' is required for /v1/completions")
+    # Every client mistake is answered here, before the Router: a failure there would count against
+    # the (healthy) backend and could put it in cooldown for every other client.
+    problem = check_request(request, endpoint)
+    if problem is not None:
+        raise _HTTPError(400, problem)
     return request
+
+
+def _dumps(payload: Any) -> bytes:
+    try:
+        return json.dumps(payload).encode()
+    except (RecursionError, ValueError) as exc:  # cannot happen for what json.loads accepted, but bounded
+        raise _HTTPError(400, f"request cannot be forwarded as JSON: {type(exc).__name__}") from None
+
+
+def _header_text(headers: dict[bytes, bytes], name: bytes) -> str:
+    try:
+        return headers[name].decode()
+    except UnicodeDecodeError:
+        raise _HTTPError(400, f"the {name.decode()} header must be UTF-8 text") from None
+
+
+def _gateway_status(exc: Exception) -> int:
+    """The proxy's status for a failed LiteLLM call: the backend's client errors (4xx) and 503 are passed on;
+    a backend that could not be reached, timed out (504) or failed is a bad gateway (502), never a 500."""
+    status = getattr(exc, "status_code", None)
+    if not isinstance(status, int):
+        return 502
+    if status == 408 or "Timeout" in type(exc).__name__:
+        return 504
+    if 400 <= status < 500 or status == 503:
+        return status
+    return 502
 
 
 def _record_whole(call: CallRecord, endpoint: str, data: bytes, status: int) -> None:

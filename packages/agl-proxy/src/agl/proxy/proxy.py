@@ -10,6 +10,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from agl.store.serving import ConnectionLimits, server_protocol_class
 from agl.types import LLM, ProxyLLM
 from agl.types.env import PROXY_TOKEN
 
@@ -53,6 +54,8 @@ class LLMProxy:
         router_kwargs: extra arguments for ``litellm.Router`` (routing strategy, retries...).
         launch_mode: ``"thread"`` serves on a private event loop in a daemon thread (the default: the proxy
             keeps answering while the caller's loop is busy); ``"asyncio"`` serves on the caller's loop.
+        connection_limits: how long a client may leave a connection idle (default 60 s) or a request's head
+            or body half-sent before the proxy closes it (:class:`agl.store.ConnectionLimits`).
     """
 
     def __init__(
@@ -71,6 +74,7 @@ class LLMProxy:
         router_kwargs: dict[str, Any] | None = None,
         launch_mode: Literal["thread", "asyncio"] = "thread",
         metrics_public: bool = False,
+        connection_limits: ConnectionLimits | None = None,
     ) -> None:
         if model_list is not None:
             validate_model_list(model_list)
@@ -98,6 +102,10 @@ class LLMProxy:
         self._recorder: SpanRecorder | None = None
         self._bound_port: int | None = None
         self.metrics_public = metrics_public
+        if connection_limits is not None and not isinstance(connection_limits, ConnectionLimits):
+            raise TypeError("connection_limits must be an agl.store.ConnectionLimits")
+        # Agents reuse connections between turns: a short idle limit races their pools.
+        self.connection_limits = connection_limits or ConnectionLimits(idle_seconds=60.0)
         self._llm_metrics: Any = None
 
     # -- configuration --------------------------------------------------------------------------
@@ -210,12 +218,12 @@ class LLMProxy:
         token, public = self.settings.auth_token, self.metrics_public
         config = uvicorn.Config(
             wrap_app(self._app, token=token, public=public, llm=self._llm_metrics),
-            http="httptools",
+            http=server_protocol_class("httptools", coalesce=False, limits=self.connection_limits),
             lifespan="off",
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=5,
-            timeout_keep_alive=60,  # agents reuse connections between turns; 5 s races their pools
+            timeout_keep_alive=max(1, round(self.connection_limits.idle_seconds)),
             limit_concurrency=None,
             backlog=4096,
         )

@@ -6,7 +6,7 @@ import argparse
 import sys
 from urllib.parse import urlsplit
 
-from agl.store.cli import add_log_level, configure_logging
+from agl.store.cli import add_log_level, add_token_options, configure_logging, read_token
 from agl.types.env import SERVER_HOST, SERVER_PORT
 
 __all__ = ["runner_command"]
@@ -22,7 +22,7 @@ def _parser() -> argparse.ArgumentParser:
         "agent", help="import path of the agent: 'package.module:agent' (a @rollout function or LitAgent)"
     )
     parser.add_argument("--store", default=default_store, help=f"store server URL (default: {default_store})")
-    parser.add_argument("--token", default=None, help="bearer token of the store (default: AGL_STORE_TOKEN)")
+    add_token_options(parser, "bearer token of the store", "AGL_STORE_TOKEN")
     parser.add_argument("--n-runners", type=int, default=1, help="runner processes (default: 1)")
     parser.add_argument(
         "--concurrency", type=int, default=1, help="rollouts each runner executes at once (default: 1)"
@@ -52,6 +52,7 @@ def runner_command(argv: list[str]) -> int:
         print(f"agl runner: --store must look like http://host:port, got {args.store!r}", file=sys.stderr)
         return 2
     try:
+        token = read_token(args)
         agent = build_component(load_object(args.agent), LitAgent, spec_name="agent")
         from agl.tracer import Tracer
 
@@ -63,7 +64,7 @@ def runner_command(argv: list[str]) -> int:
             server_port=url.port,
             n_runners=args.n_runners,
             managed_store=True,
-            token=args.token,
+            token=token,
         )
     except (ValueError, TypeError) as exc:
         print(f"agl runner: {exc}", file=sys.stderr)

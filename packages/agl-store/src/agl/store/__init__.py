@@ -14,18 +14,25 @@ from .memory import InMemoryLightningStore
 if TYPE_CHECKING:
     from .client import LightningStoreClient
     from .server import LightningStoreServer
+    from .serving import ConnectionLimits
     from .sql import SqlLightningStore
 
 # The HTTP server and client pull in FastAPI/uvicorn/aiohttp: imported on first use only.
 __getattr__, __dir__ = lazy_exports(
     __name__,
-    {"LightningStoreServer": ".server", "LightningStoreClient": ".client", "SqlLightningStore": ".sql"},
+    {
+        "LightningStoreServer": ".server",
+        "LightningStoreClient": ".client",
+        "SqlLightningStore": ".sql",
+        "ConnectionLimits": ".serving",
+    },
     globals(),
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ConnectionLimits",
     "InMemoryLightningStore",
     "LightningStore",
     "LightningStoreCapabilities",

@@ -29,6 +29,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ._http_hot import HotPathMiddleware
 from ._http_middleware import (
     ASGIApp,
     BearerTokenMiddleware,
@@ -79,6 +80,7 @@ from ._http_ops import (
     validation_reply,
 )
 from ._http_options import AppOptions
+from ._http_replay import MemoryReplayCache
 from .base import LightningStore
 
 __all__ = ["AppOptions", "create_app", "create_asgi_app"]
@@ -116,11 +118,9 @@ class _FaultMiddleware:
         try:
             await self.app(scope, receive, tracking_send)
         except Exception as exc:
-            mapped = error_reply(exc)  # a database error on the fast path: 4xx or 503, not a fault
-            if mapped is None:
-                logger.exception("store server fault on %s %s", scope.get("method"), scope.get("path"))
+            logger.exception("store server fault on %s %s", scope.get("method"), scope.get("path"))
             if not started:
-                await send_reply(send, mapped if mapped is not None else fault_reply(exc, self.debug))
+                await send_reply(send, fault_reply(exc, self.debug))
 
 
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -140,28 +140,38 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[FastAPI, ASGIApp]:
     """The FastAPI app over ``store`` (routes, OpenAPI schema) and the ASGI app to serve.
 
-    Served stack, outermost first: CORS → metrics (``/metrics``, request counts) → dashboard (static
-    files) → bearer token → size cap → idempotent replay → fault barrier → fast path for the hot routes →
-    FastAPI.
+    Served stack, outermost first: CORS → hot path (the hot routes, in one pass: :mod:`._http_hot`) →
+    metrics (``/metrics``, request counts) → dashboard (static files) → bearer token → size cap →
+    idempotent replay → fault barrier → fast path for the hot routes → FastAPI.
     """
-    app = create_app(store, options)
-    asgi: ASGIApp = FastPathMiddleware(app, HotOps(store, options))
-    asgi = _FaultMiddleware(asgi, debug=options.debug)
-    asgi = IdempotencyMiddleware(asgi, cache=options.replay_cache)
-    asgi = BodySizeLimitMiddleware(asgi, max_body_bytes=options.max_body_bytes)
-    if options.token:
-        asgi = BearerTokenMiddleware(asgi, token=options.token)
     from .dashboard import DashboardMiddleware
     from .metrics import MetricsMiddleware, StoreFigures
 
+    app = create_app(store, options)
+    cache = options.replay_cache or MemoryReplayCache()
+    fast = FastPathMiddleware(app, HotOps(store, options))
+    asgi: ASGIApp = _FaultMiddleware(fast, debug=options.debug)
+    asgi = IdempotencyMiddleware(asgi, cache=cache)
+    asgi = BodySizeLimitMiddleware(asgi, max_body_bytes=options.max_body_bytes)
+    if options.token:
+        asgi = BearerTokenMiddleware(asgi, token=options.token)
     asgi = DashboardMiddleware(asgi)
-    asgi = MetricsMiddleware(
+    metrics = MetricsMiddleware(
         asgi,
         namespace="agl_store",
         token=options.token,
         public=options.metrics_public,
         figures=StoreFigures(store),
         include_default=True,
+    )
+    asgi = HotPathMiddleware(
+        metrics,
+        fast,
+        token=options.token,
+        max_body_bytes=options.max_body_bytes,
+        cache=cache,
+        metrics=metrics,
+        debug=options.debug,
     )
     origins = [o.strip() for o in options.cors_allow_origins if o and o.strip()]
     if origins:
@@ -457,8 +467,7 @@ def _install_error_handlers(app: FastAPI, debug: bool) -> None:
         return response
 
     async def fault(request: Request, exc: Exception) -> Response:
-        reply = error_reply(exc)  # a database error or a too deep request is not a server fault
-        return _reply(reply if reply is not None else fault_reply(exc, debug))
+        return _reply(fault_reply(exc, debug))
 
     app.add_exception_handler(
         ValueError, mapped

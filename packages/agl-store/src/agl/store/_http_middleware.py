@@ -6,18 +6,27 @@ request and can act before the body is read.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
-import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from ._http_models import API_PREFIX, IDEMPOTENCY_HEADER
-from ._http_replay import RecordedAnswer, ReplayCache
+from ._http_replay import MemoryReplayCache, RecordedAnswer, ReplayCache
 
-__all__ = ["BearerTokenMiddleware", "BodySizeLimitMiddleware", "IdempotencyMiddleware", "json_error"]
+__all__ = [
+    "BearerTokenMiddleware",
+    "BodySizeLimitMiddleware",
+    "IdempotencyMiddleware",
+    "bad_content_length",
+    "json_error",
+    "replay_key",
+    "send_pair",
+    "send_replay",
+    "serve_idempotent",
+    "too_large",
+    "unauthorized",
+]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -41,10 +50,34 @@ def json_error(
     )
 
 
-async def _send_error(send: Send, status: int, detail: str, error_type: str, **kw: Any) -> None:
-    start, body = json_error(status, detail, error_type, **kw)
-    await send(start)
-    await send(body)
+def unauthorized(given: bytes) -> tuple[Message, Message]:
+    """The 401 answer to a request whose ``Authorization`` header is ``given`` (empty: none)."""
+    reason = "missing Authorization header" if not given else "wrong bearer token"
+    return json_error(
+        401,
+        f"{reason}: this store needs 'Authorization: Bearer <token>' (the server's token or AGL_STORE_TOKEN)",
+        "AuthenticationError",
+        extra_headers=[(b"www-authenticate", b"Bearer")],
+    )
+
+
+def too_large(max_body_bytes: int) -> tuple[Message, Message]:
+    """The 413 answer to a body over ``max_body_bytes``."""
+    return json_error(
+        413,
+        f"request body exceeds the server's limit of {max_body_bytes} bytes; send smaller "
+        "batches or start the server with a larger max_body_bytes",
+        "PayloadTooLarge",
+    )
+
+
+def bad_content_length(declared: bytes) -> tuple[Message, Message]:
+    return json_error(400, f"invalid Content-Length header {declared!r}", "InvalidRequestError")
+
+
+async def send_pair(send: Send, answer: tuple[Message, Message]) -> None:
+    await send(answer[0])
+    await send(answer[1])
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -67,14 +100,7 @@ class BearerTokenMiddleware:
             return
         given = _header(scope, b"authorization") or b""
         if not hmac.compare_digest(given, self._expected):
-            reason = "missing Authorization header" if not given else "wrong bearer token"
-            await _send_error(
-                send,
-                401,
-                f"{reason}: this store needs 'Authorization: Bearer <token>' (the server's token or AGL_STORE_TOKEN)",
-                "AuthenticationError",
-                extra_headers=[(b"www-authenticate", b"Bearer")],
-            )
+            await send_pair(send, unauthorized(given))
             return
         await self.app(scope, receive, send)
 
@@ -90,12 +116,6 @@ class BodySizeLimitMiddleware:
         self.app = app
         self.max_body_bytes = max_body_bytes
 
-    def _message(self) -> str:
-        return (
-            f"request body exceeds the server's limit of {self.max_body_bytes} bytes; send smaller "
-            "batches or start the server with a larger max_body_bytes"
-        )
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -105,12 +125,10 @@ class BodySizeLimitMiddleware:
             try:
                 too_big = int(declared) > self.max_body_bytes
             except ValueError:
-                await _send_error(
-                    send, 400, f"invalid Content-Length header {declared!r}", "InvalidRequestError"
-                )
+                await send_pair(send, bad_content_length(declared))
                 return
             if too_big:
-                await _send_error(send, 413, self._message(), "PayloadTooLarge")
+                await send_pair(send, too_large(self.max_body_bytes))
                 return
 
         received = 0
@@ -125,7 +143,7 @@ class BodySizeLimitMiddleware:
                 received += len(message.get("body", b""))
                 if received > self.max_body_bytes:
                     rejected = True
-                    await _send_error(send, 413, self._message(), "PayloadTooLarge")
+                    await send_pair(send, too_large(self.max_body_bytes))
                     # The app sees a disconnect and stops reading; its own answer is dropped below.
                     return {"type": "http.disconnect"}
             return message
@@ -141,24 +159,15 @@ class BodySizeLimitMiddleware:
                 raise
 
 
-class _Entry:
-    __slots__ = ("created", "done", "response", "size")
-
-    def __init__(self) -> None:
-        self.created = time.monotonic()
-        self.done = asyncio.Event()
-        self.response: tuple[Message, list[Message]] | None = None
-        self.size = 0
-
-
 class IdempotencyMiddleware:
     """Replay the first answer to a request whose ``Idempotency-Key`` was seen recently.
 
     The client sends a fresh key with every write and the same key on its retries, so a write whose
     answer was lost (connection dropped, timeout) is applied exactly once. A retry that arrives while
     the first request is still running waits for it. Server faults (5xx) are not remembered, so they can
-    be retried for real. The cache is bounded by ``max_entries``, ``max_bytes`` of answers and ``ttl_seconds``
-    (oldest first), so a retry must come within those bounds: the client's back-off is seconds.
+    be retried for real. Answers are kept in ``cache`` (by default a :class:`MemoryReplayCache` bounded by
+    ``max_entries``, ``max_bytes`` of answers and ``ttl_seconds``, oldest first), so a retry must come within
+    those bounds: the client's back-off is seconds.
     """
 
     def __init__(
@@ -170,106 +179,59 @@ class IdempotencyMiddleware:
         cache: ReplayCache | None = None,
     ) -> None:
         self.app = app
-        self.cache = cache
-        """Where answers are kept instead of this process's memory (e.g. shared by a server's workers)."""
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes
-        self.ttl_seconds = ttl_seconds
-        self._entries: OrderedDict[bytes, _Entry] = OrderedDict()
-        self._bytes = 0
-
-    def _evict(self) -> None:
-        now = time.monotonic()
-        while self._entries:
-            key, entry = next(iter(self._entries.items()))
-            over = len(self._entries) > self.max_entries or self._bytes > self.max_bytes
-            if over or now - entry.created > self.ttl_seconds:
-                if not entry.done.is_set():
-                    break  # never drop an entry whose request is still running
-                del self._entries[key]
-                self._bytes -= entry.size
-            else:
-                break
+        self.cache: ReplayCache = cache or MemoryReplayCache(max_entries, max_bytes, ttl_seconds)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        key = _header(scope, IDEMPOTENCY_HEADER.lower().encode()) if scope["type"] == "http" else None
+        key = _header(scope, _IDEMPOTENCY) if scope["type"] == "http" else None
         if key is None or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        key = scope["path"].encode() + b"\x00" + key
-        if self.cache is not None:
-            await _through_cache(self.cache, key, self.app, scope, receive, send)
-            return
-        entry = self._entries.get(key)
-        if entry is not None:
-            await entry.done.wait()
-            if entry.response is not None:
-                start, bodies = entry.response
-                headers = [*start["headers"], (b"agl-replayed", b"true")]
-                await send({**start, "headers": headers})
-                for body in bodies:
-                    await send(body)
-                return
-            # The first try ended in a server fault or was cut off: run this one for real.
-        entry = _Entry()
-        self._entries[key] = entry
-        self._evict()
-        start_message: Message | None = None
-        bodies: list[Message] = []
-
-        async def recording_send(message: Message) -> None:
-            nonlocal start_message
-            if message["type"] == "http.response.start":
-                start_message = message
-            elif message["type"] == "http.response.body":
-                bodies.append(message)
-            await send(message)
-
-        try:
-            await self.app(scope, receive, recording_send)
-        finally:
-            complete = bodies and not bodies[-1].get("more_body", False)
-            if start_message is not None and start_message["status"] < 500 and complete:
-                entry.response = (start_message, bodies)
-                entry.size = sum(len(b.get("body", b"")) for b in bodies)
-                self._bytes += entry.size
-            elif self._entries.get(key) is entry:
-                del self._entries[key]
-            entry.done.set()
-            self._evict()
+        await serve_idempotent(self.cache, replay_key(scope, key), self.app, scope, receive, send)
 
 
-async def _through_cache(
+_IDEMPOTENCY = IDEMPOTENCY_HEADER.lower().encode()
+_REPLAYED = (b"agl-replayed", b"true")
+
+
+def replay_key(scope: Scope, key: bytes) -> bytes:
+    """The cache key of a request: its path and its ``Idempotency-Key``."""
+    return scope["path"].encode() + b"\x00" + key
+
+
+async def send_replay(send: Send, answer: RecordedAnswer) -> None:
+    """Send a remembered answer again, marked ``agl-replayed: true``."""
+    headers = [*answer.headers, _REPLAYED]
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": answer.body})
+
+
+async def serve_idempotent(
     cache: ReplayCache, key: bytes, app: ASGIApp, scope: Scope, receive: Receive, send: Send
 ) -> None:
-    """Answer from ``cache`` (a replay), or run ``app`` holding ``key`` and record its answer there."""
-    found = await cache.claim(key)
-    if found is not None:
-        headers = [*found.headers, (b"agl-replayed", b"true")]
-        await send({"type": "http.response.start", "status": found.status, "headers": headers})
-        await send({"type": "http.response.body", "body": found.body})
+    """Replay the answer remembered under ``key``, or run ``app`` and remember its answer (not a 5xx)."""
+    answer = await cache.claim(key)
+    if answer is not None:
+        await send_replay(send, answer)
         return
-    start: Message | None = None
+    status = 0
+    headers: list[tuple[bytes, bytes]] = []
     bodies: list[bytes] = []
     complete = False
 
     async def recording_send(message: Message) -> None:
-        nonlocal start, complete
-        if message["type"] == "http.response.start":
-            start = message
-        elif message["type"] == "http.response.body":
-            bodies.append(bytes(message.get("body", b"")))
+        nonlocal status, headers, complete
+        kind = message["type"]
+        if kind == "http.response.start":
+            status, headers = message["status"], list(message.get("headers", ()))
+        elif kind == "http.response.body":
+            bodies.append(message.get("body", b""))
             complete = not message.get("more_body", False)
         await send(message)
 
-    answer: RecordedAnswer | None = None
+    recorded: RecordedAnswer | None = None
     try:
         await app(scope, receive, recording_send)
+        if status and status < 500 and complete:
+            recorded = RecordedAnswer(status, headers, b"".join(bodies))
     finally:
-        if start is not None and start["status"] < 500 and complete:
-            answer = RecordedAnswer(
-                int(start["status"]),
-                [(bytes(k), bytes(v)) for k, v in start.get("headers", [])],
-                b"".join(bodies),
-            )
-        await asyncio.shield(cache.release(key, answer))
+        await cache.release(key, recorded)

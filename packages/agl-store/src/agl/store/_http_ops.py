@@ -293,6 +293,24 @@ class FastPathMiddleware:
         }
         self._rollouts = p + "/rollouts/"
 
+    def serves(self, method: str, path: str) -> bool:
+        """Whether this layer answers ``method path`` itself (health and the hot routes)."""
+        if (method, path) in self._exact or (method == "GET" and path == API_PREFIX + "/health"):
+            return True
+        if not path.startswith(self._rollouts):
+            return False
+        parts = path[len(self._rollouts) :].split("/")
+        if method == "GET":
+            return len(parts) == 1 and bool(parts[0]) and parts[0] != "search"
+        return (
+            method == "POST"
+            and len(parts) == 3
+            and parts[1] == "attempts"
+            and bool(parts[0])
+            and bool(parts[2])
+            and parts[2] != "search"
+        )
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)

@@ -1,4 +1,4 @@
-"""A uvicorn HTTP protocol that sends each small answer in one ``send()`` instead of two.
+"""A uvicorn HTTP protocol that times out stalled clients and sends each small answer in one ``send()``.
 
 uvicorn writes a response's status line and headers, then its body, as two socket writes. For the store's
 answers (a few hundred bytes each) that doubles the system calls and wake-ups of the peer on every
@@ -10,9 +10,10 @@ that iteration is flushed then, so nothing waits longer and the byte order never
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["coalescing_protocol_class"]
+__all__ = ["ConnectionLimits", "coalescing_protocol_class", "server_protocol_class"]
 
 
 class _CoalescingTransport:
@@ -51,15 +52,150 @@ class _CoalescingTransport:
         return getattr(self._transport, name)
 
 
-def coalescing_protocol_class(http: str) -> Any:
-    """uvicorn's protocol class for ``http`` (``"httptools"`` or ``"h11"``), writing headers with the body."""
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """How long a client may stall a connection, and how large its request head may be.
+
+    uvicorn closes an idle keep-alive connection only after a first answer, and has no deadline for a
+    request's head or body, so a client that connects and sends nothing, half a header block, or half a body
+    would hold its connection (and a task waiting for the body) forever. These limits close such a
+    connection, answering ``408`` (``431`` for an oversized head) where no answer was started yet.
+    """
+
+    idle_seconds: float = 30.0
+    """Longest wait for the first byte of a request, on a new connection or between requests."""
+    header_seconds: float = 10.0
+    """Longest a request's head (request line and headers) may take once its first byte arrived."""
+    body_seconds: float = 30.0
+    """Longest pause between two parts of a request body that is still arriving."""
+    max_header_bytes: int = 64 * 1024
+    """Largest request head accepted."""
+
+    def __post_init__(self) -> None:
+        for name in ("idle_seconds", "header_seconds", "body_seconds"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if self.max_header_bytes <= 0:
+            raise ValueError(f"max_header_bytes must be positive, got {self.max_header_bytes!r}")
+
+
+_IDLE, _HEAD, _BODY, _APP = range(4)
+
+
+def _plain_answer(status: bytes, text: bytes) -> bytes:
+    return (
+        b"HTTP/1.1 " + status + b"\r\ncontent-type: text/plain; charset=utf-8\r\n"
+        b"content-length: " + str(len(text)).encode() + b"\r\nconnection: close\r\n\r\n" + text
+    )
+
+
+_TIMEOUT_408 = _plain_answer(b"408 Request Timeout", b"request not received in time; connection closed")
+_HEAD_431 = _plain_answer(
+    b"431 Request Header Fields Too Large", b"request head too large; connection closed"
+)
+
+
+def server_protocol_class(http: str, *, coalesce: bool = True, limits: ConnectionLimits | None = None) -> Any:
+    """uvicorn's protocol class for ``http`` (``"httptools"`` or ``"h11"``) with stall deadlines (``limits``)
+    and, with ``coalesce``, each answer's header block written together with its body."""
     if http == "httptools":
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
     else:
         from uvicorn.protocols.http.h11_impl import H11Protocol as Base
+    lim = limits or ConnectionLimits()
 
-    class CoalescingProtocol(Base):  # type: ignore[valid-type,misc]
+    class GuardedProtocol(Base):  # type: ignore[valid-type,misc]
+        # The connection's phase is read off uvicorn's request cycle after each read: no cycle in progress
+        # means waiting for (the rest of) a head; a cycle whose body is still arriving means a body; else the
+        # app has the request and no deadline applies (long polls last as long as the app says).
         def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
-            super().connection_made(_CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+            if coalesce:
+                transport = _CoalescingTransport(transport, self.loop)  # type: ignore[arg-type]
+            super().connection_made(transport)  # type: ignore[arg-type]
+            self._agl_phase = _IDLE
+            self._agl_head_bytes = 0
+            self._agl_timer: asyncio.TimerHandle | None = None
+            self._agl_arm(lim.idle_seconds)
 
-    return CoalescingProtocol
+        def _agl_arm(self, seconds: float) -> None:
+            if self._agl_timer is not None:
+                self._agl_timer.cancel()
+            self._agl_timer = self.loop.call_later(seconds, self._agl_expired)
+
+        def _agl_disarm(self) -> None:
+            if self._agl_timer is not None:
+                self._agl_timer.cancel()
+                self._agl_timer = None
+
+        def _agl_busy_cycle(self) -> Any:
+            """The request cycle still receiving its body or being answered, if any."""
+            cycle = self.cycle
+            if cycle is None or (cycle.response_complete and not cycle.more_body):
+                return None
+            return cycle
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.transport.is_closing():
+                self._agl_disarm()
+                return
+            cycle = self._agl_busy_cycle()
+            if cycle is not None:
+                self._agl_head_bytes = 0
+                if cycle.more_body:  # (also the rest of a body after an early answer, read and dropped)
+                    self._agl_phase = _BODY
+                    self._agl_arm(lim.body_seconds)  # restarted by every part that arrives
+                elif self._agl_phase != _APP:
+                    self._agl_phase = _APP
+                    self._agl_disarm()
+                return
+            if self._agl_phase in (_BODY, _APP):  # this read ended a body that was answered early
+                self._agl_phase = _IDLE
+                self._agl_arm(lim.idle_seconds)
+                return
+            self._agl_head_bytes += len(data)
+            if self._agl_head_bytes > lim.max_header_bytes:
+                self._agl_close(_HEAD_431)
+                return
+            if self._agl_phase != _HEAD:
+                self._agl_phase = _HEAD
+                self._agl_arm(lim.header_seconds)  # counted from the head's first byte, not restarted
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and self._agl_busy_cycle() is None:
+                self._agl_phase = _IDLE
+                self._agl_head_bytes = 0
+                self._agl_arm(lim.idle_seconds)
+
+        def _agl_expired(self) -> None:
+            self._agl_timer = None
+            if self.transport.is_closing():
+                return
+            phase = self._agl_phase
+            if phase == _BODY and self.flow.read_paused:  # the app is slow to read, not the client to send
+                self._agl_arm(lim.body_seconds)
+                return
+            if phase == _APP:
+                return
+            cycle = self.cycle
+            started = cycle is not None and cycle.response_started and not cycle.response_complete
+            self._agl_close(None if phase == _IDLE or started else _TIMEOUT_408)
+
+        def _agl_close(self, answer: bytes | None) -> None:
+            self._agl_disarm()
+            if answer is not None:
+                self.transport.write(answer)
+            self.transport.close()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._agl_disarm()
+            super().connection_lost(exc)
+
+    return GuardedProtocol
+
+
+def coalescing_protocol_class(http: str) -> Any:
+    """uvicorn's protocol class for ``http`` writing headers with the body (and the default stall limits)."""
+    return server_protocol_class(http)

@@ -19,7 +19,15 @@ from agl.types.env import STORE_BACKEND
 from ._open import _redact, open_store
 from .base import LightningStore
 
-__all__ = ["add_log_level", "configure_logging", "main", "open_store_backend", "store_command"]
+__all__ = [
+    "add_log_level",
+    "add_token_options",
+    "configure_logging",
+    "main",
+    "open_store_backend",
+    "read_token",
+    "store_command",
+]
 
 Command = Callable[[list[str]], "int | None"]
 
@@ -71,11 +79,7 @@ def _store_parser() -> argparse.ArgumentParser:
         default=STORE_BACKEND.get(),
         help="memory | sqlite:///path/to/file.db | postgresql://user:pw@host/db (default: memory, or AGL_STORE_BACKEND)",
     )
-    parser.add_argument(
-        "--token",
-        default=None,
-        help="bearer token required on every route but /v1/agl/health (default: AGL_STORE_TOKEN; none if unset)",
-    )
+    add_token_options(parser, "bearer token required on every route but /v1/agl/health", "AGL_STORE_TOKEN")
     parser.add_argument(
         "--cors-origin", action="append", default=[], help="allow this CORS origin (repeatable; '*' for any)"
     )
@@ -105,6 +109,41 @@ def _store_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def add_token_options(parser: argparse.ArgumentParser, what: str, env: str) -> None:
+    """``--token`` and ``--token-file`` (one of them); :func:`read_token` gives the token they name."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--token-file",
+        default=None,
+        metavar="PATH",
+        help=f"file holding the {what} (its first line); preferred, with {env}, to --token",
+    )
+    group.add_argument(
+        "--token",
+        default=None,
+        help=f"{what} (default: {env}; none if unset). Visible to every user of this machine in 'ps': "
+        f"prefer {env} or --token-file",
+    )
+
+
+def read_token(args: argparse.Namespace) -> str | None:
+    """The token of ``--token`` or ``--token-file`` (``None``: neither given, the environment decides).
+
+    Raises ``ValueError`` naming the file when it cannot be read or holds no token.
+    """
+    path = getattr(args, "token_file", None)
+    if path is None:
+        return args.token
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.readline().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read the token file {path!r}: {exc}") from None
+    if not token:
+        raise ValueError(f"the token file {path!r} is empty; put the token on its first line")
+    return token
+
+
 def add_log_level(parser: argparse.ArgumentParser) -> None:
     """The ``--log-level`` option every ``agl`` command has; :func:`configure_logging` applies it."""
     parser.add_argument("--log-level", default="INFO", help="logging level (default: INFO)")
@@ -126,6 +165,11 @@ def store_command(argv: list[str]) -> int:
     from .server import LightningStoreServer
 
     try:
+        token = read_token(args)
+    except ValueError as exc:
+        print(f"agl store: {exc}", file=sys.stderr)
+        return 2
+    try:
         store = open_store_backend(args.backend, watchdog_interval=args.watchdog_interval)
     except (ValueError, ImportError) as exc:
         print(f"agl store: {exc}", file=sys.stderr)
@@ -134,7 +178,7 @@ def store_command(argv: list[str]) -> int:
         store,
         host=args.host,
         port=args.port,
-        token=args.token,
+        token=token,
         cors_allow_origins=args.cors_origin,
         max_body_bytes=args.max_body_bytes,
         debug=args.debug,

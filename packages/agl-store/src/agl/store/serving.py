@@ -1,0 +1,6 @@
+"""uvicorn plumbing shared by agl's HTTP servers (the store server, the LLM proxy): stall deadlines and
+one-write answers. See :class:`ConnectionLimits`."""
+
+from ._uvicorn import ConnectionLimits, server_protocol_class
+
+__all__ = ["ConnectionLimits", "server_protocol_class"]
