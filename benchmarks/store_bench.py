@@ -224,7 +224,9 @@ async def bench_backend(
             elapsed, latencies = await run_lifecycle(store, rollouts, level, single_spans)
             cpu = time.process_time() - cpu_start
             spans = "single add_span calls" if single_spans else "one add_many_spans"
-            report(f"lifecycle of {calls} calls ({spans}), {level} coroutine(s)", elapsed, rollouts, latencies)
+            report(
+                f"lifecycle of {calls} calls ({spans}), {level} coroutine(s)", elapsed, rollouts, latencies
+            )
             print(f"  {rollouts * calls / elapsed:,.0f} calls/s")
             # on a shared machine wall time depends on the neighbours; CPU time of this process does not
             print(f"  process CPU time {cpu:.2f} s = {rollouts / cpu:,.0f} rollouts per CPU-second")
