@@ -26,6 +26,7 @@ import concurrent.futures
 import contextlib
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -153,6 +154,12 @@ class Database:
         self._thread_connections: list[sa.Connection] = []
         self._checkpoint: concurrent.futures.Future[None] | None = None
         self._group_commit = True
+        self.commits = 0
+        """Write transactions committed by this object (for measurements)."""
+        self.batched_writes = 0
+        """Writes committed as part of a group of several (for measurements)."""
+        self.flush_seconds = 0.0
+        """Seconds spent running groups of writes on event-loop threads, outside the writers' own calls."""
         # PostgreSQL: one async engine per event loop
         self._engines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
         if self.dialect == "sqlite":
@@ -296,6 +303,7 @@ class Database:
         if self._closed:
             _settle(batch.ops, None, RuntimeError("the SQL store is closed"))
             return
+        started = time.perf_counter()
         try:
             outcomes = self._sqlite_batch(batch.ops, inline=True)
         except _WouldWait:
@@ -305,7 +313,10 @@ class Database:
             return
         else:
             _settle(batch.ops, outcomes, None)
+            self.batched_writes += len(batch.ops) if len(batch.ops) > 1 else 0
             return
+        finally:
+            self.flush_seconds += time.perf_counter() - started
         assert self._executor is not None
         try:
             pooled = self._executor.submit(self._sqlite_batch, batch.ops, False)
@@ -425,6 +436,7 @@ class Database:
             self._write_lock.release()
 
     def _after_commit(self) -> None:
+        self.commits += 1
         self._commits_since_checkpoint += 1
         if self._commits_since_checkpoint >= _CHECKPOINT_EVERY and self._checkpoint is None:
             self._commits_since_checkpoint = 0
@@ -463,7 +475,9 @@ class Database:
                 async with engine.connect() as conn:
                     if write:
                         async with conn.begin():
-                            return await conn.run_sync(fn, *args)
+                            result = await conn.run_sync(fn, *args)
+                        self.commits += 1
+                        return result
                     level = "REPEATABLE READ" if snapshot else "AUTOCOMMIT"
                     conn = await conn.execution_options(isolation_level=level)
                     return await conn.run_sync(fn, *args)

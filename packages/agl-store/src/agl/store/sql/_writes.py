@@ -166,6 +166,17 @@ def _discard_stale_entries(conn: sa.Connection, up_to: int | None) -> None:
     update_rows(conn, R, ((seq, {"queue_pos": None}) for seq in stale))
 
 
+def has_claimable(conn: sa.Connection, ctx: Ctx) -> bool:
+    """Whether a dequeue would find a queued rollout: a read, so that polling an empty queue costs no
+    write transaction (no lock, no commit)."""
+
+    def build() -> sa.Select:
+        queued = sa.and_(R.c.queue_pos.is_not(None), one_of(R.c.status, _QUEUED))
+        return sa.select(R.c.seq).where(queued).order_by(R.c.queue_pos).limit(1)
+
+    return bool(execute(conn, prepared("has_claimable", build)))
+
+
 def dequeue(
     conn: sa.Connection, ctx: Ctx, eff: Effects, limit: int, worker_id: str | None, mark_idle: bool
 ) -> list[AttemptedRollout]:
