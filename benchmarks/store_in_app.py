@@ -1,17 +1,19 @@
 """The store's cost inside the calc training app: store time per training step, calls and commits per step.
 
 Runs ``apps/train_calc_x.py`` with the given arguments in this process, with every call to the store timed,
-and prints per step: the step's seconds, the store's seconds (the time its calls ran on a CPU: waits of
-long polls such as ``wait_for_rollouts`` or a ``dequeue`` with a timeout are not counted), its share of
-the step, the calls per method and (SQL stores) the commits::
+and prints per step: the step's seconds, the store's seconds (the CPU time of its calls, in the threads
+that made them: waits of long polls such as ``wait_for_rollouts`` or a ``dequeue`` with a timeout, and
+waits for the GIL, are not counted), its share of the step, the calls per method and (SQL stores) the commits::
 
     uv run benchmarks/store_in_app.py --steps 4 --store memory
     uv run benchmarks/store_in_app.py --steps 4                      # the app's default: SQLite in its run dir
 
-A call's time is the sum of the stretches its coroutine ran between suspensions, so it counts what the
-store does in the caller's thread, whichever event loop that is (runners, proxy, algorithm). Groups of
+A call's time is the thread CPU time of the stretches its coroutine ran between suspensions, so it counts
+what the store does in the caller's thread, whichever event loop that is (runners, proxy, algorithm). Groups of
 writes that the SQL store commits together run in an event-loop callback of their own; their time
-(``Database.flush_seconds``) is added.
+(``Database.flush_seconds``, CPU time too) is added, and so is the CPU time of the work the SQL store
+hands to its thread pool (snapshot reads; writes that must wait for another thread's lock: the ``pooled``
+column counts them).
 """
 
 from __future__ import annotations
@@ -47,13 +49,13 @@ class _Timed:
         error: BaseException | None = None
         try:
             while True:
-                started = time.perf_counter()
+                started = time.thread_time()
                 try:
                     yielded = inner.throw(error) if error is not None else inner.send(value)
                 except StopIteration as stop:
                     return stop.value
                 finally:
-                    spent += time.perf_counter() - started
+                    spent += time.thread_time() - started
                 try:
                     value, error = (yield yielded), None
                 except BaseException as exc:  # thrown into us (cancellation): pass it on
@@ -98,13 +100,11 @@ class StoreTimer:
         with self._lock:
             self.calls.append((start, name, seconds))
 
-    def flush_seconds(self) -> float:
+    def counters(self) -> dict[str, float]:
+        """The SQL store's own counters (zeros for other stores)."""
         db = getattr(self.store, "_db", None)
-        return float(getattr(db, "flush_seconds", 0.0))
-
-    def commits(self) -> int:
-        db = getattr(self.store, "_db", None)
-        return int(getattr(db, "commits", 0))
+        names = ("flush_seconds", "pool_seconds", "commits", "pooled")
+        return {name: float(getattr(db, name, 0)) for name in names}
 
 
 def _is_coroutine_function(fn: Any) -> bool:
@@ -125,11 +125,11 @@ def main(argv: list[str]) -> int:
 
     agl.store.open_store = open_store  # type: ignore[assignment]
 
-    marks: list[tuple[float, str, dict[str, Any], float, int]] = []  # (time, kind, figures, flush s, commits)
+    marks: list[tuple[float, str, dict[str, Any], dict[str, float]]] = []  # (time, kind, figures, counters)
     log = AlgorithmMetrics.log
 
     def logged(self: AlgorithmMetrics, kind: str, figures: Any) -> None:
-        marks.append((time.perf_counter(), kind, dict(figures), timer.flush_seconds(), timer.commits()))
+        marks.append((time.perf_counter(), kind, dict(figures), timer.counters()))
         log(self, kind, figures)
 
     AlgorithmMetrics.log = logged  # type: ignore[method-assign]
@@ -141,21 +141,22 @@ def main(argv: list[str]) -> int:
     return code
 
 
-def report(timer: StoreTimer, marks: list[tuple[float, str, dict[str, Any], float, int]]) -> None:
+def report(timer: StoreTimer, marks: list[tuple[float, str, dict[str, Any], dict[str, float]]]) -> None:
     print(f"\nstore cost per training step ({type(timer.store).__name__}):")
-    print(f"  {'step':>4}{'step s':>9}{'store s':>9}{'share':>8}{'commits':>9}  calls")
+    print(f"  {'step':>4}{'step s':>9}{'store s':>9}{'share':>8}{'commits':>9}{'pooled':>8}  calls")
     shares: list[float] = []
     per_step: list[float] = []
     previous = marks[0] if marks else None
     for mark in marks[1:]:
-        at, kind, figures, flush, commits = mark
+        at, kind, figures, after = mark
         assert previous is not None
-        begin, _, _, flush_before, commits_before = previous
+        begin, _, _, before = previous
         previous = mark
         if kind != "train":
             continue
         window = [(name, s) for start, name, s in timer.calls if begin < start <= at]
-        store_s = sum(s for _, s in window) + (flush - flush_before)
+        delta = {name: after[name] - before[name] for name in after}
+        store_s = sum(s for _, s in window) + delta["flush_seconds"] + delta["pool_seconds"]
         step_s = float(figures.get("step_s", at - begin))
         counts = Counter(name for name, _ in window)
         calls = ", ".join(f"{name} {n}" for name, n in counts.most_common())
@@ -163,7 +164,7 @@ def report(timer: StoreTimer, marks: list[tuple[float, str, dict[str, Any], floa
         per_step.append(store_s)
         print(
             f"  {figures.get('step', '?'):>4}{step_s:>9.2f}{store_s:>9.3f}{store_s / step_s:>8.1%}"
-            f"{commits - commits_before:>9}  {calls}"
+            f"{delta['commits']:>9.0f}{delta['pooled']:>8.0f}  {calls}"
         )
     if shares:
         print(

@@ -159,7 +159,11 @@ class Database:
         self.batched_writes = 0
         """Writes committed as part of a group of several (for measurements)."""
         self.flush_seconds = 0.0
-        """Seconds spent running groups of writes on event-loop threads, outside the writers' own calls."""
+        """CPU seconds spent running groups of writes on event-loop threads, outside the writers' calls."""
+        self.pooled = 0
+        """Operations that ran on the pool: snapshot reads, and writes that had to wait for a lock."""
+        self.pool_seconds = 0.0
+        """CPU seconds of the pool's threads running operations (for measurements)."""
         # PostgreSQL: one async engine per event loop
         self._engines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
         if self.dialect == "sqlite":
@@ -269,9 +273,10 @@ class Database:
                     pass
             assert self._executor is not None
             loop = asyncio.get_running_loop()
+            self.pooled += 1
             try:
                 return await loop.run_in_executor(
-                    self._executor, self._sqlite_transaction, fn, args, write, snapshot, False
+                    self._executor, self._pooled, self._sqlite_transaction, fn, args, write, snapshot, False
                 )
             except RuntimeError as exc:  # the executor was shut down by close() meanwhile
                 if self._closed:
@@ -303,7 +308,7 @@ class Database:
         if self._closed:
             _settle(batch.ops, None, RuntimeError("the SQL store is closed"))
             return
-        started = time.perf_counter()
+        started = time.thread_time()
         try:
             outcomes = self._sqlite_batch(batch.ops, inline=True)
         except _WouldWait:
@@ -316,10 +321,11 @@ class Database:
             self.batched_writes += len(batch.ops) if len(batch.ops) > 1 else 0
             return
         finally:
-            self.flush_seconds += time.perf_counter() - started
+            self.flush_seconds += time.thread_time() - started
         assert self._executor is not None
+        self.pooled += len(batch.ops)
         try:
-            pooled = self._executor.submit(self._sqlite_batch, batch.ops, False)
+            pooled = self._executor.submit(self._pooled, self._sqlite_batch, batch.ops, False)
         except RuntimeError:  # shut down by close() meanwhile
             _settle(batch.ops, None, RuntimeError("the SQL store is closed"))
             return
@@ -392,6 +398,14 @@ class Database:
         for conn in connections:
             conn.close()
         self._sync_engine.dispose()
+
+    def _pooled(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a pool thread, its CPU time counted in :attr:`pool_seconds`."""
+        started = time.thread_time()
+        try:
+            return fn(*args)
+        finally:
+            self.pool_seconds += time.thread_time() - started
 
     def _sqlite_transaction(
         self, fn: Callable[..., T], args: tuple[Any, ...], write: bool, snapshot: bool, inline: bool

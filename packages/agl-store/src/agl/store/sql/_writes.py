@@ -166,15 +166,18 @@ def _discard_stale_entries(conn: sa.Connection, up_to: int | None) -> None:
     update_rows(conn, R, ((seq, {"queue_pos": None}) for seq in stale))
 
 
-def has_claimable(conn: sa.Connection, ctx: Ctx) -> bool:
-    """Whether a dequeue would find a queued rollout: a read, so that polling an empty queue costs no
-    write transaction (no lock, no commit)."""
+def has_queue_entries(conn: sa.Connection, ctx: Ctx) -> bool:
+    """Whether the queue has any entry (a queued rollout, or a stale entry a dequeue would discard): a
+    read, so that polling an empty queue takes no write lock."""
+    stmt = prepared(
+        "has_queue_entries", lambda: sa.select(R.c.seq).where(R.c.queue_pos.is_not(None)).limit(1)
+    )
+    return bool(execute(conn, stmt))
 
-    def build() -> sa.Select:
-        queued = sa.and_(R.c.queue_pos.is_not(None), one_of(R.c.status, _QUEUED))
-        return sa.select(R.c.seq).where(queued).order_by(R.c.queue_pos).limit(1)
 
-    return bool(execute(conn, prepared("has_claimable", build)))
+def mark_idle(conn: sa.Connection, ctx: Ctx, eff: Effects, worker_id: str) -> None:
+    """What a dequeue that found nothing writes: the worker is idle (it dequeued just now)."""
+    mark_worker_idle(conn, ctx, worker_id, ctx.clock())
 
 
 def dequeue(

@@ -195,8 +195,10 @@ class SqlLightningStore(LightningStore):
             mark_idle, first_try = first_try, False  # an empty dequeue marks the worker idle once per call
             if not mark_idle:
                 await self._watchdog()  # a long wait must still notice timeouts (nothing else may call)
-            if (not mark_idle or not worker_id) and not await self._read(_writes.has_claimable):
-                return []  # a poll of an empty queue: a read only
+            if not await self._read(_writes.has_queue_entries):  # polling an empty queue: mostly reads
+                if mark_idle and worker_id:
+                    await self._write(_writes.mark_idle, worker_id)
+                return []
             return await self._write(_writes.dequeue, limit, worker_id, mark_idle)
 
         if timeout <= 0:
