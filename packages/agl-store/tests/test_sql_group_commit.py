@@ -118,3 +118,49 @@ def test_wal_stays_bounded_under_steady_writes(tmp_path: Path, monkeypatch: pyte
             await store.close()
 
     asyncio.run(main())
+
+
+def test_write_statements_search_indexes(tmp_path: Path) -> None:
+    """No statement of the write path scans a whole table (its cost would grow with the store): after a
+    lifecycle that runs each of them, SQLite's plan for every compiled statement searches an index."""
+    import sqlite3
+
+    from agl.store.sql import _steps
+
+    path = tmp_path / "plans.db"
+
+    async def main() -> None:
+        store = SqlLightningStore(f"sqlite:///{path}", scan_debounce_seconds=0)
+        try:
+            for i in range(3):
+                await store.enqueue_rollout({"i": i}, config={"timeout_seconds": 100})
+            claimed = await store.dequeue_rollout(worker_id="w")
+            assert claimed is not None
+            rid, aid = claimed.rollout_id, claimed.attempt.attempt_id
+            await store.add_span(make_span(rid, aid, 1))
+            await store.add_spans_in_order([make_span(rid, aid, 0)])
+            await store.update_attempt(rid, aid, status="succeeded")
+            await store.update_rollout(rid, status="queuing")
+            await store.start_rollout({"b": 1}, worker_id="w2")
+            await store.dequeue_many_rollouts(limit=5, worker_id="w")
+            assert await store.dequeue_rollout(worker_id="w") is None
+            await store.wait_for_rollouts(rollout_ids=[rid], timeout=0.01)
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+    conn = sqlite3.connect(path)
+    try:
+        scans = []
+        for plan in list(_steps._SQLITE_PLANS.values()):
+            if not plan.sql.lstrip().upper().startswith(("SELECT", "UPDATE", "INSERT")):
+                continue
+            steps = conn.execute("EXPLAIN QUERY PLAN " + plan.sql, [None] * len(plan.names)).fetchall()
+            scans += [
+                (step[3], plan.sql)
+                for step in steps
+                if step[3].startswith("SCAN agl_") and "INDEX" not in step[3]
+            ]
+        assert not scans, scans
+    finally:
+        conn.close()

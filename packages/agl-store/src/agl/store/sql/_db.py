@@ -189,6 +189,10 @@ class Database:
             engines = list(self._engines.items())
             self._engines.clear()
         if self._executor is not None and self._sync_engine is not None:
+            running = self._checkpoint  # its connection is about to be closed: let it finish first
+            if running is not None and not running.done():
+                with contextlib.suppress(Exception):
+                    await asyncio.wrap_future(running)
             await asyncio.get_running_loop().run_in_executor(self._executor, self._checkpoint_wal)
             await asyncio.get_running_loop().run_in_executor(self._executor, self._dispose_sqlite)
             self._executor.shutdown(wait=True)
@@ -452,7 +456,9 @@ class Database:
     def _after_commit(self) -> None:
         self.commits += 1
         self._commits_since_checkpoint += 1
-        if self._commits_since_checkpoint >= _CHECKPOINT_EVERY and self._checkpoint is None:
+        previous = self._checkpoint  # a done future once it ran (it may finish before it is stored)
+        due = self._commits_since_checkpoint >= _CHECKPOINT_EVERY and not self._closed
+        if due and (previous is None or previous.done()):
             self._commits_since_checkpoint = 0
             assert self._executor is not None
             with contextlib.suppress(RuntimeError):  # shut down by close(), which checkpoints itself
@@ -476,8 +482,6 @@ class Database:
                     conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").close()
         except sa_exc.OperationalError:  # busy: the next checkpoint will catch up
             pass
-        finally:
-            self._checkpoint = None
 
     async def _postgres_transaction(
         self, fn: Callable[..., T], args: tuple[Any, ...], write: bool, snapshot: bool

@@ -6,6 +6,7 @@ much as running it on SQLite, and a reused statement also reuses its compiled fo
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
@@ -39,6 +40,11 @@ def prepared(key: Hashable, build: Callable[[], S]) -> S:
         return statement
 
 
+SQLITE_INDEXED_BY = "agl_sqlite_indexed_by"
+"""Execution option ``(table, index)``: on SQLite, the statement reads ``table`` through ``index``
+(``INDEXED BY``), where the planner, which has no statistics, would choose worse."""
+
+
 class _Plan:
     """A statement compiled for SQLite: its SQL, parameter order, defaults and JSON columns."""
 
@@ -50,6 +56,12 @@ class _Plan:
             raise AssertionError("statements run by execute() cannot use IN lists; use one_of()")
         self.stmt = stmt  # keeps id(stmt) from being reused while the plan is cached
         self.sql: str = compiled.string
+        indexed_by = stmt.get_execution_options().get(SQLITE_INDEXED_BY)
+        if indexed_by is not None:
+            table, index = indexed_by
+            pattern, hinted = rf"\bFROM {table}\b", f"FROM {table} INDEXED BY {index}"
+            self.sql, found = re.subn(pattern, hinted, self.sql, count=1)
+            assert found, self.sql
         self.names: tuple[str, ...] = tuple(compiled.positiontup or ())
         self.defaults: dict[str, Any] = dict(compiled.params)
         self.json_params = frozenset(
