@@ -9,9 +9,18 @@ synchronous :class:`sqlalchemy.Connection`; :class:`Database` runs it in one tra
   (aiosqlite costs several thread hops per statement and was about 3x slower.) Writers take an
   in-process lock, then ``BEGIN IMMEDIATE`` (which serializes them against other processes; in the pool
   they wait up to ``busy_timeout``, 60 s).
-  The file is in WAL mode with ``synchronous=NORMAL`` by default: a committed write survives the
-  process being killed; only an operating-system crash or power loss may lose the last commits
-  (``?synchronous=FULL`` in the URL makes every commit reach the disk too). Readers never block writers.
+  **Group commit**: when other callbacks are ready to run on the loop (other writers may be coming), a
+  write joins this thread's open batch instead; the batch runs at the loop's next turn as one
+  transaction, each write in its own savepoint (one that raises is undone alone and gets its own
+  exception), with one commit; every writer is answered only after that commit. A lone writer on an
+  idle loop runs at once, as before.
+  The file is in WAL mode with ``synchronous=NORMAL`` by default: a commit is written to the WAL file
+  (in the operating system's hands) before the call returns, so an acknowledged write survives the
+  process being killed (kill -9); only an operating-system crash or power loss may lose the last
+  commits, which ``synchronous=FULL`` avoids by syncing every commit (``?synchronous=FULL`` in the URL;
+  far slower per commit, where group commit matters most). Readers never block writers. Checkpoints
+  run on the pool; one that cannot keep up with a steady stream of commits is finished under the
+  write lock, so that the WAL starts over instead of growing without bound.
 - **PostgreSQL**: on asyncpg through SQLAlchemy's async engine (``AsyncConnection.run_sync``); one engine
   per event loop, because asyncpg connections belong to the loop that opened them. Writers run in READ
   COMMITTED transactions and lock the rows they change (``FOR UPDATE``; the queue uses ``SKIP LOCKED``);
