@@ -195,7 +195,10 @@ class SqlLightningStore(LightningStore):
             mark_idle, first_try = first_try, False  # an empty dequeue marks the worker idle once per call
             if not mark_idle:
                 await self._watchdog()  # a long wait must still notice timeouts (nothing else may call)
-            if not await self._read(_writes.has_queue_entries):  # polling an empty queue: mostly reads
+            # Polling an empty queue: a read, and (first try) the idle mark. On PostgreSQL the first try
+            # skips the read: a round trip more whenever there is work.
+            probe = not mark_idle or self._db.dialect == "sqlite"
+            if probe and not await self._read(_writes.has_queue_entries):
                 if mark_idle and worker_id:
                     await self._write(_writes.mark_idle, worker_id)
                 return []
