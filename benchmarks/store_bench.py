@@ -1,7 +1,8 @@
 """Store benchmark: the rollout lifecycle through a LightningStore in this process, per backend.
 
 Each of N rollouts (default 2000) is enqueued, dequeued, given 10 spans of ~1 KB attributes in one
-``add_many_spans``, marked succeeded and read back (``get_rollout_by_id``); prints ops/s and p50/p99 per
+``add_many_spans`` (``--single-spans``: one ``add_span`` each, 14 calls a rollout), marked succeeded and
+read back (``get_rollout_by_id``); prints ops/s and p50/p99 per
 operation, rollouts/s and the wall time. Then the cost of filtered queries as the store grows: a status
 filter matching 10 rollouts and an id filter matching 1 should not slow down with the store's size.
 
@@ -115,7 +116,10 @@ async def open_backend(name: str) -> AsyncIterator[LightningStore]:
 # -- measurements ----------------------------------------------------------------------------------
 
 
-async def lifecycle(store: LightningStore, n: int, latencies: dict[str, list[float]]) -> None:
+async def lifecycle(
+    store: LightningStore, n: int, latencies: dict[str, list[float]], *, single_spans: bool = False
+) -> None:
+    """``n`` rollouts one after another: 5 calls each, or 14 with ``single_spans`` (one ``add_span`` per span)."""
     clock = time.perf_counter
     for i in range(n):
         t0 = clock()
@@ -126,7 +130,12 @@ async def lifecycle(store: LightningStore, n: int, latencies: dict[str, list[flo
         t2 = clock()
         assert claimed is not None
         rid, aid = claimed.rollout_id, claimed.attempt.attempt_id
-        await store.add_many_spans(make_spans(rid, aid, 1, SPANS_PER_ROLLOUT))
+        spans = make_spans(rid, aid, 1, SPANS_PER_ROLLOUT)
+        if single_spans:
+            for span in spans:
+                await store.add_span(span)
+        else:
+            await store.add_many_spans(spans)
         t3 = clock()
         await store.update_attempt(rid, aid, status="succeeded")
         t4 = clock()
@@ -138,13 +147,13 @@ async def lifecycle(store: LightningStore, n: int, latencies: dict[str, list[flo
 
 
 async def run_lifecycle(
-    store: LightningStore, rollouts: int, concurrency: int
+    store: LightningStore, rollouts: int, concurrency: int, single_spans: bool = False
 ) -> tuple[float, dict[str, list[float]]]:
     latencies: dict[str, list[float]] = defaultdict(list)
-    await lifecycle(store, 5, defaultdict(list))  # warm up (schema, connections, caches)
+    await lifecycle(store, 5, defaultdict(list), single_spans=single_spans)  # warm up (schema, caches)
     share = [rollouts // concurrency + (1 if i < rollouts % concurrency else 0) for i in range(concurrency)]
     start = time.perf_counter()
-    await asyncio.gather(*(lifecycle(store, n, latencies) for n in share))
+    await asyncio.gather(*(lifecycle(store, n, latencies, single_spans=single_spans) for n in share))
     return time.perf_counter() - start, latencies
 
 
@@ -204,14 +213,21 @@ async def query_scaling(store: LightningStore, sizes: list[int]) -> None:
         await store.dequeue_many_rollouts(limit=10)  # keep exactly 10 queued for the next size
 
 
-async def bench_backend(name: str, rollouts: int, concurrency: list[int], sizes: list[int]) -> None:
+async def bench_backend(
+    name: str, rollouts: int, concurrency: list[int], sizes: list[int], single_spans: bool = False
+) -> None:
     print(f"\n=== backend {name} ===")
+    calls = 4 + (SPANS_PER_ROLLOUT if single_spans else 1)
     for level in concurrency:
         async with open_backend(name) as store:
             cpu_start = time.process_time()
-            elapsed, latencies = await run_lifecycle(store, rollouts, level)
+            elapsed, latencies = await run_lifecycle(store, rollouts, level, single_spans)
             cpu = time.process_time() - cpu_start
-            report(f"lifecycle, {level} coroutine(s)", elapsed, rollouts, latencies)
+            spans = "single add_span calls" if single_spans else "one add_many_spans"
+            report(
+                f"lifecycle of {calls} calls ({spans}), {level} coroutine(s)", elapsed, rollouts, latencies
+            )
+            print(f"  {rollouts * calls / elapsed:,.0f} calls/s")
             # on a shared machine wall time depends on the neighbours; CPU time of this process does not
             print(f"  process CPU time {cpu:.2f} s = {rollouts / cpu:,.0f} rollouts per CPU-second")
     if sizes:
@@ -234,13 +250,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--query-sizes", default="1000,4000", help="store sizes for the query-scaling table ('' to skip)"
     )
+    parser.add_argument(
+        "--single-spans",
+        action="store_true",
+        help=f"write the {SPANS_PER_ROLLOUT} spans of a rollout with one add_span each (14 calls a rollout)",
+    )
     args = parser.parse_args(argv)
     backends = args.backend or ["memory", "sqlite"]
     concurrency = [int(c) for c in args.concurrency.split(",") if c]
     sizes = [int(s) for s in args.query_sizes.split(",") if s]
     print(f"store benchmark (in-process), {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
     for backend in backends:
-        asyncio.run(bench_backend(backend, args.rollouts, concurrency, sizes))
+        asyncio.run(bench_backend(backend, args.rollouts, concurrency, sizes, args.single_spans))
 
 
 if __name__ == "__main__":

@@ -79,6 +79,24 @@ def enqueue_and_report(url: str, count: int) -> None:
     asyncio.run(main())
 
 
+def enqueue_concurrently_and_report(url: str, count: int, tasks: int) -> None:
+    """``tasks`` coroutines enqueueing at once (their writes are committed in groups), each printing a
+    rollout's id once the store has acknowledged it."""
+
+    async def main() -> None:
+        store = SqlLightningStore(url)
+
+        async def writer(index: int) -> None:
+            for i in range(count // tasks):
+                rollout = await store.enqueue_rollout({"task": index, "i": i})
+                print(rollout.rollout_id, flush=True)
+
+        await asyncio.gather(*(writer(t) for t in range(tasks)))
+        await store.close()
+
+    asyncio.run(main())
+
+
 def open_and_enqueue(url: str, engine_kwargs: dict[str, Any], queue: Any, go: Any) -> None:
     """Entry point of a spawned process: open a store on a database that may not have its schema yet."""
     go.wait()
@@ -96,5 +114,8 @@ def open_and_enqueue(url: str, engine_kwargs: dict[str, Any], queue: Any, go: An
         queue.put(f"error: {exc!r}")
 
 
-if __name__ == "__main__":  # python _sql_workers.py URL COUNT
-    enqueue_and_report(sys.argv[1], int(sys.argv[2]))
+if __name__ == "__main__":  # python _sql_workers.py URL COUNT [TASKS]
+    if len(sys.argv) > 3:
+        enqueue_concurrently_and_report(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        enqueue_and_report(sys.argv[1], int(sys.argv[2]))

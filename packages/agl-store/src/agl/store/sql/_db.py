@@ -9,9 +9,18 @@ synchronous :class:`sqlalchemy.Connection`; :class:`Database` runs it in one tra
   (aiosqlite costs several thread hops per statement and was about 3x slower.) Writers take an
   in-process lock, then ``BEGIN IMMEDIATE`` (which serializes them against other processes; in the pool
   they wait up to ``busy_timeout``, 60 s).
-  The file is in WAL mode with ``synchronous=NORMAL`` by default: a committed write survives the
-  process being killed; only an operating-system crash or power loss may lose the last commits
-  (``?synchronous=FULL`` in the URL makes every commit reach the disk too). Readers never block writers.
+  **Group commit**: when other callbacks are ready to run on the loop (other writers may be coming), a
+  write joins this thread's open batch instead; the batch runs at the loop's next turn as one
+  transaction, each write in its own savepoint (one that raises is undone alone and gets its own
+  exception), with one commit; every writer is answered only after that commit. A lone writer on an
+  idle loop runs at once, as before.
+  The file is in WAL mode with ``synchronous=NORMAL`` by default: a commit is written to the WAL file
+  (in the operating system's hands) before the call returns, so an acknowledged write survives the
+  process being killed (kill -9); only an operating-system crash or power loss may lose the last
+  commits, which ``synchronous=FULL`` avoids by syncing every commit (``?synchronous=FULL`` in the URL;
+  far slower per commit, where group commit matters most). Readers never block writers. Checkpoints
+  run on the pool; one that cannot keep up with a steady stream of commits is finished under the
+  write lock, so that the WAL starts over instead of growing without bound.
 - **PostgreSQL**: on asyncpg through SQLAlchemy's async engine (``AsyncConnection.run_sync``); one engine
   per event loop, because asyncpg connections belong to the loop that opened them. Writers run in READ
   COMMITTED transactions and lock the rows they change (``FOR UPDATE``; the queue uses ``SKIP LOCKED``);
@@ -26,6 +35,7 @@ import concurrent.futures
 import contextlib
 import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +48,7 @@ from sqlalchemy.engine import URL, make_url
 
 from . import schema
 from ._codec import json_dumps, json_loads
+from ._steps import sqlite_cursor
 
 __all__ = ["Database", "Dialect", "parse_url"]
 
@@ -52,6 +63,8 @@ _SQLITE_THREADS = 4
 _CHECKPOINT_EVERY = 128
 """Write transactions between WAL checkpoints. SQLite's own checkpoints would run (and fsync) inside a
 committing transaction; ours run on a pool thread, off the writers' path, without blocking them."""
+_WAL_CATCH_UP_FRAMES = 4096
+"""WAL frames (pages, 4 KiB each) after which a checkpoint briefly holds the writers back to finish."""
 
 
 def parse_url(url: str) -> tuple[Dialect, URL, str]:
@@ -94,6 +107,40 @@ def _is_retryable(exc: BaseException) -> bool:
     return getattr(orig, "sqlstate", None) in _RETRIED_SQLSTATES
 
 
+_Op = tuple[Callable[..., Any], tuple[Any, ...], "asyncio.Future[Any]"]
+
+
+class _Batch:
+    """Writes of one event loop waiting to be committed together."""
+
+    __slots__ = ("loop", "ops")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.ops: list[_Op] = []
+
+
+def _has_ready_work(loop: asyncio.AbstractEventLoop) -> bool:
+    """Other callbacks wait to run in this turn of the loop (other writers may come): worth batching.
+    A loop that does not show its ready queue (not asyncio's own) never batches."""
+    ready = getattr(loop, "_ready", None)
+    return bool(ready)
+
+
+def _settle(ops: list[_Op], outcomes: list[tuple[bool, Any]] | None, error: BaseException | None) -> None:
+    for i, (_, _, future) in enumerate(ops):
+        if future.done():  # its caller was cancelled; the write stands
+            continue
+        if outcomes is None:
+            future.set_exception(error if error is not None else RuntimeError("write not run"))
+            continue
+        ok, value = outcomes[i]
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+
 class Database:
     """Runs operations (``fn(conn, *args)``) in read or write transactions; creates the schema on first use.
 
@@ -120,6 +167,17 @@ class Database:
         self._local = threading.local()
         self._thread_connections: list[sa.Connection] = []
         self._checkpoint: concurrent.futures.Future[None] | None = None
+        self._group_commit = True
+        self.commits = 0
+        """Write transactions committed by this object (for measurements)."""
+        self.batched_writes = 0
+        """Writes committed as part of a group of several (for measurements)."""
+        self.flush_seconds = 0.0
+        """CPU seconds spent running groups of writes on event-loop threads, outside the writers' calls."""
+        self.pooled = 0
+        """Operations that ran on the pool: snapshot reads, and writes that had to wait for a lock."""
+        self.pool_seconds = 0.0
+        """CPU seconds of the pool's threads running operations (for measurements)."""
         # PostgreSQL: one async engine per event loop
         self._engines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
         if self.dialect == "sqlite":
@@ -147,6 +205,10 @@ class Database:
             engines = list(self._engines.items())
             self._engines.clear()
         if self._executor is not None and self._sync_engine is not None:
+            running = self._checkpoint  # its connection is about to be closed: let it finish first
+            if running is not None and not running.done():
+                with contextlib.suppress(Exception):
+                    await asyncio.wrap_future(running)
             await asyncio.get_running_loop().run_in_executor(self._executor, self._checkpoint_wal)
             await asyncio.get_running_loop().run_in_executor(self._executor, self._dispose_sqlite)
             self._executor.shutdown(wait=True)
@@ -240,6 +302,13 @@ class Database:
         if self._closed:
             raise RuntimeError("the SQL store is closed")
         if self.dialect == "sqlite":
+            if write and self._group_commit:
+                loop = asyncio.get_running_loop()
+                batch: _Batch | None = getattr(self._local, "batch", None)
+                if batch is not None and batch.loop is not loop:  # left by a loop that closed first
+                    batch = None
+                if batch is not None or _has_ready_work(loop):
+                    return await self._join_batch(loop, batch, fn, args)
             if not snapshot:  # short operations run right here when they need not wait for anyone
                 try:
                     return self._sqlite_transaction(fn, args, write, snapshot, inline=True)
@@ -247,15 +316,109 @@ class Database:
                     pass
             assert self._executor is not None
             loop = asyncio.get_running_loop()
+            self.pooled += 1
             try:
                 return await loop.run_in_executor(
-                    self._executor, self._sqlite_transaction, fn, args, write, snapshot, False
+                    self._executor, self._pooled, self._sqlite_transaction, fn, args, write, snapshot, False
                 )
             except RuntimeError as exc:  # the executor was shut down by close() meanwhile
                 if self._closed:
                     raise RuntimeError("the SQL store is closed") from exc
                 raise
         return await self._postgres_transaction(fn, args, write, snapshot)
+
+    # -- group commit (SQLite) -----------------------------------------------------------------
+
+    async def _join_batch(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        batch: _Batch | None,
+        fn: Callable[..., T],
+        args: tuple[Any, ...],
+    ) -> T:
+        """Add a write to this thread's open batch (opening one, flushed at the loop's next turn)."""
+        if batch is None:
+            batch = self._local.batch = _Batch(loop)
+            loop.call_soon(self._flush_batch, loop, batch)
+        future: asyncio.Future[T] = loop.create_future()
+        batch.ops.append((fn, args, future))
+        return await future
+
+    def _flush_batch(self, loop: asyncio.AbstractEventLoop, batch: _Batch) -> None:
+        """Run a batch in one transaction right here, or (if it would wait for a lock) in the pool."""
+        if getattr(self._local, "batch", None) is batch:
+            self._local.batch = None
+        if self._closed:
+            _settle(batch.ops, None, RuntimeError("the SQL store is closed"))
+            return
+        started = time.thread_time()
+        try:
+            outcomes = self._sqlite_batch(batch.ops, inline=True)
+        except _WouldWait:
+            pass
+        except BaseException as error:  # BEGIN or COMMIT failed: nothing was written
+            _settle(batch.ops, None, error)
+            return
+        else:
+            _settle(batch.ops, outcomes, None)
+            self.batched_writes += len(batch.ops) if len(batch.ops) > 1 else 0
+            return
+        finally:
+            self.flush_seconds += time.thread_time() - started
+        assert self._executor is not None
+        self.pooled += len(batch.ops)
+        try:
+            pooled = self._executor.submit(self._pooled, self._sqlite_batch, batch.ops, False)
+        except RuntimeError:  # shut down by close() meanwhile
+            _settle(batch.ops, None, RuntimeError("the SQL store is closed"))
+            return
+
+        def done(f: concurrent.futures.Future[list[tuple[bool, Any]]]) -> None:
+            error = f.exception()
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+                loop.call_soon_threadsafe(_settle, batch.ops, None if error else f.result(), error)
+
+        pooled.add_done_callback(done)
+
+    def _sqlite_batch(self, ops: list[_Op], inline: bool) -> list[tuple[bool, Any]]:
+        """Several writes in one transaction, each in its own savepoint: one that raises is undone alone
+        and gets its exception; the others commit together (one commit instead of one each). Each
+        caller's future is settled only after the commit, so an acknowledged write is a committed one.
+        ``inline``: raise :class:`_WouldWait` (nothing written) instead of waiting for a lock."""
+        conn = self._thread_connection(inline)
+        cursor = sqlite_cursor(conn)
+        if not self._write_lock.acquire(blocking=not inline):
+            raise _WouldWait
+        try:
+            try:
+                cursor.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as error:
+                if inline and _is_busy(error):
+                    raise _WouldWait from error
+                raise
+            outcomes: list[tuple[bool, Any]] = []
+            try:
+                for fn, args, _ in ops:
+                    cursor.execute("SAVEPOINT agl_op")
+                    try:
+                        result = fn(conn, *args)
+                    except Exception as error:
+                        if inline and isinstance(error, sa_exc.OperationalError) and _is_busy(error):
+                            raise _WouldWait from error  # the whole batch is run again in the pool
+                        cursor.execute("ROLLBACK TO agl_op")
+                        cursor.execute("RELEASE agl_op")
+                        outcomes.append((False, error))
+                    else:
+                        cursor.execute("RELEASE agl_op")
+                        outcomes.append((True, result))
+                cursor.execute("COMMIT")
+            except BaseException:
+                cursor.execute("ROLLBACK")
+                raise
+            self._after_commit()
+            return outcomes
+        finally:
+            self._write_lock.release()
 
     def _thread_connection(self, inline: bool = False) -> sa.Connection:
         """This thread's own connection, kept across operations (a pool checkout per operation costs as
@@ -279,23 +442,30 @@ class Database:
             conn.close()
         self._sync_engine.dispose()
 
+    def _pooled(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a pool thread, its CPU time counted in :attr:`pool_seconds`."""
+        started = time.thread_time()
+        try:
+            return fn(*args)
+        finally:
+            self.pool_seconds += time.thread_time() - started
+
     def _sqlite_transaction(
         self, fn: Callable[..., T], args: tuple[Any, ...], write: bool, snapshot: bool, inline: bool
     ) -> T:
         """One transaction on this thread's connection. ``inline`` (on an event-loop thread): raise
         :class:`_WouldWait` instead of waiting for another thread or process; nothing is changed then."""
         conn = self._thread_connection(inline)
-        driver = conn.connection.driver_connection  # BEGIN/COMMIT straight to sqlite3: cheaper
-        assert driver is not None
+        cursor = sqlite_cursor(conn)  # BEGIN/COMMIT straight to sqlite3: cheaper
         if not write:
             try:
                 if not snapshot:  # one statement is consistent by itself
                     return fn(conn, *args)
-                driver.execute("BEGIN")
+                cursor.execute("BEGIN")
                 try:
                     return fn(conn, *args)
                 finally:
-                    driver.execute("COMMIT")
+                    cursor.execute("COMMIT")
             except sa_exc.OperationalError as error:
                 if inline and _is_busy(error):
                     raise _WouldWait from error
@@ -304,7 +474,7 @@ class Database:
             raise _WouldWait
         try:
             try:
-                driver.execute("BEGIN IMMEDIATE")
+                cursor.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as error:
                 if inline and _is_busy(error):
                     raise _WouldWait from error
@@ -312,30 +482,45 @@ class Database:
             try:
                 result = fn(conn, *args)
             except BaseException as error:
-                driver.execute("ROLLBACK")
+                cursor.execute("ROLLBACK")
                 if inline and isinstance(error, sa_exc.OperationalError) and _is_busy(error):
                     raise _WouldWait from error  # rolled back: the executor runs it again from scratch
                 raise
-            driver.execute("COMMIT")
-            self._commits_since_checkpoint += 1
-            if self._commits_since_checkpoint >= _CHECKPOINT_EVERY and self._checkpoint is None:
-                self._commits_since_checkpoint = 0
-                assert self._executor is not None
-                with contextlib.suppress(RuntimeError):  # shut down by close(), which checkpoints itself
-                    self._checkpoint = self._executor.submit(self._checkpoint_wal)
+            cursor.execute("COMMIT")
+            self._after_commit()
             return result
         finally:
             self._write_lock.release()
 
+    def _after_commit(self) -> None:
+        self.commits += 1
+        self._commits_since_checkpoint += 1
+        previous = self._checkpoint  # a done future once it ran (it may finish before it is stored)
+        due = self._commits_since_checkpoint >= _CHECKPOINT_EVERY and not self._closed
+        if due and (previous is None or previous.done()):
+            self._commits_since_checkpoint = 0
+            assert self._executor is not None
+            with contextlib.suppress(RuntimeError):  # shut down by close(), which checkpoints itself
+                self._checkpoint = self._executor.submit(self._checkpoint_wal)
+
     def _checkpoint_wal(self) -> None:
-        """Copy committed pages from the WAL into the database file (PASSIVE: never waits for anyone)."""
+        """Copy committed pages from the WAL into the database file (PASSIVE: never waits for anyone).
+
+        The WAL starts over from its beginning only when a checkpoint has copied all of it; under a
+        steady stream of writes it never has (they append while it runs) and the file would grow without
+        bound (and every commit extend it, every read search more of it). So once the WAL holds
+        :data:`_WAL_CATCH_UP_FRAMES` frames, the copy is finished holding this process's write lock:
+        only the frames written meanwhile are left to copy, and the next writer starts the WAL over.
+        """
         assert self._sync_engine is not None
         try:
-            self._thread_connection().exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").close()
+            conn = self._thread_connection()
+            busy, frames, _ = conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").one()
+            if not busy and frames >= _WAL_CATCH_UP_FRAMES:
+                with self._write_lock:
+                    conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").close()
         except sa_exc.OperationalError:  # busy: the next checkpoint will catch up
             pass
-        finally:
-            self._checkpoint = None
 
     async def _postgres_transaction(
         self, fn: Callable[..., T], args: tuple[Any, ...], write: bool, snapshot: bool
@@ -347,7 +532,9 @@ class Database:
                 async with engine.connect() as conn:
                     if write:
                         async with conn.begin():
-                            return await conn.run_sync(fn, *args)
+                            result = await conn.run_sync(fn, *args)
+                        self.commits += 1
+                        return result
                     level = "REPEATABLE READ" if snapshot else "AUTOCOMMIT"
                     conn = await conn.execution_options(isolation_level=level)
                     return await conn.run_sync(fn, *args)

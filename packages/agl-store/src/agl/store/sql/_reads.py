@@ -263,13 +263,18 @@ def query_resources(conn: sa.Connection, ctx: Ctx, query: ResourcesQuery) -> Pag
 
 def get_resources(conn: sa.Connection, ctx: Ctx, resources_id: str | None) -> ResourcesUpdate | None:
     """The snapshot with this id, or the latest one when ``resources_id`` is None."""
-    stmt = sa.select(*_RESOURCES_COLUMNS)
     if resources_id is None:
-        stmt = stmt.order_by(RS.c.touch.desc()).limit(1)
-    else:
-        stmt = stmt.where(RS.c.resources_id == resources_id)
-    row = conn.execute(stmt).mappings().first()
-    return _codec.resources_from_row(row) if row is not None else None
+        stmt = prepared(
+            "latest_resources", lambda: sa.select(*_RESOURCES_COLUMNS).order_by(RS.c.touch.desc()).limit(1)
+        )
+        rows = execute(conn, stmt)
+    else:  # once per rollout (each runner fetches its rollout's resources): a statement built once
+        stmt = prepared(
+            "resources_by_id",
+            lambda: sa.select(*_RESOURCES_COLUMNS).where(RS.c.resources_id == sa.bindparam("rsid")),
+        )
+        rows = execute(conn, stmt, {"rsid": resources_id})
+    return _codec.resources_from_row(rows[0]) if rows else None
 
 
 def query_workers(conn: sa.Connection, ctx: Ctx, query: WorkerQuery) -> PaginatedResult[Worker]:

@@ -16,9 +16,9 @@ from ._steps import (
     Ctx,
     Effects,
     execute,
-    lock_rollout_with_attempt,
     prepared,
     set_rollout_status,
+    sqlite_cursor,
     sync_worker,
     update_row,
     upsert,
@@ -30,6 +30,40 @@ S = schema.spans
 C = schema.span_sequence_ids
 
 __all__ = ["add_spans", "allocate_sequence_ids"]
+
+
+_ROLLOUT_COLUMNS_FOR_SPANS = ("seq", "rollout_id", "status", "end_time", "queue_pos", "num_attempts")
+
+
+def _lock_for_spans(
+    conn: sa.Connection, rollout_id: str, attempt_id: str
+) -> tuple[dict[str, Any], dict[str, Any] | None, int]:
+    """What a span write needs, in one statement: the locked rollout row (the columns a heartbeat may
+    change or read, no JSON to decode), the attempt's row (None: no such attempt) and the rollout's
+    sequence counter (0 if none yet)."""
+
+    def build() -> sa.Select:
+        joined = R.outerjoin(
+            A, sa.and_(A.c.rollout_id == R.c.rollout_id, A.c.attempt_id == sa.bindparam("aid"))
+        ).outerjoin(C, C.c.rollout_id == R.c.rollout_id)
+        return (
+            sa.select(
+                *(R.c[name] for name in _ROLLOUT_COLUMNS_FOR_SPANS),
+                *(c.label("a_" + c.name) for c in A.c),
+                C.c.value.label("counter"),
+            )
+            .select_from(joined)
+            .where(R.c.rollout_id == sa.bindparam("rid"))
+            .with_for_update(of=R)
+        )
+
+    rows = execute(conn, prepared("lock_for_spans", build), {"rid": rollout_id, "aid": attempt_id})
+    if not rows:
+        raise NotFoundError(f"Rollout {rollout_id} not found")
+    row = rows[0]
+    rollout = {name: row[name] for name in _ROLLOUT_COLUMNS_FOR_SPANS}
+    attempt = {c.name: row["a_" + c.name] for c in A.c} if row["a_seq"] is not None else None
+    return rollout, attempt, int(row["counter"] or 0)
 
 
 def _raise_counters(conn: sa.Connection, ctx: Ctx, highest: dict[str, int]) -> None:
@@ -95,26 +129,25 @@ def _insert_spans_sqlite(
 
     sql = prepared(("insert_spans_sql", ctx.dialect), build)
     params = [tuple(row[name] for name in _SPAN_COLUMNS) for row in rows]
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    cursor = driver.cursor()
-    try:
-        cursor.execute("SAVEPOINT agl_spans")
-        cursor.executemany(sql, params)
-        if cursor.rowcount == len(params):
-            cursor.execute("RELEASE agl_spans")
-            return {(row["rollout_id"], row["attempt_id"], row["span_id"]) for row in rows}
-        # duplicates among them: start over one by one to learn which rows are new
-        cursor.execute("ROLLBACK TO agl_spans")
+    cursor = sqlite_cursor(conn)
+    if len(params) == 1:  # one row: its row count says whether it was stored
+        cursor.execute(sql, params[0])
+        row = rows[0]
+        return {(row["rollout_id"], row["attempt_id"], row["span_id"])} if cursor.rowcount == 1 else set()
+    cursor.execute("SAVEPOINT agl_spans")
+    cursor.executemany(sql, params)
+    if cursor.rowcount == len(params):
         cursor.execute("RELEASE agl_spans")
-        inserted: set[tuple[str, str, str]] = set()
-        for row, values in zip(rows, params, strict=True):
-            cursor.execute(sql, values)
-            if cursor.rowcount == 1:
-                inserted.add((row["rollout_id"], row["attempt_id"], row["span_id"]))
-        return inserted
-    finally:
-        cursor.close()
+        return {(row["rollout_id"], row["attempt_id"], row["span_id"]) for row in rows}
+    # duplicates among them: start over one by one to learn which rows are new
+    cursor.execute("ROLLBACK TO agl_spans")
+    cursor.execute("RELEASE agl_spans")
+    inserted: set[tuple[str, str, str]] = set()
+    for row, values in zip(rows, params, strict=True):
+        cursor.execute(sql, values)
+        if cursor.rowcount == 1:
+            inserted.add((row["rollout_id"], row["attempt_id"], row["span_id"]))
+    return inserted
 
 
 def add_spans(conn: sa.Connection, ctx: Ctx, eff: Effects, spans: Sequence[Span]) -> list[int]:
@@ -140,20 +173,22 @@ def _add(
     groups = list(dict.fromkeys((span.rollout_id, span.attempt_id) for span in spans))
     rollouts: dict[str, dict[str, Any]] = {}
     attempts: dict[tuple[str, str], dict[str, Any]] = {}
+    counters: dict[str, int] = {}
     for rid, aid in sorted(groups):  # rollouts are locked in id order: no deadlock between batches
-        r, row = lock_rollout_with_attempt(conn, rid, aid)
+        r, row, counter = _lock_for_spans(conn, rid, aid)
         if row is None:
             raise NotFoundError(f"Attempt {aid} not found for rollout {rid}")
         rollouts.setdefault(rid, r)
         attempts[(rid, aid)] = row
+        counters[rid] = counter
 
     if allocate:
         ids = allocate_sequence_ids(conn, ctx, [(s.rollout_id, s.attempt_id) for s in spans])
         spans = [s.model_copy(update={"sequence_id": seq}) for s, seq in zip(spans, ids, strict=True)]
     else:
-        highest: dict[str, int] = {}
+        highest: dict[str, int] = {}  # counters to raise; one already as high stays (they only grow)
         for span in spans:
-            if span.sequence_id > highest.get(span.rollout_id, 0):
+            if span.sequence_id > max(highest.get(span.rollout_id, 0), counters[span.rollout_id]):
                 highest[span.rollout_id] = span.sequence_id
         if highest:
             _raise_counters(conn, ctx, highest)

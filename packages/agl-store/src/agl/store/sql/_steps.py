@@ -6,6 +6,8 @@ much as running it on SQLite, and a reused statement also reuses its compiled fo
 
 from __future__ import annotations
 
+import re
+import sqlite3
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -38,10 +40,65 @@ def prepared(key: Hashable, build: Callable[[], S]) -> S:
         return statement
 
 
-_SQLITE_PLANS: dict[
-    tuple[int, tuple[str, ...]],
-    tuple[Any, str, tuple[str, ...], dict[str, Any], frozenset[str], frozenset[str]],
-] = {}
+SQLITE_INDEXED_BY = "agl_sqlite_indexed_by"
+"""Execution option ``(table, index)``: on SQLite, the statement reads ``table`` through ``index``
+(``INDEXED BY``), where the planner, which has no statistics, would choose worse."""
+
+
+class _Plan:
+    """A statement compiled for SQLite: its SQL, parameter order, defaults and JSON columns."""
+
+    __slots__ = ("columns", "defaults", "json_columns", "json_params", "names", "plain", "sql", "stmt")
+
+    def __init__(self, stmt: Any, conn: sa.Connection, keys: tuple[str, ...]) -> None:
+        compiled = stmt.compile(dialect=conn.dialect, column_keys=list(keys))
+        if "POSTCOMPILE" in compiled.string:
+            raise AssertionError("statements run by execute() cannot use IN lists; use one_of()")
+        self.stmt = stmt  # keeps id(stmt) from being reused while the plan is cached
+        self.sql: str = compiled.string
+        indexed_by = stmt.get_execution_options().get(SQLITE_INDEXED_BY)
+        if indexed_by is not None:
+            table, index = indexed_by
+            pattern, hinted = rf"\bFROM {table}\b", f"FROM {table} INDEXED BY {index}"
+            self.sql, found = re.subn(pattern, hinted, self.sql, count=1)
+            assert found, self.sql
+        self.names: tuple[str, ...] = tuple(compiled.positiontup or ())
+        self.defaults: dict[str, Any] = dict(compiled.params)
+        self.json_params = frozenset(
+            n for n in self.names if n in compiled.binds and isinstance(compiled.binds[n].type, sa.JSON)
+        )
+        self.json_columns = frozenset(
+            c.name for c in getattr(stmt, "selected_columns", ()) if isinstance(c.type, sa.JSON)
+        ) | frozenset(c.name for c in getattr(stmt, "_returning", ()) if isinstance(c.type, sa.JSON))
+        # every parameter given by the caller and none JSON: a tuple in one step
+        self.plain = not self.json_params and set(self.names) <= set(keys)
+        self.columns: list[str] | None = None
+
+    def values(self, params: dict[str, Any]) -> tuple[Any, ...]:
+        if self.plain:
+            return tuple([params[name] for name in self.names])
+        out = []
+        for name in self.names:
+            value = params[name] if name in params else self.defaults[name]
+            if name in self.json_params and value is not None:
+                value = json_dumps(value)
+            out.append(value)
+        return tuple(out)
+
+
+_SQLITE_PLANS: dict[tuple[int, tuple[str, ...]], _Plan] = {}
+
+
+def sqlite_cursor(conn: sa.Connection) -> sqlite3.Cursor:
+    """A cursor of ``conn``'s sqlite3 connection, kept on the connection (one per statement costs ~1 us)."""
+    cursor: sqlite3.Cursor | None = conn.__dict__.get("_agl_cursor")
+    if cursor is not None:
+        return cursor
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    fresh: sqlite3.Cursor = driver.cursor()
+    conn.__dict__["_agl_cursor"] = fresh
+    return fresh
 
 
 def execute(
@@ -57,54 +114,30 @@ def execute(
         result = conn.execute(stmt, params or {})
         return [dict(row) for row in result.mappings()] if result.returns_rows else []
     many = isinstance(params, list)
-    first: dict[str, Any] = (params[0] if params else {}) if isinstance(params, list) else (params or {})
+    first: dict[str, Any] = (params[0] if params else {}) if many else (params or {})  # type: ignore[index,assignment]
     keys = tuple(sorted(first))
     plan = _SQLITE_PLANS.get((id(stmt), keys))
     if plan is None:
-        compiled = stmt.compile(dialect=conn.dialect, column_keys=list(keys))
-        if "POSTCOMPILE" in compiled.string:
-            raise AssertionError("statements run by execute() cannot use IN lists; use one_of()")
-        names = tuple(compiled.positiontup or ())
-        json_params = frozenset(
-            n for n in names if n in compiled.binds and isinstance(compiled.binds[n].type, sa.JSON)
-        )
-        json_columns = frozenset(
-            c.name for c in getattr(stmt, "selected_columns", ()) if isinstance(c.type, sa.JSON)
-        ) | frozenset(c.name for c in getattr(stmt, "_returning", ()) if isinstance(c.type, sa.JSON))
-        plan = (stmt, compiled.string, names, dict(compiled.params), json_params, json_columns)
-        _SQLITE_PLANS[(id(stmt), keys)] = plan
-    _, sql, names, defaults, json_params, json_columns = plan
-
-    def row_values(values: dict[str, Any]) -> tuple[Any, ...]:
-        out = []
-        for name in names:
-            value = values[name] if name in values else defaults[name]
-            if name in json_params and value is not None:
-                value = json_dumps(value)
-            out.append(value)
-        return tuple(out)
-
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    cursor = driver.cursor()
-    try:
-        if many:
-            cursor.executemany(sql, [row_values(p) for p in params])  # type: ignore[union-attr]
-            return []
-        cursor.execute(sql, row_values(first))
-        if cursor.description is None:
-            return []
-        columns = [d[0] for d in cursor.description]
-        rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
-        if json_columns:
-            for row in rows:
-                for name in json_columns & row.keys():
-                    value = row[name]
-                    if isinstance(value, str):  # (JSON numbers come back as numbers: NUMERIC affinity)
-                        row[name] = json_loads(value)
-        return rows
-    finally:
-        cursor.close()
+        plan = _SQLITE_PLANS[(id(stmt), keys)] = _Plan(stmt, conn, keys)
+    cursor = sqlite_cursor(conn)
+    if many:
+        cursor.executemany(plan.sql, [plan.values(p) for p in params])  # type: ignore[union-attr]
+        return []
+    cursor.execute(plan.sql, plan.values(first))
+    description = cursor.description
+    if description is None:
+        return []
+    columns = plan.columns
+    if columns is None:
+        columns = plan.columns = [d[0] for d in description]
+    rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    if plan.json_columns:
+        for row in rows:
+            for name in plan.json_columns:
+                value = row.get(name)
+                if isinstance(value, str):  # (JSON numbers come back as numbers: NUMERIC affinity)
+                    row[name] = json_loads(value)
+    return rows
 
 
 def one_of(column: sa.ColumnElement[Any], values: Iterable[str]) -> sa.ColumnElement[bool]:

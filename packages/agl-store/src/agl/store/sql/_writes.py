@@ -33,6 +33,7 @@ from pydantic import ValidationError
 from .. import _rules
 from . import _codec, schema
 from ._steps import (
+    SQLITE_INDEXED_BY,
     Ctx,
     Effects,
     apply_attempt_status,
@@ -62,6 +63,10 @@ KEEP: Any = object()
 """``update_worker``'s ``heartbeat_stats`` argument meaning "leave as is"."""
 
 _QUEUED = sorted(QUEUED_STATUSES)
+_BY_QUEUE = {SQLITE_INDEXED_BY: (R.name, "agl_rollouts_queue")}
+"""Rows with a queue position are few (queued or stale); without statistics SQLite's planner would scan
+the whole table for the stale ones (time growing with the store) or sort the queued ones."""
+assert any(index.name == "agl_rollouts_queue" for index in R.indexes)
 
 
 def _invalid(exc: ValidationError) -> InvalidRequestError:
@@ -141,6 +146,7 @@ def _claimable(conn: sa.Connection, limit: int) -> list[dict[str, Any]]:
     def build() -> sa.Select:
         return (
             sa.select(R)
+            .execution_options(**_BY_QUEUE)
             .where(R.c.queue_pos.is_not(None), one_of(R.c.status, _QUEUED))
             .order_by(R.c.queue_pos, R.c.seq)
             .limit(sa.bindparam("n"))
@@ -155,7 +161,11 @@ def _discard_stale_entries(conn: sa.Connection, up_to: int | None) -> None:
     ``up_to`` (a queue position; None: all), as a dequeue that walked past them would."""
 
     def build(bounded: bool) -> sa.Select:
-        stmt = sa.select(R.c.seq).where(R.c.queue_pos.is_not(None), sa.not_(one_of(R.c.status, _QUEUED)))
+        stmt = (
+            sa.select(R.c.seq)
+            .execution_options(**_BY_QUEUE)
+            .where(R.c.queue_pos.is_not(None), sa.not_(one_of(R.c.status, _QUEUED)))
+        )
         if bounded:
             stmt = stmt.where(R.c.queue_pos <= sa.bindparam("up_to"))
         return stmt.with_for_update(skip_locked=True)
@@ -164,6 +174,20 @@ def _discard_stale_entries(conn: sa.Connection, up_to: int | None) -> None:
     stmt = prepared(("stale_entries", bounded), lambda: build(bounded))
     stale = [row["seq"] for row in execute(conn, stmt, {"up_to": up_to} if bounded else {})]
     update_rows(conn, R, ((seq, {"queue_pos": None}) for seq in stale))
+
+
+def has_queue_entries(conn: sa.Connection, ctx: Ctx) -> bool:
+    """Whether the queue has any entry (a queued rollout, or a stale entry a dequeue would discard): a
+    read, so that polling an empty queue takes no write lock."""
+    stmt = prepared(
+        "has_queue_entries", lambda: sa.select(R.c.seq).where(R.c.queue_pos.is_not(None)).limit(1)
+    )
+    return bool(execute(conn, stmt))
+
+
+def mark_idle(conn: sa.Connection, ctx: Ctx, eff: Effects, worker_id: str) -> None:
+    """What a dequeue that found nothing writes: the worker is idle (it dequeued just now)."""
+    mark_worker_idle(conn, ctx, worker_id, ctx.clock())
 
 
 def dequeue(

@@ -247,6 +247,13 @@ class SqlLightningStore(LightningStore):
             mark_idle, first_try = first_try, False  # an empty dequeue marks the worker idle once per call
             if not mark_idle:
                 await self._watchdog()  # a long wait must still notice timeouts (nothing else may call)
+            # Polling an empty queue: a read, and (first try) the idle mark. On PostgreSQL the first try
+            # skips the read: a round trip more whenever there is work.
+            probe = not mark_idle or self._db.dialect == "sqlite"
+            if probe and not await self._read(_writes.has_queue_entries):
+                if mark_idle and worker_id:
+                    await self._write(_writes.mark_idle, worker_id)
+                return []
             return await self._write(_writes.dequeue, limit, worker_id, mark_idle)
 
         if timeout <= 0:
@@ -295,7 +302,18 @@ class SqlLightningStore(LightningStore):
         if timeout is not None and timeout <= 0:
             return await check()
         known = await self._known_rollout_count(ids)
-        return await _poll(check, lambda found: len(found) >= known, self._finished, timeout)
+        finished: set[str] = set()
+
+        async def progress() -> int:
+            """How many have finished: each poll reads only those not seen finished yet."""
+            await self._watchdog()
+            waiting = [rid for rid in dict.fromkeys(ids) if rid not in finished]
+            if waiting:
+                finished.update(r.rollout_id for r in await self._read(_reads.finished_rollouts, waiting))
+            return len(finished)
+
+        await _poll(progress, lambda count: count >= known, self._finished, timeout)
+        return await self._read(_reads.finished_rollouts, ids)  # as they are now, in request order
 
     async def _known_rollout_count(self, ids: list[str]) -> int:
         query = RolloutQuery.model_construct(rollout_id_in=list(dict.fromkeys(ids)), limit=0)
