@@ -36,7 +36,7 @@ from agl.types import (
 from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, StoreQuery, WorkerQuery
 from pydantic import Discriminator, Tag, TypeAdapter
 
-from ._http_models import WAIT_COMPLETE_HEADER, AddSpansInOrderResponse, AddSpansResponse
+from ._http_models import WAIT_COMPLETE_HEADER, AddSpansInOrderResponse, AddSpansResponse, ClaimResponse
 from ._http_transport import HttpTransport
 from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
 from .errors import *  # noqa: F403  (compatibility: the errors were importable from here)
@@ -72,12 +72,16 @@ _ATTEMPT_PAGE = TypeAdapter(PaginatedResult[Attempt])
 _RESOURCES = TypeAdapter(ResourcesUpdate)
 _RESOURCES_OR_NONE: TypeAdapter[ResourcesUpdate | None] = TypeAdapter(ResourcesUpdate | None)  # type: ignore[arg-type]
 _RESOURCES_PAGE = TypeAdapter(PaginatedResult[ResourcesUpdate])
+_CLAIM = TypeAdapter(ClaimResponse)
 _STORED = TypeAdapter(AddSpansResponse)
 _STORED_IN_ORDER = TypeAdapter(AddSpansInOrderResponse)
 _SPAN_PAGE = TypeAdapter(PaginatedResult[Span])
 _WORKER = TypeAdapter(Worker)
 _WORKER_OR_NONE: TypeAdapter[Worker | None] = TypeAdapter(Worker | None)  # type: ignore[arg-type]
 _WORKER_PAGE = TypeAdapter(PaginatedResult[Worker])
+
+_KNOWN_RESOURCES = 16
+"""Resource snapshots a client keeps (and names in each claim, so the server does not resend them)."""
 
 _SPAN_BATCH = 2000
 """Spans per request in ``add_many_spans`` (keeps bodies well under the server's size cap)."""
@@ -107,6 +111,10 @@ class LightningStoreClient(HttpTransport, LightningStore):
         connection_timeout: Seconds to establish a connection.
         long_poll_seconds: Longest single long poll asked of the server; longer waits loop.
     """
+
+    def _init_runtime(self) -> None:
+        super()._init_runtime()
+        self._known_resources: dict[str, ResourcesUpdate] = {}
 
     @property
     def capabilities(self) -> LightningStoreCapabilities:
@@ -141,6 +149,39 @@ class LightningStoreClient(HttpTransport, LightningStore):
             )
             if claimed or time.monotonic() >= deadline - 0.001:
                 return claimed
+
+    async def dequeue_rollout_with_resources(
+        self, worker_id: str | None = None, *, timeout: float = 0.0
+    ) -> tuple[AttemptedRollout, ResourcesUpdate | None] | None:
+        """One request per claim: the rollout and its resources, which the server sends only when this client
+        does not hold them at their current version."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            chunk = max(0.0, min(deadline - time.monotonic(), self.long_poll_seconds))
+            known = {rid: update.version for rid, update in self._known_resources.items()}
+            body = {"worker_id": worker_id, "timeout": chunk, "known_resources": known}
+            answer = await self._call(
+                "dequeue_rollout", "POST", "/queues/rollouts/claim", _CLAIM, body, wait=chunk
+            )
+            if answer.rollout is not None:
+                return answer.rollout, await self._resources_of(answer)
+            if time.monotonic() >= deadline - 0.001:
+                return None
+
+    async def _resources_of(self, answer: ClaimResponse) -> ResourcesUpdate | None:
+        cache = self._known_resources
+        update = answer.resources
+        if update is None and answer.resources_id is not None:
+            update = cache.get(answer.resources_id)
+            if update is None or update.version != answer.resources_version:  # evicted meanwhile
+                update = await self.get_resources_by_id(answer.resources_id)
+        if update is not None:
+            cache.pop(update.resources_id, None)
+            cache[update.resources_id] = update
+            while len(cache) > _KNOWN_RESOURCES:
+                cache.pop(next(iter(cache)), None)
+            update = update.model_copy(deep=True)  # an agent may change its resources; the cache stays
+        return update
 
     async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
         return await self._call(
