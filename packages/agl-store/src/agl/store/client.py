@@ -1,6 +1,7 @@
 """``LightningStoreClient``: a :class:`~agl.store.LightningStore` that talks HTTP to a ``LightningStoreServer``.
 
-- One ``aiohttp`` session per event loop, so one client can be shared by threads that each run a loop.
+- Keep-alive connections pooled per event loop (a lean HTTP/1.1 client, :mod:`._http_conn`), so one client
+  can be shared by threads that each run a loop.
 - Retries only what is safe: network errors, 5xx and 408, with back-off and a health probe before each
   retry; never 4xx. Every write carries a fresh ``Idempotency-Key`` (the same on its retries), so a retry
   of a write whose answer was lost returns the first answer instead of writing twice.
