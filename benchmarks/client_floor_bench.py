@@ -186,7 +186,9 @@ async def _measure(make: Any, port: int, calls: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", nargs="+", default=list(CLIENTS), choices=list(CLIENTS))
@@ -203,7 +205,9 @@ def main() -> None:
         for _ in range(args.rounds):  # interleaved, so that load drifts hit every client alike
             for name in args.clients:
                 results[name].append(asyncio.run(_measure(CLIENTS[name], port, args.calls)))
-        print(f"client alone vs a minimal HTTP/1.1 server, {args.calls} sequential POSTs, median of {args.rounds}")
+        print(
+            f"client alone vs a minimal HTTP/1.1 server, {args.calls} sequential POSTs, median of {args.rounds}"
+        )
         print(f"load: {os.getloadavg()[0]:.2f}")
         floor = statistics.median(w for w, _ in results["raw"]) if "raw" in results else None
         print(f"{'client':>16} {'µs/call':>9} {'cpu µs/call':>12} {'calls/s':>9} {'x floor':>8}")

@@ -180,6 +180,11 @@ class LitAgentRunner(Runner[T]):
 
     def init_worker(self, worker_id: int | str, store: LightningStore, **kwargs: Any) -> None:
         self.tracer.init_worker(worker_id, store=store)
+        if self._agent is not None and (self._agent.is_async() or self.sync_agent_in_thread):
+            # The agent never blocks this runner's loop: spans drain on it (one event loop per process).
+            set_drain = getattr(self.tracer, "set_drain_on_caller_loop", None)
+            if set_drain is not None:
+                set_drain(True)
         self.worker_id = worker_id
         self._store = store
 
