@@ -135,6 +135,11 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
 
+def _expire(waiter: asyncio.Future[Response], timeout: float) -> None:
+    if not waiter.done():
+        waiter.set_exception(asyncio.TimeoutError(f"no answer within {timeout:g} s"))
+
+
 class ConnectionPool:
     """Keep-alive connections to one origin, for one event loop (not thread-safe: one loop uses it)."""
 
@@ -159,10 +164,10 @@ class ConnectionPool:
         loop = asyncio.get_running_loop()
         if self.secure and self._ssl is None:
             self._ssl = ssl_module.create_default_context()
-        async with asyncio.timeout(self.connection_timeout):
-            _, conn = await loop.create_connection(
-                _Connection, self.host, self.port, ssl=self._ssl if self.secure else None
-            )
+        connect = loop.create_connection(
+            _Connection, self.host, self.port, ssl=self._ssl if self.secure else None
+        )
+        _, conn = await asyncio.wait_for(connect, self.connection_timeout)
         return conn
 
     def _build(self, verb: str, target: str, body: bytes | None, headers: Mapping[str, str]) -> bytes:
@@ -187,26 +192,29 @@ class ConnectionPool:
         if self.closed:
             raise ConnectionError("the client's connections for this event loop were closed")
         data = self._build(verb, target, body, headers)
-        async with asyncio.timeout(timeout):
-            while self._idle:
-                conn = self._idle.pop()
-                if not conn.reusable:
-                    conn.close()
-                    continue
-                try:
-                    return await self._exchange(conn, data)
-                except ConnectionError:
-                    if conn.received:
-                        raise
-                    # Closed while idle: try again (another idle one, or a fresh one).
-            return await self._exchange(await self._connect(), data)
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.reusable:
+                conn.close()
+                continue
+            try:
+                return await self._exchange(conn, data, timeout)
+            except ConnectionError:
+                if conn.received:
+                    raise
+                # Closed while idle: try again (another idle one, or a fresh one).
+        return await self._exchange(await self._connect(), data, timeout)
 
-    async def _exchange(self, conn: _Connection, data: bytes) -> Response:
+    async def _exchange(self, conn: _Connection, data: bytes, timeout: float) -> Response:
+        waiter = conn.send(data)
+        expiry = asyncio.get_running_loop().call_later(timeout, _expire, waiter, timeout)
         try:
-            response = await conn.send(data)
+            response = await waiter
         except BaseException:
             conn.close()  # an answer may still be under way: this connection cannot be reused
             raise
+        finally:
+            expiry.cancel()
         if conn.reusable and not self.closed and len(self._idle) < self.max_idle:
             self._idle.append(conn)
         else:

@@ -37,6 +37,7 @@ from . import _rules
 from ._notify import Notifier
 from ._query import filter_where
 from ._records import RolloutRecord, copy_rollout, new_config, new_metadata
+from ._spans import SpanCache
 from ._watchdog import ScanDebouncer
 
 __all__ = ["MemoryCore", "by_creation"]
@@ -64,6 +65,7 @@ class MemoryCore:
         self._workers: dict[str, Worker] = {}
         self._total_attempts = 0
         self._total_spans = 0
+        self._span_cache = SpanCache()
         self._queue_changed = Notifier()
         self._rollout_finished = Notifier()
 
