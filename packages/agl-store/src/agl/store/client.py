@@ -115,7 +115,8 @@ class LightningStoreClient(HttpTransport, LightningStore):
 
     def _init_runtime(self) -> None:
         super()._init_runtime()
-        self._known_resources: dict[str, ResourcesUpdate] = {}
+        self._known_resources: dict[str, tuple[int, bytes]] = {}
+        """Resource snapshots this client holds: ``resources_id → (version, JSON)``."""
 
     @property
     def capabilities(self) -> LightningStoreCapabilities:
@@ -159,7 +160,8 @@ class LightningStoreClient(HttpTransport, LightningStore):
         deadline = time.monotonic() + max(timeout, 0.0)
         while True:
             chunk = max(0.0, min(deadline - time.monotonic(), self.long_poll_seconds))
-            known = {rid: update.version for rid, update in self._known_resources.items()}
+            with self._lock:
+                known = {rid: version for rid, (version, _) in self._known_resources.items()}
             body = {"worker_id": worker_id, "timeout": chunk, "known_resources": known}
             answer = await self._call(
                 "dequeue_rollout", "POST", "/queues/rollouts/claim", _CLAIM, body, wait=chunk
@@ -173,15 +175,18 @@ class LightningStoreClient(HttpTransport, LightningStore):
         cache = self._known_resources
         update = answer.resources
         if update is None and answer.resources_id is not None:
-            update = cache.get(answer.resources_id)
-            if update is None or update.version != answer.resources_version:  # evicted meanwhile
-                update = await self.get_resources_by_id(answer.resources_id)
+            held = cache.get(answer.resources_id)
+            if held is not None and held[0] == answer.resources_version:
+                # A fresh copy each time (an agent may change its resources; the cache must not change).
+                return _RESOURCES.validate_json(held[1])
+            update = await self.get_resources_by_id(answer.resources_id)  # evicted meanwhile
         if update is not None:
-            cache.pop(update.resources_id, None)
-            cache[update.resources_id] = update
-            while len(cache) > _KNOWN_RESOURCES:
-                cache.pop(next(iter(cache)), None)
-            update = update.model_copy(deep=True)  # an agent may change its resources; the cache stays
+            raw = _RESOURCES.dump_json(update)
+            with self._lock:  # threads with their own loops share the client
+                cache.pop(update.resources_id, None)
+                cache[update.resources_id] = (update.version, raw)
+                while len(cache) > _KNOWN_RESOURCES:
+                    cache.pop(next(iter(cache)), None)
         return update
 
     async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
