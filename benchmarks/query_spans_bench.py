@@ -91,7 +91,9 @@ async def run(impl: str, backend: str, rollouts: int, reads: int) -> tuple[float
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--impl", choices=["agl", "ref"], default="agl")
     parser.add_argument("--backend", action="append", choices=["memory", "sqlite"])
     parser.add_argument("--rollouts", type=int, default=1000)

@@ -141,7 +141,9 @@ def trainer_one(n_runners: int, n_tasks: int) -> dict[str, Any]:
     async def bench(store: Any, train_dataset: Any, initial_resources: Any) -> None:
         resources = await store.add_resources(initial_resources)
         marks["enqueue"] = time.perf_counter()
-        rollouts = [await store.enqueue_rollout(input=t, resources_id=resources.resources_id) for t in train_dataset]
+        rollouts = [
+            await store.enqueue_rollout(input=t, resources_id=resources.resources_id) for t in train_dataset
+        ]
         ids = [r.rollout_id for r in rollouts]
         await store.wait_for_rollouts(rollout_ids=ids[:1], timeout=None)
         marks["first"] = time.perf_counter()
@@ -170,7 +172,9 @@ def trainer_one(n_runners: int, n_tasks: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--http-rollouts", type=int, default=1000, help="0 skips the HTTP lifecycle")
     parser.add_argument("--tasks", type=int, default=500, help="0 skips the trainer")
     parser.add_argument("--runners", type=int, default=4)
