@@ -114,3 +114,21 @@ async def test_a_malformed_answer_is_a_connection_error() -> None:
         with pytest.raises(StoreConnectionError, match="malformed HTTP answer"):
             await client.get_next_span_sequence_id("ro", "at")
         await client.close()
+
+
+def test_works_on_uvloop() -> None:
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main() -> int:
+        async with _server(lambda n: _ok()) as (address, _):
+            client = LightningStoreClient(address, retry_delays=())
+            try:
+                return await client.get_next_span_sequence_id("ro", "at")
+            finally:
+                await client.close()
+
+    loop = uvloop.new_event_loop()
+    try:
+        assert loop.run_until_complete(main()) == 7
+    finally:
+        loop.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import ssl as ssl_module
 from collections.abc import Iterator, Mapping
+from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -71,8 +72,7 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio subclasses
 
     def data_received(self, data: bytes) -> None:
         self.received = True
