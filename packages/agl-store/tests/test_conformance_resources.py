@@ -99,3 +99,32 @@ async def test_query_resources(store: LightningStore, clock: ManualClock) -> Non
     assert by_update.total == 4
     with pytest.raises(InvalidRequestError):
         await store.query_resources(sort_by="nope")
+
+
+async def test_dequeue_with_resources_brings_the_rollouts_snapshot_or_the_latest(
+    store: LightningStore,
+) -> None:
+    assert await store.dequeue_rollout_with_resources(worker_id="w") is None
+    first = await store.add_resources({"llm": llm(1)})
+    second = await store.add_resources({"llm": llm(2)})
+    await store.enqueue_rollout(input=1, resources_id=first.resources_id)
+    await store.enqueue_rollout(input=2)  # runs with the latest
+    await store.enqueue_rollout(input=3, resources_id=first.resources_id)
+    got = await store.dequeue_rollout_with_resources(worker_id="w")
+    assert got is not None and got[0].input == 1 and got[1] == first
+    assert got[0].attempt.worker_id == "w" and got[0].status == "preparing"
+    got = await store.dequeue_rollout_with_resources(worker_id="w")
+    assert got is not None and got[0].input == 2 and got[1] == second
+    # A new version of the same snapshot is what the next claim brings (no stale copy).
+    updated = await store.update_resources(first.resources_id, {"llm": llm(3)})
+    got = await store.dequeue_rollout_with_resources(worker_id="w")
+    assert got is not None and got[0].input == 3 and got[1] == updated and got[1].version == 2
+
+
+async def test_dequeue_with_resources_unknown_snapshot_or_none_at_all_is_none(store: LightningStore) -> None:
+    await store.enqueue_rollout(input=1)
+    got = await store.dequeue_rollout_with_resources()
+    assert got is not None and got[0].input == 1 and got[1] is None
+    await store.enqueue_rollout(input=2, resources_id="rs-missing")
+    got = await store.dequeue_rollout_with_resources()
+    assert got is not None and got[0].input == 2 and got[1] is None

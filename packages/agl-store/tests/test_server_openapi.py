@@ -94,6 +94,9 @@ async def test_real_answers_match_the_schema() -> None:
             await check(
                 "POST", P + "/queues/rollouts/dequeue", body={"limit": 1, "timeout": 0.05}, expect=200
             )
+            await check("POST", P + "/queues/rollouts/enqueue", body={"rollouts": [{"input": 3}]}, expect=201)
+            await check("POST", P + "/queues/rollouts/claim", body={"worker_id": "w-1"}, expect=200)
+            await check("POST", P + "/queues/rollouts/claim", body={"timeout": 0.05}, expect=200)
             rollout_id, attempt_id = claimed[0]["rollout_id"], claimed[0]["attempt"]["attempt_id"]
             started = await check(
                 "POST", P + "/rollouts", body={"input": "direct", "worker_id": "w-2"}, expect=201

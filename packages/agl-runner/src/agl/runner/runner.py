@@ -10,6 +10,7 @@ import time
 import traceback
 from abc import abstractmethod
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from agl.types import (
@@ -17,6 +18,7 @@ from agl.types import (
     InvalidRequestError,
     NamedResources,
     ParallelWorkerBase,
+    ResourcesUpdate,
     Rollout,
     RolloutConfig,
     RolloutMode,
@@ -194,6 +196,11 @@ class LitAgentRunner(Runner[T]):
 
     def init_worker(self, worker_id: int | str, store: LightningStore, **kwargs: Any) -> None:
         self.tracer.init_worker(worker_id, store=store)
+        if self._agent is not None and (self._agent.is_async() or self.sync_agent_in_thread):
+            # The agent never blocks this runner's loop: spans drain on it (one event loop per process).
+            set_drain = getattr(self.tracer, "set_drain_on_caller_loop", None)
+            if set_drain is not None:
+                set_drain(True)
         self.worker_id = worker_id
         self._store = store
 
@@ -261,7 +268,7 @@ class LitAgentRunner(Runner[T]):
             timeout = self._jittered(self.poll_interval)
             asked = time.monotonic()
             try:
-                rollout = await store.dequeue_rollout(worker_id=worker_id, timeout=timeout)
+                got = await store.dequeue_rollout_with_resources(worker_id, timeout=timeout)
             except Exception as exc:
                 claimed[0] -= 1
                 logger.warning("%s: dequeue failed (%s); retrying in %.2fs", worker_id, exc, backoff)
@@ -269,13 +276,14 @@ class LitAgentRunner(Runner[T]):
                 backoff = min(backoff * 2, 2.0)
                 continue
             backoff = 0.05
-            if rollout is None:
+            if got is None:
                 claimed[0] -= 1
                 if time.monotonic() - asked < min(timeout, 0.05) / 2:
                     # The store answered at once instead of waiting (no long poll): do not spin.
                     await _sleep_unless(event, min(timeout, 0.05))
                 continue
-            await self._step_impl(rollout)
+            rollout, resources = got
+            await self._step_impl(rollout, resources=_ClaimedResources(resources))
             self._processed += 1
             if self._processed == 1 or self._processed % 100 == 0:
                 logger.info("%s: %d rollouts done", worker_id, self._processed)
@@ -308,17 +316,21 @@ class LitAgentRunner(Runner[T]):
 
     # -- one rollout ---------------------------------------------------------------------------
 
-    async def _resources(self, rollout: Rollout) -> NamedResources:
+    async def _resources(self, rollout: Rollout, claimed: _ClaimedResources | None = None) -> NamedResources:
         store = self.get_store()
         if rollout.resources_id:
-            update = await store.get_resources_by_id(rollout.resources_id)
+            update = (
+                claimed.update
+                if claimed is not None
+                else await store.get_resources_by_id(rollout.resources_id)
+            )
             if update is None:
                 raise RuntimeError(
                     f"rollout {rollout.rollout_id} asks for resources {rollout.resources_id!r}, "
                     "which the store does not have"
                 )
             return update.resources
-        latest = await store.get_latest_resources()
+        latest = claimed.update if claimed is not None else await store.get_latest_resources()
         return {} if latest is None else latest.resources
 
     async def _call_agent(self, rollout: AttemptedRollout, resources: NamedResources) -> RolloutRawResult:
@@ -339,7 +351,13 @@ class LitAgentRunner(Runner[T]):
             except Exception:
                 logger.exception("Hook %s.%s failed; continuing", type(hook).__name__, name)
 
-    async def _step_impl(self, rollout: AttemptedRollout, *, raise_on_exception: bool = False) -> None:
+    async def _step_impl(
+        self,
+        rollout: AttemptedRollout,
+        *,
+        raise_on_exception: bool = False,
+        resources: _ClaimedResources | None = None,
+    ) -> None:
         """Execute one attempt and report its outcome to the store. Never raises unless asked to."""
         store = self.get_store()
         rollout_id, attempt_id = rollout.rollout_id, rollout.attempt.attempt_id
@@ -348,14 +366,14 @@ class LitAgentRunner(Runner[T]):
         spans: list[Span] = []
         error: BaseException | None = None
         try:
-            resources = await self._resources(rollout)
+            named = await self._resources(rollout, resources)
             await self._run_hooks("on_rollout_start", rollout=rollout)
             async with self.tracer.trace_context(
                 name=rollout_id, rollout_id=rollout_id, attempt_id=attempt_id
             ):
                 await self._run_hooks("on_trace_start", tracer=self.tracer, rollout=rollout)
                 try:
-                    result = await self._call_agent(rollout, resources)
+                    result = await self._call_agent(rollout, named)
                     # A returned reward joins the trace, so it ships in the same batch as the agent's spans.
                     record_returned_reward(result, rollout_id)
                 finally:
@@ -440,6 +458,13 @@ class LitAgentRunner(Runner[T]):
             except Exception as exc:
                 logger.warning("%s: heartbeat failed: %s", worker_id, exc)
             await asyncio.sleep(interval)
+
+
+@dataclass(frozen=True)
+class _ClaimedResources:
+    """The resources that came with a claim (``update`` ``None``: unknown id, or no resources at all)."""
+
+    update: ResourcesUpdate | None
 
 
 async def _sleep_unless(event: ExecutionEvent | None, seconds: float) -> None:

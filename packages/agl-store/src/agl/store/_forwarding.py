@@ -54,6 +54,11 @@ class ForwardingStore(LightningStore):
     ) -> list[AttemptedRollout]:
         return await self._call("dequeue_many_rollouts", limit=limit, worker_id=worker_id, timeout=timeout)
 
+    async def dequeue_rollout_with_resources(
+        self, worker_id: str | None = None, *, timeout: float = 0.0
+    ) -> tuple[AttemptedRollout, ResourcesUpdate | None] | None:
+        return await self._call("dequeue_rollout_with_resources", worker_id, timeout=timeout)
+
     async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
         return await self._call("start_attempt", rollout_id, worker_id)
 

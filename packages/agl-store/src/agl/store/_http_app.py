@@ -48,6 +48,8 @@ from ._http_models import (
     AddSpansResponse,
     AttemptQueryBody,
     AttemptQueryParams,
+    ClaimRequest,
+    ClaimResponse,
     DequeueRequest,
     EnqueueRequest,
     ErrorBody,
@@ -225,6 +227,12 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
     @app.post(prefix + "/queues/rollouts/dequeue", response_model=list[AttemptedRollout], tags=["rollouts"])
     async def dequeue(body: DequeueRequest | None = None) -> Response:
         return _reply(await ops.dequeue(body))
+
+    @app.post(prefix + "/queues/rollouts/claim", response_model=ClaimResponse, tags=["rollouts"])
+    async def claim(body: ClaimRequest | None = None) -> Response:
+        """Claim one rollout with the resources it runs with (one request per rollout for a runner);
+        ``known_resources`` lists the snapshots the client holds, which are not sent again."""
+        return _reply(await ops.claim(body))
 
     @app.post(prefix + "/rollouts", status_code=201, response_model=AttemptedRollout, tags=["rollouts"])
     async def start_rollout(body: StartRolloutRequest) -> Response:

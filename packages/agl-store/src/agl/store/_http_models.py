@@ -14,6 +14,7 @@ from agl.types import (
     AttemptedRollout,
     AttemptStatus,
     EnqueueRolloutRequest,
+    ResourcesUpdate,
     Rollout,
     RolloutConfig,
     RolloutMode,
@@ -43,6 +44,8 @@ __all__ = [
     "AttemptQuery",
     "AttemptQueryBody",
     "AttemptQueryParams",
+    "ClaimRequest",
+    "ClaimResponse",
     "DequeueRequest",
     "EnqueueRequest",
     "ErrorBody",
@@ -124,6 +127,28 @@ class DequeueRequest(_Body):
     worker_id: str | None = None
     timeout: float = Field(default=0.0, ge=0)
     """Seconds to wait for work (long poll); the server caps it at its ``max_wait_seconds``."""
+
+
+class ClaimRequest(_Body):
+    """Claim one rollout together with the resources it runs with (``POST /queues/rollouts/claim``)."""
+
+    worker_id: str | None = None
+    timeout: float = Field(default=0.0, ge=0)
+    """Seconds to wait for work (long poll); the server caps it at its ``max_wait_seconds``."""
+    known_resources: dict[str, JsonInt] = Field(default_factory=dict)
+    """``resources_id → version`` the client already holds: those are not sent again."""
+
+
+class ClaimResponse(BaseModel):
+    """The claimed rollout (``null``: none came) and its resources: those named by its ``resources_id``, else
+    the latest. ``resources`` is ``null`` when the client's known version is current (or there are none)."""
+
+    rollout: AttemptedRollout | None = None
+    resources_id: str | None = None
+    """The snapshot the rollout runs with; ``null``: none (its ``resources_id`` is unknown, or no resources
+    were ever added)."""
+    resources_version: int | None = None
+    resources: ResourcesUpdate | None = None
 
 
 class StartRolloutRequest(_Body):

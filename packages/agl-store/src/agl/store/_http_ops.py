@@ -25,6 +25,7 @@ from ._http_middleware import ASGIApp, Receive, Scope, Send
 from ._http_models import (
     API_PREFIX,
     AddSpansRequest,
+    ClaimRequest,
     DequeueRequest,
     EnqueueRequest,
     ErrorBody,
@@ -220,6 +221,22 @@ class HotOps:
         )
         return 200, encode(await self.until_shutdown(claim, [])), None
 
+    async def claim(self, body: ClaimRequest | None) -> Reply:
+        """One rollout with its resources; resources the client holds at their current version are not sent."""
+        body = body or ClaimRequest()
+        claim = self.store.dequeue_rollout_with_resources(body.worker_id, timeout=self.bounded(body.timeout))
+        claimed = await self.until_shutdown(claim, None)
+        if claimed is None:
+            return 200, b'{"rollout":null}', None
+        rollout, resources = claimed
+        answer: dict[str, Any] = {"rollout": rollout}
+        if resources is not None:
+            answer["resources_id"] = resources.resources_id
+            answer["resources_version"] = resources.version
+            if body.known_resources.get(resources.resources_id) != resources.version:
+                answer["resources"] = resources
+        return 200, encode(answer), None
+
     async def start_rollout(self, body: StartRolloutRequest) -> Reply:
         rollout = await self.store.start_rollout(
             input=body.input,
@@ -284,6 +301,7 @@ class FastPathMiddleware:
         self._exact: dict[tuple[str, str], tuple[Any, type[BaseModel] | TypeAdapter[Any], bool]] = {
             ("POST", p + "/queues/rollouts/enqueue"): (ops.enqueue, EnqueueRequest, True),
             ("POST", p + "/queues/rollouts/dequeue"): (ops.dequeue, DequeueRequest, False),
+            ("POST", p + "/queues/rollouts/claim"): (ops.claim, ClaimRequest, False),
             ("POST", p + "/rollouts"): (ops.start_rollout, StartRolloutRequest, True),
             ("POST", p + "/spans"): (ops.add_span, _SPAN, True),
             ("POST", p + "/spans/batch"): (ops.add_many_spans, AddSpansRequest, True),

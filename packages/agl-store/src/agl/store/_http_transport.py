@@ -1,4 +1,4 @@
-"""The HTTP side of :class:`~agl.store.LightningStoreClient`: sessions per event loop, retries, error mapping."""
+"""The HTTP side of :class:`~agl.store.LightningStoreClient`: connections per event loop, retries, error mapping."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ import threading
 import uuid
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
+from urllib.parse import urlencode
 
 from agl.types.env import STORE_TOKEN
 from pydantic import TypeAdapter
 
+from ._http_conn import ConnectionPool
 from ._http_models import API_PREFIX, IDEMPOTENCY_HEADER
 from .errors import (
     StoreAuthenticationError,
@@ -24,9 +26,6 @@ from .errors import (
     StoreNotFoundError,
     StoreServerError,
 )
-
-if TYPE_CHECKING:
-    import aiohttp
 
 __all__ = ["HttpTransport"]
 
@@ -47,7 +46,7 @@ _STATUS_ERRORS: dict[int, type[StoreClientError]] = {
 
 
 class HttpTransport:
-    """Configuration, one aiohttp session per event loop, and the retrying request loop of every call."""
+    """Configuration, one connection pool per event loop, and the retrying request loop of every call."""
 
     def __init__(
         self,
@@ -74,10 +73,11 @@ class HttpTransport:
     def _init_runtime(self) -> None:
         self._api = self.address + API_PREFIX
         self._lock = threading.Lock()
-        self._sessions: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], aiohttp.ClientSession]] = {}
+        self._sessions: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], ConnectionPool]] = {}
         self._headers = {"Content-Type": "application/json"}
         if self.token:
             self._headers["Authorization"] = f"Bearer {self.token}"
+        self._get_headers = {k: v for k, v in self._headers.items() if k != "Content-Type"}
 
     def __repr__(self) -> str:
         return f"LightningStoreClient({self.address!r})"
@@ -100,37 +100,28 @@ class HttpTransport:
             setattr(self, key, value)
         self._init_runtime()
 
-    # -- sessions ------------------------------------------------------------------------------
+    # -- connections ---------------------------------------------------------------------------
 
-    def _session(self) -> aiohttp.ClientSession:
-        import aiohttp
-
+    def _session(self) -> ConnectionPool:
+        """The calling event loop's connection pool (made on first use)."""
         loop = asyncio.get_running_loop()
         key = id(loop)
+        entry = self._sessions.get(key)
+        if entry is not None and entry[0]() is loop and not entry[1].closed:
+            return entry[1]
         with self._lock:
-            entry = self._sessions.get(key)
-            if entry is not None and entry[0]() is loop and not entry[1].closed:
-                return entry[1]
             for other in [
                 k for k, (ref, _) in self._sessions.items() if (lp := ref()) is None or lp.is_closed()
             ]:
                 del self._sessions[other]
-            session = aiohttp.ClientSession(
-                # ssl=False for plain http:// skips loading the CA bundle (~0.25 s per session).
-                connector=aiohttp.TCPConnector(
-                    limit=256,
-                    keepalive_timeout=25.0,
-                    ssl=not self.address.startswith("http://"),
-                ),
-                headers=self._headers,
-            )
-            self._sessions[key] = (weakref.ref(loop), session)
-            return session
+            pool = ConnectionPool(self.address, connection_timeout=self.connection_timeout)
+            self._sessions[key] = (weakref.ref(loop), pool)
+            return pool
 
     async def close(self) -> None:
-        """Close the session of the calling event loop (each thread that used the client closes its own).
+        """Close the connections of the calling event loop (each thread that used the client closes its own).
 
-        The client stays usable: a later call opens a new session.
+        The client stays usable: a later call opens new connections.
         """
         try:
             current = asyncio.get_running_loop()
@@ -142,27 +133,26 @@ class HttpTransport:
                 k for k, (ref, _) in self._sessions.items() if (lp := ref()) is None or lp.is_closed()
             ]:
                 del self._sessions[other]
-        if entry is not None and entry[0]() is current and not entry[1].closed:
-            await entry[1].close()
+        if entry is not None and entry[0]() is current:
+            entry[1].close()
 
     async def release_loop_resources(self) -> None:
-        """Close the calling event loop's HTTP session (what :meth:`close` does for this client)."""
+        """Close the calling event loop's connections (what :meth:`close` does for this client)."""
         await self.close()
 
     # -- the request loop ----------------------------------------------------------------------
 
-    async def _healthy(self, session: aiohttp.ClientSession) -> bool:
-        import aiohttp
-
-        timeout = aiohttp.ClientTimeout(total=self.connection_timeout)
+    async def _healthy(self, session: ConnectionPool) -> bool:
         for delay in (0.0, *self.health_retry_delays):
             if delay:
                 await asyncio.sleep(delay)
             try:
-                async with session.get(self._api + "/health", timeout=timeout) as response:
-                    if response.status == 200:
-                        return True
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                response = await session.request(
+                    "GET", API_PREFIX + "/health", None, self._get_headers, self.connection_timeout
+                )
+                if response.status == 200:
+                    return True
+            except (asyncio.TimeoutError, OSError):
                 pass
         return False
 
@@ -200,38 +190,36 @@ class HttpTransport:
         wait: float = 0.0,
     ) -> tuple[bytes, Mapping[str, str]]:
         """Send one call (with retries); returns the body and headers of the successful answer."""
-        import aiohttp
-
         session = self._session()
-        url = self._api + path
+        target = API_PREFIX + path
+        if params:
+            target += "?" + urlencode(params, doseq=True)
         data = _ANY.dump_json(body, serialize_as_any=True) if body is not None else None
-        headers = {IDEMPOTENCY_HEADER: uuid.uuid4().hex} if verb == "POST" else None
-        timeout = aiohttp.ClientTimeout(
-            total=self.request_timeout + wait, sock_connect=self.connection_timeout
-        )
+        if verb == "POST":
+            headers = {**self._headers, IDEMPOTENCY_HEADER: uuid.uuid4().hex}
+        else:
+            headers = self._headers if data is not None else self._get_headers
+        timeout = self.request_timeout + wait
         last: StoreClientError | None = None
         for attempt, delay in enumerate((0.0, *self.retry_delays)):
             if attempt:
                 await asyncio.sleep(delay)
+                session = self._session()  # closed meanwhile (close() from another task): a fresh one
                 if not await self._healthy(session):
                     continue
                 logger.info("retrying %s (%s %s), try %d: %s", op, verb, path, attempt + 1, last)
             try:
-                async with session.request(
-                    verb, url, data=data, params=params, headers=headers, timeout=timeout
-                ) as response:
-                    payload = await response.read()
-                    status = response.status
-                    response_headers = response.headers
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                response = await session.request(verb, target, data, headers, timeout)
+            except (asyncio.TimeoutError, OSError) as exc:
                 reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 last = StoreConnectionError(
                     f"{op}: cannot reach the store at {self.address} ({reason})", method=op
                 )
                 continue
+            status = response.status
             if status < 400:
-                return payload, response_headers
-            last = self._http_error(op, verb, path, status, payload)
+                return response.body, response.headers
+            last = self._http_error(op, verb, path, status, response.body)
             if status < 500 and status != 408:
                 raise last
         assert last is not None

@@ -38,6 +38,7 @@ from ._memory_cap import ATTEMPT_BYTES, MemoryCap, rollout_size
 from ._notify import Notifier
 from ._query import filter_where
 from ._records import RolloutRecord, copy_rollout, new_config, new_metadata
+from ._spans import SpanCache
 from ._watchdog import ScanDebouncer
 from .errors import StoreFullError
 
@@ -74,6 +75,7 @@ class MemoryCore:
         self._workers: dict[str, Worker] = {}
         self._total_attempts = 0
         self._total_spans = 0
+        self._span_cache = SpanCache()
         self._queue_changed = Notifier()
         self._rollout_finished = Notifier()
 

@@ -238,6 +238,22 @@ class LightningStore(ABC):
         claimed = await self._dequeue_rollouts(1, worker_id, _check_wait(worker_id, timeout))
         return claimed[0] if claimed else None
 
+    async def dequeue_rollout_with_resources(
+        self, worker_id: str | None = None, *, timeout: float = 0.0
+    ) -> tuple[AttemptedRollout, ResourcesUpdate | None] | None:
+        """:meth:`dequeue_rollout` plus the resources the rollout runs with: the snapshot named by its
+        ``resources_id``, else the latest (``None``: that id is unknown, or there are no resources).
+
+        What a runner does per claim; a store client answers it in one request and does not resend
+        resources it already holds at the current version.
+        """
+        rollout = await self.dequeue_rollout(worker_id, timeout=timeout)
+        if rollout is None:
+            return None
+        if rollout.resources_id:
+            return rollout, await self.get_resources_by_id(rollout.resources_id)
+        return rollout, await self.get_latest_resources()
+
     async def dequeue_many_rollouts(
         self, *, limit: int = 1, worker_id: str | None = None, timeout: float = 0.0
     ) -> list[AttemptedRollout]:

@@ -1,6 +1,7 @@
 """``LightningStoreClient``: a :class:`~agl.store.LightningStore` that talks HTTP to a ``LightningStoreServer``.
 
-- One ``aiohttp`` session per event loop, so one client can be shared by threads that each run a loop.
+- Keep-alive connections pooled per event loop (a lean HTTP/1.1 client, :mod:`._http_conn`), so one client
+  can be shared by threads that each run a loop.
 - Retries only what is safe: network errors, 5xx and 408, with back-off and a health probe before each
   retry; never 4xx. Every write carries a fresh ``Idempotency-Key`` (the same on its retries), so a retry
   of a write whose answer was lost returns the first answer instead of writing twice.
@@ -36,7 +37,7 @@ from agl.types import (
 from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, StoreQuery, WorkerQuery
 from pydantic import Discriminator, Tag, TypeAdapter
 
-from ._http_models import WAIT_COMPLETE_HEADER, AddSpansInOrderResponse, AddSpansResponse
+from ._http_models import WAIT_COMPLETE_HEADER, AddSpansInOrderResponse, AddSpansResponse, ClaimResponse
 from ._http_transport import HttpTransport
 from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
 from .errors import *  # noqa: F403  (compatibility: the errors were importable from here)
@@ -72,12 +73,16 @@ _ATTEMPT_PAGE = TypeAdapter(PaginatedResult[Attempt])
 _RESOURCES = TypeAdapter(ResourcesUpdate)
 _RESOURCES_OR_NONE: TypeAdapter[ResourcesUpdate | None] = TypeAdapter(ResourcesUpdate | None)  # type: ignore[arg-type]
 _RESOURCES_PAGE = TypeAdapter(PaginatedResult[ResourcesUpdate])
+_CLAIM = TypeAdapter(ClaimResponse)
 _STORED = TypeAdapter(AddSpansResponse)
 _STORED_IN_ORDER = TypeAdapter(AddSpansInOrderResponse)
 _SPAN_PAGE = TypeAdapter(PaginatedResult[Span])
 _WORKER = TypeAdapter(Worker)
 _WORKER_OR_NONE: TypeAdapter[Worker | None] = TypeAdapter(Worker | None)  # type: ignore[arg-type]
 _WORKER_PAGE = TypeAdapter(PaginatedResult[Worker])
+
+_KNOWN_RESOURCES = 16
+"""Resource snapshots a client keeps (and names in each claim, so the server does not resend them)."""
 
 _SPAN_BATCH = 2000
 """Spans per request in ``add_many_spans`` (keeps bodies well under the server's size cap)."""
@@ -107,6 +112,11 @@ class LightningStoreClient(HttpTransport, LightningStore):
         connection_timeout: Seconds to establish a connection.
         long_poll_seconds: Longest single long poll asked of the server; longer waits loop.
     """
+
+    def _init_runtime(self) -> None:
+        super()._init_runtime()
+        self._known_resources: dict[str, tuple[int, bytes]] = {}
+        """Resource snapshots this client holds: ``resources_id → (version, JSON)``."""
 
     @property
     def capabilities(self) -> LightningStoreCapabilities:
@@ -141,6 +151,43 @@ class LightningStoreClient(HttpTransport, LightningStore):
             )
             if claimed or time.monotonic() >= deadline - 0.001:
                 return claimed
+
+    async def dequeue_rollout_with_resources(
+        self, worker_id: str | None = None, *, timeout: float = 0.0
+    ) -> tuple[AttemptedRollout, ResourcesUpdate | None] | None:
+        """One request per claim: the rollout and its resources, which the server sends only when this client
+        does not hold them at their current version."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            chunk = max(0.0, min(deadline - time.monotonic(), self.long_poll_seconds))
+            with self._lock:
+                known = {rid: version for rid, (version, _) in self._known_resources.items()}
+            body = {"worker_id": worker_id, "timeout": chunk, "known_resources": known}
+            answer = await self._call(
+                "dequeue_rollout", "POST", "/queues/rollouts/claim", _CLAIM, body, wait=chunk
+            )
+            if answer.rollout is not None:
+                return answer.rollout, await self._resources_of(answer)
+            if time.monotonic() >= deadline - 0.001:
+                return None
+
+    async def _resources_of(self, answer: ClaimResponse) -> ResourcesUpdate | None:
+        cache = self._known_resources
+        update = answer.resources
+        if update is None and answer.resources_id is not None:
+            held = cache.get(answer.resources_id)
+            if held is not None and held[0] == answer.resources_version:
+                # A fresh copy each time (an agent may change its resources; the cache must not change).
+                return _RESOURCES.validate_json(held[1])
+            update = await self.get_resources_by_id(answer.resources_id)  # evicted meanwhile
+        if update is not None:
+            raw = _RESOURCES.dump_json(update)
+            with self._lock:  # threads with their own loops share the client
+                cache.pop(update.resources_id, None)
+                cache[update.resources_id] = (update.version, raw)
+                while len(cache) > _KNOWN_RESOURCES:
+                    cache.pop(next(iter(cache)), None)
+        return update
 
     async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
         return await self._call(

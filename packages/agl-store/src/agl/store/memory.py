@@ -349,6 +349,7 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
             if capped:
                 self._make_room(0, sum(SPAN_BYTES + len(row[7]) for row in encoded), (k[0] for k in targets))
             stored: list[Span] = []
+            stored_rows: list[StoredSpan] = []
             touched: dict[tuple[str, str], None] = {}
             counters = self._span_counters
             for span, row in zip(spans, encoded, strict=True):
@@ -364,8 +365,12 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
                     record.size += SPAN_BYTES + len(row[7])
                     self._bytes += SPAN_BYTES + len(row[7])
                 stored.append(span)
+                stored_rows.append(row)
                 touched[(span.rollout_id, span.attempt_id)] = None
             self._total_spans += len(stored)
+            if stored:
+                # What was just written is what a trainer reads next: keep it decoded (the store's own copy).
+                self._span_cache.put(stored_rows, [s.model_copy() for s in stored])
             for key in touched:
                 record, attempt = targets[key]
                 self._heartbeat(record, attempt, now)
@@ -409,7 +414,9 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
                     rows.extend(record.spans)
                 else:
                     rows.extend(s for s in record.spans if s[ATTEMPT_ID] == wanted)
-        return query_stored_spans(rows, where, query.sort_by, query.sort_order, query.limit, query.offset)
+        return query_stored_spans(
+            rows, where, query.sort_by, query.sort_order, query.limit, query.offset, self._span_cache
+        )
 
     # -- workers --------------------------------------------------------------------------------
 

@@ -62,7 +62,7 @@ def multiprocess_enabled() -> bool:
 
 _COLLECTIONS = {"rollouts", "attempts"}
 _PATH_COLLECTIONS = {"resources", "workers"}  # their ids may contain slashes
-_LITERALS = {"search", "latest", "batch", "next", "enqueue", "dequeue", "queues", "waits", "spans"}
+_LITERALS = {"search", "latest", "batch", "next", "enqueue", "dequeue", "claim", "queues", "waits", "spans"}
 
 
 def route_template(path: str) -> str:

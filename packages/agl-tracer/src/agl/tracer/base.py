@@ -127,6 +127,14 @@ class Tracer(ParallelWorkerBase):
         """The store given to :meth:`init_worker`."""
         return self._store
 
+    def set_drain_on_caller_loop(self, enabled: bool) -> None:
+        """Drain async trace contexts on the loop that opened them (for an async-safe store) instead of the
+        export thread. For callers whose loop is never blocked by the traced code, e.g. a runner whose agent
+        is async or runs in a worker thread: one event loop per process."""
+        self._pipeline_options["drain_on_caller_loop"] = enabled
+        if self._pipeline is not None:
+            self._pipeline.drain_on_caller_loop = enabled
+
     @property
     def pipeline(self) -> SpanPipeline:
         """The span pipeline of this tracer (created on first use)."""

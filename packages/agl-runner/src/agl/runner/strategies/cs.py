@@ -399,7 +399,6 @@ class _Child:
 
 def _preload_for_children() -> None:
     """Import what a runner process needs before it has work: the HTTP client stack and the heartbeat probe."""
-    import aiohttp  # noqa: F401  # the store client imports it on first use
     import psutil  # noqa: F401  # heartbeats
     from agl.store.client import LightningStoreClient  # noqa: F401
 
