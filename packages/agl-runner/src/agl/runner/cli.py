@@ -23,7 +23,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--store", default=default_store, help=f"store server URL (default: {default_store})")
     parser.add_argument("--token", default=None, help="bearer token of the store (default: AGL_STORE_TOKEN)")
-    parser.add_argument("--n-runners", type=int, default=1, help="runner processes (default: 1)")
+    parser.add_argument(
+        "--n-runners",
+        type=int,
+        default=1,
+        help="runner processes (default: 1); one that dies is replaced (see --max-restarts)",
+    )
+    parser.add_argument(
+        "--max-restarts",
+        type=int,
+        default=3,
+        help="replacements in a row for a runner process that keeps dying (default: 3; 0: never replace)",
+    )
     parser.add_argument(
         "--concurrency", type=int, default=1, help="rollouts each runner executes at once (default: 1)"
     )
@@ -64,6 +75,8 @@ def runner_command(argv: list[str]) -> int:
             n_runners=args.n_runners,
             managed_store=True,
             token=args.token,
+            max_restarts=args.max_restarts,
+            in_process_runner=False,  # supervised: a runner process that dies is replaced
         )
     except (ValueError, TypeError) as exc:
         print(f"agl runner: {exc}", file=sys.stderr)
