@@ -42,6 +42,13 @@ def _parser() -> argparse.ArgumentParser:
         "--max-rollouts", type=int, default=None, help="per runner, stop after this many rollouts"
     )
     parser.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=10.0,
+        help="seconds between heartbeats; each also learns which attempts the store has ended, whose agents "
+        "are then cancelled (default: 10; 0: none)",
+    )
+    parser.add_argument(
         "--tracer", default="otel", help="tracer: 'otel', 'agentops' or an import path (default: otel)"
     )
     add_log_level(parser)
@@ -67,7 +74,12 @@ def runner_command(argv: list[str]) -> int:
         from agl.tracer import Tracer
 
         tracer = build_component(args.tracer, Tracer, spec_name="tracer", registry=TRACER_REGISTRY)
-        runner = LitAgentRunner(tracer, max_rollouts=args.max_rollouts, concurrency=args.concurrency)
+        runner = LitAgentRunner(
+            tracer,
+            max_rollouts=args.max_rollouts,
+            concurrency=args.concurrency,
+            heartbeat_interval=args.heartbeat_interval,
+        )
         strategy = ClientServerExecutionStrategy(
             role="runner",
             server_host=url.hostname,

@@ -41,6 +41,9 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+HEARTBEAT_STEP_TIMEOUT = 5.0
+"""Longest wait for one step of a heartbeat (the store's answer, the system snapshot)."""
+
 _ENDED_ATTEMPT_STATUSES = frozenset({"timeout", "unresponsive", "failed", "succeeded"})
 """Attempt statuses after which the runner stops the agent: the store has ended (or given up on) the attempt."""
 
@@ -516,17 +519,21 @@ class LitAgentRunner(Runner[T]):
         store = self.get_store()
         worker_id = self.get_worker_id()
         while True:
-            interval = self._jittered(self.heartbeat_interval)
+            # Jitter spreads the heartbeats of many runners; bounded so a short interval stays positive.
+            spread = min(self.interval_jitter, self.heartbeat_interval / 4)
+            interval = self.heartbeat_interval + random.uniform(-spread, spread)
+            # A step may take longer than a short interval on a loaded machine; it must not be cut off then.
+            limit = max(interval, HEARTBEAT_STEP_TIMEOUT)
             try:
+                await asyncio.wait_for(self._check_attempts(store), timeout=limit)
                 snapshot = await asyncio.wait_for(
-                    asyncio.to_thread(system_snapshot, self.heartbeat_include_gpu), timeout=interval
+                    asyncio.to_thread(system_snapshot, self.heartbeat_include_gpu), timeout=limit
                 )
                 await asyncio.wait_for(
-                    store.update_worker(worker_id, heartbeat_stats=snapshot), timeout=interval
+                    store.update_worker(worker_id, heartbeat_stats=snapshot), timeout=limit
                 )
-                await asyncio.wait_for(self._check_attempts(store), timeout=interval)
             except asyncio.TimeoutError:
-                logger.warning("%s: heartbeat took longer than %.1fs; skipped", worker_id, interval)
+                logger.warning("%s: heartbeat took longer than %.1fs; skipped", worker_id, limit)
             except Exception as exc:
                 logger.warning("%s: heartbeat failed: %s", worker_id, exc)
             await asyncio.sleep(interval)
