@@ -70,6 +70,13 @@ async def a_store(kind: str) -> AsyncIterator[tuple[LightningStore, LightningSto
         await asyncio.to_thread(server.stop)
 
 
+async def _until_entered(rollout_id: str, seconds: float = 10) -> None:
+    """Wait until the agent is inside rollout ``rollout_id`` (it may run in another thread)."""
+    deadline = time.monotonic() + seconds
+    while rollout_id not in entered and time.monotonic() < deadline:  # noqa: ASYNC110  # set from any thread
+        await asyncio.sleep(0.02)
+
+
 async def _run_until(runner: LitAgentRunner[Any], seconds: float) -> None:
     """``runner.iter()`` must return (its rollout limit reached) within ``seconds``."""
     await asyncio.wait_for(runner.iter(), timeout=seconds)
@@ -92,7 +99,11 @@ def make_runner(**kwargs: Any) -> LitAgentRunner[Any]:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", ["memory", "http"])
-@pytest.mark.parametrize("agent", [async_hang, sync_blocked_in_c, sync_python_loop], ids=["async_sleep", "sync_blocked_in_c", "sync_python_loop"])
+@pytest.mark.parametrize(
+    "agent",
+    [async_hang, sync_blocked_in_c, sync_python_loop],
+    ids=["async_sleep", "sync_blocked_in_c", "sync_python_loop"],
+)
 async def test_a_timed_out_attempt_cancels_its_hung_agent_and_frees_the_runner(kind: str, agent: Any) -> None:
     async with a_store(kind) as (store, inner):
         await inner.add_resources(RESOURCES)
@@ -111,7 +122,9 @@ async def test_a_timed_out_attempt_cancels_its_hung_agent_and_frees_the_runner(k
         finished = await inner.get_rollout_by_id(after.rollout_id)
         assert finished is not None and finished.status == "succeeded"
         if agent is sync_python_loop:
-            assert python_loop_stopped.wait(5), "the abandoned agent thread should stop at its next instruction"
+            assert python_loop_stopped.wait(5), (
+                "the abandoned agent thread should stop at its next instruction"
+            )
 
 
 @pytest.mark.timeout(60)
@@ -122,9 +135,7 @@ async def test_a_cancelled_rollout_cancels_its_agent_and_stays_cancelled() -> No
         runner = make_runner(max_rollouts=1)
         with runner.run_context(agent=async_hang, store=store):
             task = asyncio.create_task(_run_until(runner, 20))
-            deadline = time.monotonic() + 10
-            while hung.rollout_id not in entered and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
+            await _until_entered(hung.rollout_id)
             assert hung.rollout_id in entered, "the agent never started"
             await inner.update_rollout(hung.rollout_id, status="cancelled")
             await task
@@ -146,9 +157,7 @@ async def test_an_attempt_another_attempt_took_over_is_dropped() -> None:
         runner = make_runner(max_rollouts=1)
         with runner.run_context(agent=async_hang, store=store):
             task = asyncio.create_task(_run_until(runner, 20))
-            deadline = time.monotonic() + 10
-            while hung.rollout_id not in entered and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
+            await _until_entered(hung.rollout_id)
             retry = await inner.start_attempt(hung.rollout_id, worker_id="someone-else")
             await task
 
