@@ -19,11 +19,11 @@ from agl.types import LLM, RolloutConfig
 
 ROLLOUT_CONFIG = RolloutConfig(
     timeout_seconds=30,
-    unresponsive_seconds=2.0,
+    unresponsive_seconds=3.0,
     max_attempts=5,
     retry_condition=["unresponsive", "timeout", "failed"],
 )
-"""A runner cut off for 2 s is given up on and its rollouts are retried elsewhere; an agent whose LLM call
+"""A runner cut off for 3 s is given up on and its rollouts are retried elsewhere; an agent whose LLM call
 failed while its link was down is retried too."""
 
 

@@ -377,7 +377,7 @@ class LitAgentRunner(Runner[T]):
             )
         finally:
             self._current.pop(attempt_id, None)
-            self._ended.pop(attempt_id, None)
+            ended_meanwhile = self._ended.pop(attempt_id, None)
         try:
             await self._run_hooks("on_rollout_end", rollout=rollout, spans=spans)
             metadata = dict(rollout.attempt.metadata or {})
@@ -386,7 +386,7 @@ class LitAgentRunner(Runner[T]):
                 if raise_on_exception:
                     raise error
                 return
-            if error is None and await self._superseded(rollout, started):
+            if error is None and await self._superseded(rollout, started, known=ended_meanwhile is not None):
                 return
             if error is None:
                 from agl.tracer import find_final_reward
@@ -426,6 +426,8 @@ class LitAgentRunner(Runner[T]):
     async def _await_agent(self, rollout: AttemptedRollout, resources: NamedResources) -> RolloutRawResult:
         """Run the agent as its own task, so that the heartbeat can cancel it when the store ends the attempt."""
         attempt_id = rollout.attempt.attempt_id
+        if attempt_id in self._ended:  # ended while its resources and hooks were being prepared
+            raise self._ended[attempt_id]
         task = asyncio.ensure_future(self._call_agent(rollout, resources))
         self._agent_tasks[attempt_id] = task
         try:
@@ -446,6 +448,9 @@ class LitAgentRunner(Runner[T]):
         if attempt_id in self._ended:
             return
         self._ended[attempt_id] = AttemptEnded(reason, status)
+        task = self._agent_tasks.get(attempt_id)
+        if task is not None and task.done():
+            return  # the agent has just returned: the outcome report checks the rollout first
         logger.warning(
             "%s: rollout %s attempt %s: %s; cancelling its agent",
             self.get_worker_id(),
@@ -453,7 +458,6 @@ class LitAgentRunner(Runner[T]):
             attempt_id,
             reason,
         )
-        task = self._agent_tasks.get(attempt_id)
         if task is not None:
             task.cancel()
 
@@ -480,18 +484,21 @@ class LitAgentRunner(Runner[T]):
             rollout.rollout_id, rollout.attempt.attempt_id, status=status, metadata=metadata
         )
 
-    async def _superseded(self, rollout: AttemptedRollout, started: float) -> bool:
+    async def _superseded(self, rollout: AttemptedRollout, started: float, *, known: bool = False) -> bool:
         """Whether a finished attempt lost its rollout meanwhile (another attempt took over, or it was cancelled).
 
         Asked only when the store may have ended the attempt: the attempt outlived its timeout, or went
         longer without an acknowledged heartbeat than its unresponsive limit. A superseded result is
-        dropped, so a rollout never has two attempts that ran to success.
+        dropped, so a rollout never has two attempts that ran to success. ``known``: the heartbeat already
+        heard that the store ended the attempt (the agent returned before it could be cancelled).
         """
         config = rollout.config
         now = time.monotonic()
         last_sign = max(started, self._last_ack or started)
-        at_risk = (config.timeout_seconds is not None and now - started > config.timeout_seconds) or (
-            config.unresponsive_seconds is not None and now - last_sign > config.unresponsive_seconds
+        at_risk = (
+            known
+            or (config.timeout_seconds is not None and now - started > config.timeout_seconds)
+            or (config.unresponsive_seconds is not None and now - last_sign > config.unresponsive_seconds)
         )
         if not at_risk:
             return False
