@@ -302,7 +302,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         if not children:
             await asyncio.Event().wait()
         loop = asyncio.get_running_loop()
-        exited: asyncio.Queue[_Child] = asyncio.Queue()
+        exited: asyncio.Queue[_Child | None] = asyncio.Queue()  # None: a replacement failed to start
         watched: list[_Child] = []
         pending: set[asyncio.Task[None]] = set()
         next_id = len(children)
@@ -315,7 +315,12 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
             await asyncio.sleep(delay)
             if event.is_set():
                 return
-            child = spawn(worker_id, slot)
+            try:
+                child = spawn(worker_id, slot)
+            except Exception:
+                logger.exception("could not start a replacement for %s", lost.name)
+                exited.put_nowait(None)  # counts as one more runner gone
+                return
             children.append(child)
             lost.replaced_by = child.proc.name
             logger.warning("started %s (pid %s) in place of %s", child.proc.name, child.proc.pid, lost.name)
@@ -326,8 +331,13 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         try:
             alive = len(children)
             while True:
-                child = await exited.get()
+                gone = await exited.get()
                 alive -= 1
+                if gone is None:
+                    if alive == 0 and not event.is_set():
+                        raise StrategyError("no runner process is left: the last replacement failed to start")
+                    continue
+                child = gone
                 proc = child.proc
                 proc.join(1.0)
                 code = proc.exitcode
@@ -598,7 +608,7 @@ def _preload_for_children() -> None:
     from agl.store.client import LightningStoreClient  # noqa: F401
 
 
-def _on_exit(loop: asyncio.AbstractEventLoop, child: _Child, exited: asyncio.Queue[_Child]) -> None:
+def _on_exit(loop: asyncio.AbstractEventLoop, child: _Child, exited: asyncio.Queue[_Child | None]) -> None:
     with contextlib.suppress(ValueError, OSError):
         loop.remove_reader(child.proc.sentinel)
     exited.put_nowait(child)
