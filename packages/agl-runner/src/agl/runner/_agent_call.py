@@ -19,6 +19,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from agl.types import AglError
+
 __all__ = ["AgentCancelled", "AttemptEnded", "run_sync_agent"]
 
 logger = logging.getLogger(__name__)
@@ -26,11 +28,11 @@ logger = logging.getLogger(__name__)
 R = TypeVar("R")
 
 
-class AgentCancelled(Exception):
+class AgentCancelled(AglError):
     """Raised inside a sync agent's thread after the runner abandoned it (the store ended its attempt)."""
 
 
-class AttemptEnded(Exception):
+class AttemptEnded(AglError):
     """The store ended the attempt (timeout, unresponsive, superseded, rollout cancelled) while the agent ran.
 
     ``status`` is the attempt status the store gave (``None`` when the rollout, not the attempt, ended).

@@ -35,7 +35,9 @@ class AglError(Exception):
         │   └── StoreConnectionError [ConnectionError]  unreachable through every retry
         ├── OTLPIngestError                             agl.store.errors: an OTLP/HTTP request refused
         ├── LLMCallFailed                               agl.algorithms.apo: a critic/editor call gave up
-        └── StrategyError [RuntimeError]                agl.runner: a runner or the algorithm failed
+        ├── StrategyError [RuntimeError]                agl.runner: a runner or the algorithm failed
+        ├── AttemptEnded                                agl.runner: the store ended an attempt mid-agent
+        └── AgentCancelled                              agl.runner: raised in an abandoned sync agent's thread
 
     Bad arguments are still plain ``ValueError``/``TypeError`` as in the reference system. A few private
     exceptions carry control flow inside one module and never reach users.
