@@ -4,6 +4,7 @@ Write an agent as a :class:`LitAgent` subclass or a function decorated with :fun
 :class:`Trainer` (``fit`` or ``dev``) or one rollout at a time with :class:`LitAgentRunner`.
 """
 
+from ._agent_call import AgentCancelled, AttemptEnded
 from .build import build_component, load_object
 from .decorators import FunctionalLitAgent, llm_rollout, prompt_rollout, rollout
 from .env import LightningEnvVar, resolve_bool_env_var, resolve_int_env_var, resolve_str_env_var
@@ -24,6 +25,8 @@ from .trainer import Trainer
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgentCancelled",
+    "AttemptEnded",
     "ClientServerExecutionStrategy",
     "ExecutionEvent",
     "ExecutionStrategy",

@@ -23,12 +23,30 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--store", default=default_store, help=f"store server URL (default: {default_store})")
     add_token_options(parser, "bearer token of the store", "AGL_STORE_TOKEN")
-    parser.add_argument("--n-runners", type=int, default=1, help="runner processes (default: 1)")
+    parser.add_argument(
+        "--n-runners",
+        type=int,
+        default=1,
+        help="runner processes (default: 1); one that dies is replaced (see --max-restarts)",
+    )
+    parser.add_argument(
+        "--max-restarts",
+        type=int,
+        default=3,
+        help="replacements in a row for a runner process that keeps dying (default: 3; 0: never replace)",
+    )
     parser.add_argument(
         "--concurrency", type=int, default=1, help="rollouts each runner executes at once (default: 1)"
     )
     parser.add_argument(
         "--max-rollouts", type=int, default=None, help="per runner, stop after this many rollouts"
+    )
+    parser.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=10.0,
+        help="seconds between heartbeats; each also learns which attempts the store has ended, whose agents "
+        "are then cancelled (default: 10; 0: none)",
     )
     parser.add_argument(
         "--tracer", default="otel", help="tracer: 'otel', 'agentops' or an import path (default: otel)"
@@ -57,7 +75,12 @@ def runner_command(argv: list[str]) -> int:
         from agl.tracer import Tracer
 
         tracer = build_component(args.tracer, Tracer, spec_name="tracer", registry=TRACER_REGISTRY)
-        runner = LitAgentRunner(tracer, max_rollouts=args.max_rollouts, concurrency=args.concurrency)
+        runner = LitAgentRunner(
+            tracer,
+            max_rollouts=args.max_rollouts,
+            concurrency=args.concurrency,
+            heartbeat_interval=args.heartbeat_interval,
+        )
         strategy = ClientServerExecutionStrategy(
             role="runner",
             server_host=url.hostname,
@@ -65,6 +88,8 @@ def runner_command(argv: list[str]) -> int:
             n_runners=args.n_runners,
             managed_store=True,
             token=token,
+            max_restarts=args.max_restarts,
+            in_process_runner=False,  # supervised: a runner process that dies is replaced
         )
     except (ValueError, TypeError) as exc:
         print(f"agl runner: {exc}", file=sys.stderr)

@@ -27,6 +27,7 @@ from agl.types import (
 )
 from agl.types.semconv import FINAL_REWARD_METADATA_KEY
 
+from ._agent_call import AttemptEnded, run_sync_agent
 from ._results import record_returned_reward, rollout_result_to_spans
 from ._snapshot import system_snapshot
 from .events import ExecutionEvent
@@ -42,6 +43,12 @@ __all__ = ["ExecutionEvent", "LitAgentRunner", "Runner"]
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+HEARTBEAT_STEP_TIMEOUT = 5.0
+"""Longest wait for one step of a heartbeat (the store's answer, the system snapshot)."""
+
+_ENDED_ATTEMPT_STATUSES = frozenset({"timeout", "unresponsive", "failed", "succeeded"})
+"""Attempt statuses after which the runner stops the agent: the store has ended (or given up on) the attempt."""
 
 
 def _stopped(event: ExecutionEvent | None) -> bool:
@@ -133,12 +140,18 @@ class LitAgentRunner(Runner[T]):
         poll_interval: Longest wait of one dequeue (a long poll: new work is picked up at once; this only
             bounds how long a stop request may go unnoticed while idle).
         heartbeat_interval: Seconds between heartbeats (system snapshot to ``update_worker`` and a liveness
-            mark on the current attempts). ``<= 0`` disables them.
+            mark on the current attempts). ``<= 0`` disables them. Each heartbeat also reads what the store
+            says of the current attempts: when it has ended one (``timeout``, ``unresponsive``, another
+            attempt took over, the rollout was cancelled), the agent's task is cancelled, the attempt's
+            metadata gets the reason (``error.type == "AttemptEnded"``) and the slot takes the next rollout.
         interval_jitter: Random ± spread applied to the poll and heartbeat intervals.
         heartbeat_include_gpu: Add GPU figures to the heartbeat snapshot (needs ``nvidia-smi``).
         concurrency: Rollouts this runner executes at the same time (each in its own task).
-        sync_agent_in_thread: Run a sync agent in a worker thread, so heartbeats continue and the agent
-            may use ``asyncio.run`` itself. ``False`` calls it on the runner's event loop.
+        sync_agent_in_thread: Run a sync agent in a daemon thread, so heartbeats continue and the agent
+            may use ``asyncio.run`` itself. ``False`` calls it on the runner's event loop. A thread cannot be
+            killed: when its attempt ends the runner stops waiting at once and raises
+            ``agl.runner.AgentCancelled`` inside the thread, which stops an agent running Python code at
+            its next instruction; an agent blocked in a C call keeps its thread until that call returns.
     """
 
     def __init__(
@@ -178,12 +191,17 @@ class LitAgentRunner(Runner[T]):
         self._store: LightningStore | None = None
         self.worker_id: int | str | None = None
         self._current: dict[str, AttemptedRollout] = {}
+        self._agent_tasks: dict[str, asyncio.Future[Any]] = {}
+        self._ended: dict[str, AttemptEnded] = {}
+        self._last_ack: float | None = None  # monotonic time of the last acknowledged attempt heartbeat
         self._processed = 0
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_store"] = None
         state["_current"] = {}
+        state["_agent_tasks"] = {}
+        state["_ended"] = {}
         return state
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -341,7 +359,7 @@ class LitAgentRunner(Runner[T]):
             return await method(rollout.input, resources, rollout)
         method = agent.training_rollout if training else agent.validation_rollout
         if self.sync_agent_in_thread:
-            return await asyncio.to_thread(method, rollout.input, resources, rollout)
+            return await run_sync_agent(method, rollout.input, resources, rollout)
         return method(rollout.input, resources, rollout)
 
     async def _run_hooks(self, name: str, **kwargs: Any) -> None:
@@ -373,7 +391,7 @@ class LitAgentRunner(Runner[T]):
             ):
                 await self._run_hooks("on_trace_start", tracer=self.tracer, rollout=rollout)
                 try:
-                    result = await self._call_agent(rollout, named)
+                    result = await self._await_agent(rollout, named)
                     # A returned reward joins the trace, so it ships in the same batch as the agent's spans.
                     record_returned_reward(result, rollout_id)
                 finally:
@@ -393,9 +411,17 @@ class LitAgentRunner(Runner[T]):
             )
         finally:
             self._current.pop(attempt_id, None)
+            ended_meanwhile = self._ended.pop(attempt_id, None)
         try:
             await self._run_hooks("on_rollout_end", rollout=rollout, spans=spans)
             metadata = dict(rollout.attempt.metadata or {})
+            if isinstance(error, AttemptEnded):
+                await self._report_ended(rollout, error, metadata)
+                if raise_on_exception:
+                    raise error
+                return
+            if error is None and await self._superseded(rollout, started, known=ended_meanwhile is not None):
+                return
             if error is None:
                 from agl.tracer import find_final_reward
 
@@ -431,33 +457,157 @@ class LitAgentRunner(Runner[T]):
         if error is not None and raise_on_exception:
             raise error
 
+    async def _await_agent(self, rollout: AttemptedRollout, resources: NamedResources) -> RolloutRawResult:
+        """Run the agent as its own task, so that the heartbeat can cancel it when the store ends the attempt."""
+        attempt_id = rollout.attempt.attempt_id
+        if attempt_id in self._ended:  # ended while its resources and hooks were being prepared
+            raise self._ended[attempt_id]
+        task = asyncio.ensure_future(self._call_agent(rollout, resources))
+        self._agent_tasks[attempt_id] = task
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            ended = self._ended.get(attempt_id)
+            cancelling = getattr(current, "cancelling", None)  # Python 3.11+
+            if ended is None or (cancelling is not None and cancelling()):
+                raise  # the runner itself is being cancelled
+            raise ended from None
+        finally:
+            self._agent_tasks.pop(attempt_id, None)
+
+    def _end_attempt(self, attempted: AttemptedRollout, reason: str, status: str | None) -> None:
+        """Stop the agent of an attempt the store has ended (called by the heartbeat)."""
+        attempt_id = attempted.attempt.attempt_id
+        if attempt_id in self._ended:
+            return
+        self._ended[attempt_id] = AttemptEnded(reason, status)
+        task = self._agent_tasks.get(attempt_id)
+        if task is not None and task.done():
+            return  # the agent has just returned: the outcome report checks the rollout first
+        logger.warning(
+            "%s: rollout %s attempt %s: %s; cancelling its agent",
+            self.get_worker_id(),
+            attempted.rollout_id,
+            attempt_id,
+            reason,
+        )
+        if task is not None:
+            task.cancel()
+
+    async def _report_ended(
+        self, rollout: AttemptedRollout, ended: AttemptEnded, metadata: dict[str, Any]
+    ) -> None:
+        """Record on the attempt why its agent was cancelled.
+
+        The status the store gave is written again: spans flushed while the agent stopped may have moved
+        an ``unresponsive`` attempt back to ``running``. A cancelled rollout's attempt becomes ``failed``
+        (the rollout stays cancelled).
+        """
+        metadata["error"] = {
+            "type": "AttemptEnded",
+            "message": f"the runner cancelled the agent: {ended.reason}",
+            "traceback": "",
+        }
+        store = self.get_store()
+        if ended.status in ("succeeded", "failed"):  # someone else already reported the outcome
+            await store.update_attempt(rollout.rollout_id, rollout.attempt.attempt_id, metadata=metadata)
+            return
+        status: Any = ended.status if ended.status in ("timeout", "unresponsive") else "failed"
+        await store.update_attempt(
+            rollout.rollout_id, rollout.attempt.attempt_id, status=status, metadata=metadata
+        )
+
+    async def _superseded(self, rollout: AttemptedRollout, started: float, *, known: bool = False) -> bool:
+        """Whether a finished attempt lost its rollout meanwhile (another attempt took over, or it was cancelled).
+
+        Asked only when the store may have ended the attempt: the attempt outlived its timeout, or went
+        longer without an acknowledged heartbeat than its unresponsive limit. A superseded result is
+        dropped, so a rollout never has two attempts that ran to success. ``known``: the heartbeat already
+        heard that the store ended the attempt (the agent returned before it could be cancelled).
+        """
+        config = rollout.config
+        now = time.monotonic()
+        last_sign = max(started, self._last_ack or started)
+        at_risk = (
+            known
+            or (config.timeout_seconds is not None and now - started > config.timeout_seconds)
+            or (config.unresponsive_seconds is not None and now - last_sign > config.unresponsive_seconds)
+        )
+        if not at_risk:
+            return False
+        current = await self.get_store().get_rollout_by_id(rollout.rollout_id)
+        latest = current.attempt.attempt_id if isinstance(current, AttemptedRollout) else None
+        if current is not None and current.status != "cancelled" and latest == rollout.attempt.attempt_id:
+            return False
+        why = (
+            "the rollout was cancelled"
+            if current is not None and current.status == "cancelled"
+            else (f"attempt {latest} took over")
+        )
+        logger.warning(
+            "%s: rollout %s attempt %s finished after %s; its result is dropped",
+            self.get_worker_id(),
+            rollout.rollout_id,
+            rollout.attempt.attempt_id,
+            why,
+        )
+        return True
+
     # -- heartbeats ----------------------------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
         store = self.get_store()
         worker_id = self.get_worker_id()
         while True:
-            interval = self._jittered(self.heartbeat_interval)
+            # Jitter spreads the heartbeats of many runners; bounded so a short interval stays positive.
+            spread = min(self.interval_jitter, self.heartbeat_interval / 4)
+            interval = self.heartbeat_interval + random.uniform(-spread, spread)
+            # A step may take longer than a short interval on a loaded machine; it must not be cut off then.
+            limit = max(interval, HEARTBEAT_STEP_TIMEOUT)
             try:
+                await asyncio.wait_for(self._check_attempts(store), timeout=limit)
                 snapshot = await asyncio.wait_for(
-                    asyncio.to_thread(system_snapshot, self.heartbeat_include_gpu), timeout=interval
+                    asyncio.to_thread(system_snapshot, self.heartbeat_include_gpu), timeout=limit
                 )
                 await asyncio.wait_for(
-                    store.update_worker(worker_id, heartbeat_stats=snapshot), timeout=interval
+                    store.update_worker(worker_id, heartbeat_stats=snapshot), timeout=limit
                 )
-                now = time.time()
-                for attempted in list(self._current.values()):
-                    await asyncio.wait_for(
-                        store.update_attempt(
-                            attempted.rollout_id, attempted.attempt.attempt_id, last_heartbeat_time=now
-                        ),
-                        timeout=interval,
-                    )
             except asyncio.TimeoutError:
-                logger.warning("%s: heartbeat took longer than %.1fs; skipped", worker_id, interval)
+                logger.warning("%s: heartbeat took longer than %.1fs; skipped", worker_id, limit)
             except Exception as exc:
                 logger.warning("%s: heartbeat failed: %s", worker_id, exc)
             await asyncio.sleep(interval)
+
+    async def _check_attempts(self, store: LightningStore) -> None:
+        """Mark the current attempts alive and learn from the answers which ones the store has ended."""
+        current = list(self._current.values())
+        if not current:
+            return
+        now = time.time()
+        sent = time.monotonic()
+        for attempted in current:
+            attempt = await store.update_attempt(
+                attempted.rollout_id, attempted.attempt.attempt_id, last_heartbeat_time=now
+            )
+            if attempt.status in _ENDED_ATTEMPT_STATUSES:
+                self._end_attempt(attempted, f"the store marked the attempt {attempt.status}", attempt.status)
+        self._last_ack = sent
+        rollouts = await store.query_rollouts(rollout_id_in=sorted({a.rollout_id for a in current}))
+        by_id = {r.rollout_id: r for r in rollouts}
+        for attempted in current:
+            found = by_id.get(attempted.rollout_id)
+            if found is None:
+                continue
+            if found.status == "cancelled":
+                self._end_attempt(attempted, "the rollout was cancelled", None)
+            elif (
+                isinstance(found, AttemptedRollout)
+                and found.attempt.attempt_id != attempted.attempt.attempt_id
+            ):
+                self._end_attempt(
+                    attempted, f"attempt {found.attempt.attempt_id} took over the rollout", None
+                )
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,9 @@ class AglError(Exception):
         ├── OTLPIngestError                             agl.store.errors: an OTLP/HTTP request refused
         ├── StoreFullError                              agl.store.errors: a capped in-memory store is full (507)
         ├── LLMCallFailed                               agl.algorithms.apo: a critic/editor call gave up
-        └── StrategyError [RuntimeError]                agl.runner: a runner or the algorithm failed
+        ├── StrategyError [RuntimeError]                agl.runner: a runner or the algorithm failed
+        ├── AttemptEnded                                agl.runner: the store ended an attempt mid-agent
+        └── AgentCancelled                              agl.runner: raised in an abandoned sync agent's thread
 
     Bad arguments are still plain ``ValueError``/``TypeError`` as in the reference system. A few private
     exceptions carry control flow inside one module and never reach users.

@@ -14,13 +14,15 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from agl.types.env import DEFAULT_STORE_PORT
 
 from ..env import LightningEnvVar, resolve_bool_env_var, resolve_int_env_var, resolve_str_env_var
 from ._signals import ChildStopEvent, ParentStopEvent
+from ._supervise import RestartPolicy, release_attempts_of, runner_worker_name
 from .base import AlgorithmBundle, ExecutionStrategy, RunnerBundle, StrategyError, run_until_stopped
 
 if TYPE_CHECKING:
@@ -40,11 +42,19 @@ DEFAULT_PORT = DEFAULT_STORE_PORT
 
 @dataclass
 class LostRunner:
-    """A runner process that died from a signal (e.g. SIGKILL, the OOM killer) while the algorithm ran."""
+    """A runner process that died without reporting an exception (a signal such as SIGKILL or the OOM
+    killer's, ``os._exit`` in an agent, a crash in native code) while the run went on.
+
+    ``replaced_by`` names the process started in its place (``None``: its slot used up its restarts).
+    """
 
     name: str
     pid: int | None
     exitcode: int
+    worker_id: str | None = None
+    released: list[str] = field(default_factory=list)
+    """Rollouts whose attempt it held, handed back to the store's retry policy."""
+    replaced_by: str | None = None
 
     def __str__(self) -> str:
         return f"{self.name} (pid {self.pid}) {_describe_exit(self.exitcode)}"
@@ -80,11 +90,20 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         start_method: ``fork`` (default on Linux: runners start in milliseconds), ``forkserver`` or
             ``spawn`` (default elsewhere; the agent, runner and hooks must then be picklable).
         token: Bearer token for the store server (default: ``AGL_STORE_TOKEN``).
+        max_restarts: How many times in a row a runner slot whose process died is given a replacement
+            (a process that lived a minute resets its count). ``0``: never replace.
+        restart_backoff: Wait before the first replacement of a slot; doubled for each one in a row (at
+            most 30 s).
+        in_process_runner: Role ``runner`` with one runner: run it in this process (default; handy under a
+            debugger). ``False``: in a child process, supervised and replaced like the others.
 
-    Failures: an exception in a runner stops everything and is raised from :meth:`execute` with the runner's
-    traceback; an exception in the algorithm stops the runners and is re-raised. A runner process killed by
-    a signal is logged and recorded in :attr:`lost_runners`; the store's retry policy takes care of its
-    rollout, and the run goes on while at least one runner is alive.
+    Failures: an exception raised out of a runner stops everything and is raised from :meth:`execute` with
+    the runner's traceback; an exception in the algorithm stops the runners and is re-raised. A runner
+    process that dies without an exception (killed by a signal, ``os._exit`` in an agent, a native crash) is
+    a lost runner: it is logged and recorded in :attr:`lost_runners`, the attempts it held are marked
+    ``unresponsive`` at once (the store's retry policy then requeues or fails their rollouts), and a
+    replacement is started (see ``max_restarts``). The run fails only when no runner is left and none will
+    be started.
     """
 
     alias = "cs"
@@ -101,6 +120,9 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         managed_store: bool | None = None,
         start_method: Literal["fork", "forkserver", "spawn"] | None = None,
         token: str | None = None,
+        max_restarts: int = 3,
+        restart_backoff: float = 0.5,
+        in_process_runner: bool = True,
     ) -> None:
         resolved_role = resolve_str_env_var(LightningEnvVar.AGL_CURRENT_ROLE, role, fallback="both")
         if resolved_role not in ("algorithm", "runner", "both"):
@@ -130,6 +152,10 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         )
         self.start_method = start_method
         self.token = token
+        self.restart_policy = RestartPolicy(max_restarts, restart_backoff)
+        self.max_restarts = max_restarts
+        self.restart_backoff = restart_backoff
+        self.in_process_runner = in_process_runner
         self.lost_runners: list[LostRunner] = []
         self.endpoint: str | None = None
         """URL of the store server while :meth:`execute` runs (managed store)."""
@@ -138,6 +164,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
 
     def execute(self, algorithm: AlgorithmBundle, runner: RunnerBundle, store: LightningStore) -> None:
         self.lost_runners = []
+        self.restart_policy = RestartPolicy(self.max_restarts, self.restart_backoff)
         if self.role == "runner":
             self._execute_runners_only(runner, store)
         else:
@@ -162,7 +189,9 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         try:
             if with_runners:
                 for i in range(self.n_runners):
-                    children.append(self._start_child(ctx, runner, i, stop_reader, stop_writer, store))
+                    children.append(
+                        self._start_child(ctx, runner, i, stop_reader, stop_writer, store, slot=i)
+                    )
             algorithm_store = store
             endpoint = ""
             if self.managed_store:
@@ -177,7 +206,13 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
                 algorithm_store = server
             for child in children:
                 child.send_endpoint(endpoint)
-            asyncio.run(self._algorithm_with_watch(algorithm, algorithm_store, event, children))
+
+            def spawn(worker_id: Any, slot: int) -> _Child:
+                child = self._start_child(ctx, runner, worker_id, stop_reader, stop_writer, store, slot=slot)
+                child.send_endpoint(endpoint)
+                return child
+
+            asyncio.run(self._algorithm_with_watch(algorithm, algorithm_store, event, children, spawn))
         except KeyboardInterrupt:  # Ctrl+C stops everything and returns, as the reference does
             logger.warning("Interrupted: stopping the algorithm and the runners")
         finally:
@@ -204,6 +239,8 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         stop_reader: multiprocessing.connection.Connection,
         stop_writer: multiprocessing.connection.Connection,
         store: LightningStore,
+        *,
+        slot: int,
     ) -> _Child:
         ready_reader, ready_writer = ctx.Pipe(duplex=False)
         error_reader, error_writer = ctx.Pipe(duplex=False)
@@ -225,7 +262,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         proc.start()
         ready_reader.close()
         error_writer.close()
-        return _Child(proc, ready_writer, error_reader)
+        return _Child(proc, ready_writer, error_reader, slot=slot, worker_id=worker_id)
 
     async def _algorithm_with_watch(
         self,
@@ -233,9 +270,10 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         store: LightningStore,
         event: ExecutionEvent,
         children: list[_Child],
+        spawn: Callable[[Any, int], _Child],
     ) -> None:
         algorithm_task = asyncio.create_task(algorithm(store, event))
-        watch_task = asyncio.create_task(self._watch_runners(children, event))
+        watch_task = asyncio.create_task(self._watch_runners(children, event, store, spawn))
         try:
             await asyncio.wait({algorithm_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
             if algorithm_task.done():
@@ -252,19 +290,54 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
                     task.cancel()
             await asyncio.gather(algorithm_task, watch_task, return_exceptions=True)
 
-    async def _watch_runners(self, children: list[_Child], event: ExecutionEvent) -> None:
-        """Return never; raise :class:`StrategyError` when a runner crashes or no runner is left."""
+    async def _watch_runners(
+        self,
+        children: list[_Child],
+        event: ExecutionEvent,
+        store: LightningStore,
+        spawn: Callable[[Any, int], _Child],
+    ) -> None:
+        """Return never; replace lost runners; raise :class:`StrategyError` when a runner crashes with an
+        exception or no runner is left (and none will be started)."""
         if not children:
             await asyncio.Event().wait()
         loop = asyncio.get_running_loop()
-        exited: asyncio.Queue[_Child] = asyncio.Queue()
-        for child in children:
+        exited: asyncio.Queue[_Child | None] = asyncio.Queue()  # None: a replacement failed to start
+        watched: list[_Child] = []
+        pending: set[asyncio.Task[None]] = set()
+        next_id = len(children)
+
+        def watch(child: _Child) -> None:
+            watched.append(child)
             loop.add_reader(child.proc.sentinel, _on_exit, loop, child, exited)
+
+        async def replace_later(lost: LostRunner, slot: int, delay: float, worker_id: int) -> None:
+            await asyncio.sleep(delay)
+            if event.is_set():
+                return
+            try:
+                child = spawn(worker_id, slot)
+            except Exception:
+                logger.exception("could not start a replacement for %s", lost.name)
+                exited.put_nowait(None)  # counts as one more runner gone
+                return
+            children.append(child)
+            lost.replaced_by = child.proc.name
+            logger.warning("started %s (pid %s) in place of %s", child.proc.name, child.proc.pid, lost.name)
+            watch(child)
+
+        for child in children:
+            watch(child)
         try:
             alive = len(children)
             while True:
-                child = await exited.get()
+                gone = await exited.get()
                 alive -= 1
+                if gone is None:
+                    if alive == 0 and not event.is_set():
+                        raise StrategyError("no runner process is left: the last replacement failed to start")
+                    continue
+                child = gone
                 proc = child.proc
                 proc.join(1.0)
                 code = proc.exitcode
@@ -272,23 +345,57 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
                     continue
                 if code == 0:
                     logger.info("%s finished", proc.name)
-                elif code is not None and code < 0:
-                    lost = LostRunner(proc.name or "runner", proc.pid, code)
-                    self.lost_runners.append(lost)
-                    logger.error("Runner %s; its rollout will be retried if its policy allows", lost)
-                else:
+                elif code is not None and code > 0 and child.has_report():
                     raise StrategyError(
                         f"{proc.name} crashed ({_describe_exit(code)}):\n{child.error_report()}"
                     )
+                else:
+                    lost = await self._on_lost(child, store)
+                    delay = self.restart_policy.delay_for(child.slot, time.monotonic() - child.started)
+                    if delay is None:
+                        logger.error(
+                            "runner slot %d lost %d processes in a row; not replacing %s",
+                            child.slot,
+                            self.restart_policy.restarts(child.slot) + 1,
+                            proc.name,
+                        )
+                    else:
+                        logger.warning("replacing %s in %.1fs", proc.name, delay)
+                        task = asyncio.create_task(replace_later(lost, child.slot, delay, next_id))
+                        next_id += 1
+                        pending.add(task)
+                        task.add_done_callback(pending.discard)
+                        alive += 1  # counted from now: its replacement is on its way
                 if alive == 0:
                     raise StrategyError(
-                        "every runner process has exited while the algorithm is still running: "
+                        "every runner process has exited while the algorithm is still running "
+                        f"(restarts per slot: at most {self.max_restarts} in a row): "
                         + "; ".join(f"{c.proc.name} {_describe_exit(c.proc.exitcode)}" for c in children)
                     )
         finally:
-            for child in children:
+            for task in pending:
+                task.cancel()
+            for child in watched:
                 with contextlib.suppress(ValueError, OSError):
                     loop.remove_reader(child.proc.sentinel)
+
+    async def _on_lost(self, child: _Child, store: LightningStore | None) -> LostRunner:
+        """Record a lost runner and hand its attempts back to the store's retry policy."""
+        proc = child.proc
+        worker = runner_worker_name(child.worker_id)
+        lost = LostRunner(proc.name or "runner", proc.pid, proc.exitcode or 0, worker_id=worker)
+        self.lost_runners.append(lost)
+        logger.error("Runner %s; its attempts go back to the store's retry policy", lost)
+        if store is not None:
+            try:
+                lost.released = await release_attempts_of(store, worker, f"runner process {lost}")
+            except Exception as exc:
+                logger.warning(
+                    "could not release the attempts of %s (%s); the store's watchdog will find them",
+                    worker,
+                    exc,
+                )
+        return lost
 
     def _shutdown(self, children: list[_Child]) -> None:
         """Wait for the runners to stop; escalate with SIGINT, SIGTERM and SIGKILL, each with a bounded wait."""
@@ -328,34 +435,118 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         previous = signal.signal(signal.SIGTERM, lambda *_: event.set())
         children: list[_Child] = []
         crashed: list[_Child] = []
+        reports: dict[str, str] = {}
         try:
-            if self.n_runners == 1:
+            if self.n_runners == 1 and self.in_process_runner:
                 _run_runner_here(runner, f"{prefix}:0", event, endpoint, self.token, store)
                 return
             if self._preload_in_parent():
                 _preload_for_children()
-            for i in range(self.n_runners):
-                child = self._start_child(ctx, runner, f"{prefix}:{i}", stop_reader, stop_writer, store)
+
+            def spawn(index: int, slot: int) -> _Child:
+                child = self._start_child(
+                    ctx, runner, f"{prefix}:{index}", stop_reader, stop_writer, store, slot=slot
+                )
                 child.send_endpoint(endpoint)
-                children.append(child)
-            while not event.is_set():
-                running = [c.proc.sentinel for c in children if c.proc.exitcode is None]
-                if not running:
-                    break
-                multiprocessing.connection.wait(running, timeout=0.5)
+                return child
+
+            for i in range(self.n_runners):
+                children.append(spawn(i, i))
+            self._supervise_runners(children, event, spawn, endpoint, store, crashed)
         except KeyboardInterrupt:
             logger.warning("Interrupted: stopping the runners")
         finally:
             event.set()
             signal.signal(signal.SIGTERM, previous)
-            crashed = [c for c in children if c.proc.exitcode not in (None, 0) and c.proc.exitcode > 0]
-            reports = {c.proc.name: c.error_report() for c in crashed}
+            crashed += [
+                c
+                for c in children
+                if c not in crashed and c.proc.exitcode is not None and c.proc.exitcode > 0 and c.has_report()
+            ]
+            reports = {str(c.proc.name): c.error_report() for c in crashed}
             self._shutdown(children)
             stop_reader.close()
         if crashed:
             raise StrategyError(
                 "runner processes failed: " + "; ".join(f"{name}: {text}" for name, text in reports.items())
             )
+
+    def _supervise_runners(
+        self,
+        children: list[_Child],
+        event: ParentStopEvent,
+        spawn: Callable[[int, int], _Child],
+        endpoint: str,
+        store: LightningStore,
+        crashed: list[_Child],
+    ) -> None:
+        """Role runner: wait until stopped, replacing lost runner processes; return when none is left."""
+        handled: set[int] = set()
+        due: list[tuple[float, int, LostRunner]] = []  # (when, slot, the runner it replaces)
+        next_index = len(children)
+        while not event.is_set():
+            now = time.monotonic()
+            for entry in [d for d in due if d[0] <= now]:
+                due.remove(entry)
+                child = spawn(next_index, entry[1])
+                next_index += 1
+                entry[2].replaced_by = child.proc.name
+                children.append(child)
+                logger.warning(
+                    "started %s (pid %s) in place of %s", child.proc.name, child.proc.pid, entry[2].name
+                )
+            running = [c.proc.sentinel for c in children if c.proc.exitcode is None]
+            if not running and not due:
+                break
+            wait = 0.5 if not due else max(0.0, min(0.5, min(d[0] for d in due) - time.monotonic()))
+            if running:
+                multiprocessing.connection.wait(running, timeout=wait)
+            else:
+                time.sleep(wait)
+            for child in children:
+                code = child.proc.exitcode
+                if code is None or id(child) in handled or event.is_set():
+                    continue
+                handled.add(id(child))
+                if code == 0:
+                    logger.info("%s finished", child.proc.name)
+                elif code > 0 and child.has_report():
+                    logger.error("%s crashed:\n%s", child.proc.name, child.error_report())
+                    crashed.append(child)
+                else:
+                    lost = self._on_lost_sync(child, endpoint, store)
+                    delay = self.restart_policy.delay_for(child.slot, time.monotonic() - child.started)
+                    if delay is None:
+                        logger.error(
+                            "runner slot %d used up its restarts; not replacing %s", child.slot, lost.name
+                        )
+                    else:
+                        logger.warning("replacing %s in %.1fs", lost.name, delay)
+                        due.append((time.monotonic() + delay, child.slot, lost))
+
+    def _on_lost_sync(self, child: _Child, endpoint: str, store: LightningStore) -> LostRunner:
+        """:meth:`_on_lost` from the role-runner supervisor (no event loop of its own)."""
+
+        async def release() -> LostRunner:
+            if not endpoint:
+                return await self._on_lost(child, store)
+            from agl.store.client import LightningStoreClient
+
+            client = LightningStoreClient(endpoint, token=self.token)
+            try:
+                return await asyncio.wait_for(self._on_lost(child, client), timeout=30.0)
+            finally:
+                await client.close()
+
+        try:
+            return asyncio.run(release())
+        except Exception as exc:  # e.g. the store unreachable: its watchdog will find the attempts
+            logger.warning("could not release the attempts of %s: %s", child.proc.name, exc)
+            if self.lost_runners and self.lost_runners[-1].pid == child.proc.pid:
+                return self.lost_runners[-1]
+            lost = LostRunner(str(child.proc.name), child.proc.pid, child.proc.exitcode or 0)
+            self.lost_runners.append(lost)
+            return lost
 
 
 class _Child:
@@ -366,11 +557,18 @@ class _Child:
         proc: BaseProcess,
         ready: multiprocessing.connection.Connection,
         errors: multiprocessing.connection.Connection,
+        *,
+        slot: int,
+        worker_id: Any,
     ) -> None:
         self.proc = proc
+        self.slot = slot
+        self.worker_id = worker_id
+        self.started = time.monotonic()
         self._ready = ready
         self._errors = errors
         self._report: str | None = None
+        self._reported = False
 
     def send_endpoint(self, endpoint: str) -> None:
         with contextlib.suppress(OSError):
@@ -383,8 +581,14 @@ class _Child:
             with contextlib.suppress(OSError, EOFError):
                 while self._errors.poll():
                     texts.append(str(self._errors.recv()))
+            self._reported = bool(texts)
             self._report = "\n".join(texts) or "no traceback was reported"
         return self._report
+
+    def has_report(self) -> bool:
+        """Whether the process reported an exception before it exited (a crash, not a lost runner)."""
+        self.error_report()
+        return self._reported
 
     def close(self) -> None:
         self.error_report()
@@ -403,7 +607,7 @@ def _preload_for_children() -> None:
     from agl.store.client import LightningStoreClient  # noqa: F401
 
 
-def _on_exit(loop: asyncio.AbstractEventLoop, child: _Child, exited: asyncio.Queue[_Child]) -> None:
+def _on_exit(loop: asyncio.AbstractEventLoop, child: _Child, exited: asyncio.Queue[_Child | None]) -> None:
     with contextlib.suppress(ValueError, OSError):
         loop.remove_reader(child.proc.sentinel)
     exited.put_nowait(child)
