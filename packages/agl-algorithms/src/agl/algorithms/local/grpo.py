@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import copy
 import logging
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -62,6 +63,8 @@ class GRPOConfig:
     seed: int = 0
     torch_threads: int | None = 1
     """``torch.set_num_threads`` (1 suits cores shared with runners); ``None`` leaves torch's default."""
+    update_threads: int | None = None
+    """torch threads of the update, which runs while nothing generates (``None``: every core)."""
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
     """Also save every this many steps (0: only at the end); needs ``checkpoint_dir``."""
@@ -342,6 +345,8 @@ class LocalGRPO(Algorithm):
                     turn = Turn(list(t.prompt["token_ids"]), list(t.response["token_ids"]))
                     samples += episode_samples([turn], advantage)
         stats = await asyncio.to_thread(
+            _with_threads,
+            cfg.update_threads or os.cpu_count() or 1,
             grpo_update,
             self.policy,
             optimizer,
@@ -376,6 +381,18 @@ class LocalGRPO(Algorithm):
             "step_s": t2 - t0,
             "model_version": self.server.version,
         }
+
+
+def _with_threads(threads: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run ``fn`` with ``threads`` torch threads, then restore the previous number."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        torch.set_num_threads(previous)
 
 
 def _pad_id(tokenizer: Any) -> int:
