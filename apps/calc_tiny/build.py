@@ -248,7 +248,9 @@ def copy_rate(model: Any, tokenizer: Any, n: int, seed: int, temperature: float)
     rng = random.Random(seed)
     convos = [make_conversation(rng, tool=True) for _ in range(n)]
     prompts = [
-        tokenizer.apply_chat_template(c[:3], tools=[CALCULATOR_TOOL], tokenize=False, add_generation_prompt=True)
+        tokenizer.apply_chat_template(
+            c[:3], tools=[CALCULATOR_TOOL], tokenize=False, add_generation_prompt=True
+        )
         for c in convos
     ]
     model.eval()
@@ -308,6 +310,12 @@ def main() -> None:
         help="length of the cosine learning-rate schedule (truncated at --steps)",
     )
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument(
+        "--copy-extra",
+        type=float,
+        default=COPY_EXTRA_FRACTION,
+        help="extra tool episodes per batch (a fraction of --batch-size) without loss on the decision token",
+    )
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
@@ -353,7 +361,7 @@ def main() -> None:
     running = 0.0
     for step in range(start, args.steps):
         examples = [encode_conversation(tokenizer, make_conversation(rng)) for _ in range(args.batch_size)]
-        examples += [copy_example(tokenizer, rng) for _ in range(round(args.batch_size * COPY_EXTRA_FRACTION))]
+        examples += [copy_example(tokenizer, rng) for _ in range(round(args.batch_size * args.copy_extra))]
         input_ids, attention, labels = batch_tensors(examples, tokenizer.pad_token_id)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step)
