@@ -98,6 +98,10 @@ class GenerationEngine:
         max_wait_s: kept for compatibility; the worker never delays a running batch.
         context_length: longest prompt + completion; defaults to the model's ``max_position_embeddings``.
         max_cache_tokens: bound of the KV cache in positions (all layers); at least ``context_length``.
+        admit_every: while a batch decodes, admit waiting requests every this many tokens (or at once when
+            ``admit_at`` are waiting): each admission is one prefill pass, so admitting arrivals one by one
+            would cost a pass per request.
+        admit_at: how many waiting requests are admitted without waiting for ``admit_every``.
     """
 
     def __init__(
@@ -110,8 +114,12 @@ class GenerationEngine:
         max_wait_s: float = 0.05,
         context_length: int | None = None,
         max_cache_tokens: int | None = None,
+        admit_every: int = 4,
+        admit_at: int = 16,
     ) -> None:
         self.model = model.eval()
+        self.admit_every = max(1, admit_every)
+        self.admit_at = max(1, admit_at)
         self.tokenizer = tokenizer
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -266,6 +274,7 @@ class GenerationEngine:
     def _worker(self) -> None:
         batch = _Batch(self)
         stopping = False
+        since_admission = 0
         while True:
             if not batch.rows and not self._waiting and not stopping:
                 first = self._queue.get()
@@ -284,9 +293,16 @@ class GenerationEngine:
                 while self._swap_requested and not batch.rows:
                     self._cond.wait()
                 try:
-                    if not stopping and not self._swap_requested:
+                    due = (
+                        not batch.rows
+                        or since_admission >= self.admit_every
+                        or len(self._waiting) >= self.admit_at
+                    )
+                    if self._waiting and due and not stopping and not self._swap_requested:
                         self._admit(batch, self._waiting)
+                        since_admission = 0
                     batch.step()
+                    since_admission += 1
                 except Exception as exc:  # a failed pass must answer its callers, not kill the worker
                     logger.exception("generation failed")
                     for request in batch.rows:
