@@ -4,10 +4,13 @@
     uv run apps/calc_tiny/build.py --resume   # continue from runs/calc_tiny_build/ckpt.pt (saved every 500 steps)
 
 The result (``apps/calc_tiny/model/``, ~5 MB) is a standard ``LlamaForCausalLM`` with a byte-level BPE
-tokenizer and a hermes-style chat template with tools. The warm start is deliberately imperfect: 35% of
-its training conversations call the ``calculator`` tool and copy its result, 65% answer at once with a
-plausible but wrong number. The model therefore guesses much of the time, and reinforcement learning has
-a behaviour to discover (call the tool) that it can be seen learning in minutes on a CPU.
+tokenizer and a hermes-style chat template with tools. The warm start is deliberately imperfect in one
+way only: 30% of its training conversations call the ``calculator`` tool and copy its result, 70% answer
+at once with a plausible but wrong number, so the model guesses most of the time and reinforcement
+learning has a behaviour to discover (call the tool) that it can be seen learning in minutes on a CPU.
+What it does after deciding to call the tool is taught well: each batch also has half as many extra tool
+episodes whose decision token carries no loss (they teach writing the call and copying the result
+without changing how often it decides to call), so it copies tool results right almost always.
 """
 
 from __future__ import annotations

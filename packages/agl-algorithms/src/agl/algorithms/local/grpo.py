@@ -4,6 +4,10 @@ Each step enqueues every one of ``prompts_per_step`` tasks ``n`` times, waits fo
 their spans into triplets with the adapter (token ids recorded by the LLM proxy, never re-tokenised
 text), computes group-normalised advantages, applies a clipped policy-gradient update to the generated
 tokens, swaps the new weights into the model server and publishes a new resources snapshot.
+
+Validation of a version of the weights (before training, and every ``val_every`` steps) runs at the same
+time as the next step's rollouts, which sample the same weights, and its update; that step's weight swap
+waits for it. So the first step starts as soon as the model server and the proxy are up.
 """
 
 from __future__ import annotations
@@ -51,7 +55,8 @@ class GRPOConfig:
     max_tokens: int = 64
     val_temperature: float = 0.0
     val_every: int = 10
-    """Evaluate on the validation set every this many steps (and always before and after); 0: only then."""
+    """Evaluate on the validation set every this many steps (and always before and after); 0: only then.
+    Each validation overlaps the following step (see the module docstring)."""
     success_threshold: float = 1.0
     """An episode counts as correct when its reward is at least this."""
     credit: str = "final"
