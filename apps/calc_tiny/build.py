@@ -1,6 +1,6 @@
 """Build the embedded calculator model from scratch: tokenizer, model, supervised warm start, save.
 
-    uv run apps/calc_tiny/build.py            # ~12 minutes on one idle CPU core, deterministic
+    uv run apps/calc_tiny/build.py            # ~18 minutes on one idle CPU core, deterministic
     uv run apps/calc_tiny/build.py --resume   # continue from runs/calc_tiny_build/ckpt.pt (saved every 500 steps)
 
 The result (``apps/calc_tiny/model/``, ~5 MB) is a standard ``LlamaForCausalLM`` with a byte-level BPE

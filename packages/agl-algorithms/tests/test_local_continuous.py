@@ -204,3 +204,29 @@ def test_a_weight_swap_waits_for_the_sequences_in_flight(engine: GenerationEngin
     after = alone(engine, prompt, params)
     assert after.model_version == swapped[0]
     assert after.logprobs != pytest.approx(expected.logprobs, abs=1e-4)
+
+
+def test_a_streaming_client_that_goes_away_frees_its_row(tmp_path_factory: pytest.TempPathFactory) -> None:
+    import httpx
+    from agl.algorithms.local import ModelServer
+
+    with ModelServer(
+        build_tiny_model(tmp_path_factory.mktemp("tiny_stream")), served_model_name="tiny"
+    ) as server:
+        body = {
+            "model": "tiny",
+            "messages": [{"role": "user", "content": "Hello there"}],
+            "max_tokens": 250,
+            "temperature": 0,
+            "stream": True,
+        }
+        with (
+            httpx.Client(timeout=60) as client,
+            client.stream("POST", server.url + "/chat/completions", json=body) as r,
+        ):
+            lines = r.iter_lines()
+            assert next(lines).startswith("data: ")  # the role chunk
+            wait_until(lambda: server.engine.running == 1)
+        wait_until(lambda: server.engine.running == 0)
+        assert server.engine.stats["cancelled"] == 1
+        assert server.engine.stats["generated_tokens"] < 250
