@@ -72,7 +72,8 @@ class GRPOConfig:
     update_threads: int | None = None
     """torch threads of the update, which runs while nothing generates. ``None``: measured: the first
     updates try one thread and every core, later ones use the faster per token (re-tried every 10 steps),
-    so the idle cores are used when they really are idle and a busy machine is not oversubscribed."""
+    so the idle cores are used when they really are idle; one thread whenever the load average is above
+    the number of cores + 1 (a busy machine is not oversubscribed: there two threads were 2-10x slower)."""
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
     """Also save every this many steps (0: only at the end); needs ``checkpoint_dir``."""
@@ -436,6 +437,8 @@ class _ThreadChoice:
         self.cost: dict[int, float] = {}
 
     def pick(self, step: int) -> int:
+        if self._busy():
+            return 1  # more threads than idle cores: OpenMP's barriers wait for descheduled threads
         untried = [n for n in self.options if n not in self.cost]
         if untried:
             return untried[0]
@@ -443,6 +446,13 @@ class _ThreadChoice:
         if len(self.options) > 1 and step % self.every == 0:
             return next(n for n in self.options if n != best)  # look again: the machine's load changes
         return best
+
+    def _busy(self) -> bool:
+        """Whether the machine runs more than one job per core besides this one (load average)."""
+        try:
+            return os.getloadavg()[0] > max(self.options) + 1
+        except OSError:  # not available on this platform
+            return False
 
     def record(self, threads: int, seconds_per_token: float) -> None:
         self.cost[threads] = seconds_per_token
