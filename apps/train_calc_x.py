@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+LAUNCHED = time.time()  # the heavy imports come later (in main): the time to the first step counts them
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
@@ -195,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     trainer.fit(calc_agent, train, val_dataset=val)
     bar.close()
+    if algorithm.first_step_at is not None:
+        print(f"first training step began {algorithm.first_step_at - LAUNCHED:.1f}s after launch")
     metrics.close()
     if not algorithm.validations:
         print("no validation ran; nothing to summarise", file=sys.stderr)

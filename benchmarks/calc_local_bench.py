@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import json
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -56,6 +58,7 @@ async def main() -> None:
     parser.add_argument("--val-size", type=int, default=256)
     parser.add_argument("--val-every", type=int, default=10)
     parser.add_argument("--val-temperature", type=float, default=1.0, help="0 for greedy validation")
+    parser.add_argument("--json", type=Path, help="write the per-step times and accuracies here")
     args = parser.parse_args()
 
     import torch
@@ -83,6 +86,7 @@ async def main() -> None:
     before, before_tool = await validate()
     print(f"validation before: accuracy {before:.1%}, tool use {before_tool:.1%}", flush=True)
     rollout_s = update_s = 0.0
+    step_times: list[float] = []
     for step in range(1, args.steps + 1):
         t0 = time.perf_counter()
         tasks = rng.sample(train, args.prompts)
@@ -103,6 +107,7 @@ async def main() -> None:
         t2 = time.perf_counter()
         rollout_s += t1 - t0
         update_s += t2 - t1
+        step_times.append(t2 - t0)
         generated = server.engine.stats["generated_tokens"] - tokens_before
         mean_reward = sum(e["reward"] for e in episodes) / len(episodes)
         tool = sum(e["tool"] for e in episodes) / len(episodes)
@@ -121,8 +126,13 @@ async def main() -> None:
     print(
         f"s/step: rollout {rollout_s / args.steps:.2f} + update {update_s / args.steps:.2f}; {minutes:.1f} min"
     )
+    print(f"median s/step: {statistics.median(step_times):.2f}")
     print(f"tool use: {before_tool:.1%} -> {after_tool:.1%}")
     print(f"validation accuracy: {before:.1%} -> {after:.1%}")
+    if args.json:
+        args.json.write_text(
+            json.dumps({"step_s": step_times, "before": before, "after": after, "minutes": minutes})
+        )
 
 
 if __name__ == "__main__":

@@ -1,13 +1,16 @@
 """Build the embedded calculator model from scratch: tokenizer, model, supervised warm start, save.
 
-    uv run apps/calc_tiny/build.py            # ~12 minutes on one idle CPU core, deterministic
+    uv run apps/calc_tiny/build.py            # ~18 minutes on one idle CPU core, deterministic
     uv run apps/calc_tiny/build.py --resume   # continue from runs/calc_tiny_build/ckpt.pt (saved every 500 steps)
 
 The result (``apps/calc_tiny/model/``, ~5 MB) is a standard ``LlamaForCausalLM`` with a byte-level BPE
-tokenizer and a hermes-style chat template with tools. The warm start is deliberately imperfect: 35% of
-its training conversations call the ``calculator`` tool and copy its result, 65% answer at once with a
-plausible but wrong number. The model therefore guesses much of the time, and reinforcement learning has
-a behaviour to discover (call the tool) that it can be seen learning in minutes on a CPU.
+tokenizer and a hermes-style chat template with tools. The warm start is deliberately imperfect in one
+way only: 30% of its training conversations call the ``calculator`` tool and copy its result, 70% answer
+at once with a plausible but wrong number, so the model guesses most of the time and reinforcement
+learning has a behaviour to discover (call the tool) that it can be seen learning in minutes on a CPU.
+What it does after deciding to call the tool is taught well: each batch also has half as many extra tool
+episodes whose decision token carries no loss (they teach writing the call and copying the result
+without changing how often it decides to call), so it copies tool results right almost always.
 """
 
 from __future__ import annotations
@@ -27,7 +30,11 @@ sys.path.insert(0, str(HERE.parent))
 from calc_tiny.chat import CHAT_TEMPLATE, SPECIAL_TOKENS, TOOL_TOKENS  # noqa: E402
 from calc_x.tasks import CALCULATOR_TOOL, format_number, make_task  # noqa: E402
 
-TOOL_FRACTION = 0.35
+TOOL_FRACTION = 0.30
+#: Extra tool episodes per batch whose decision token (the first generated one: ``<tool_call>`` or not) is
+#: left out of the loss: they teach writing the call and copying its result without changing how often the
+#: model decides to call the tool (that stays TOOL_FRACTION, so RL still has the tool to discover).
+COPY_EXTRA_FRACTION = 0.5
 VOCAB_TARGET = 1536
 ANSWER = "The answer is {}."
 
@@ -43,11 +50,13 @@ def wrong_number(result: int, rng: random.Random) -> int:
             return guess
 
 
-def make_conversation(rng: random.Random) -> list[dict[str, Any]]:
-    """One warm-start conversation in OpenAI message format."""
+def make_conversation(rng: random.Random, tool: bool | None = None) -> list[dict[str, Any]]:
+    """One warm-start conversation in OpenAI message format (``tool``: force a tool episode or not)."""
     task = make_task(rng)
     messages: list[dict[str, Any]] = [{"role": "user", "content": task["question"]}]
-    if rng.random() < TOOL_FRACTION:
+    if tool is None:
+        tool = rng.random() < TOOL_FRACTION
+    if tool:
         call = {
             "id": "call_0",
             "type": "function",
@@ -154,6 +163,14 @@ def build_model(vocab_size: int, tokenizer: Any, seed: int) -> Any:
     return LlamaForCausalLM(config)
 
 
+def copy_example(tokenizer: Any, rng: random.Random) -> tuple[list[int], list[int]]:
+    """A tool episode whose first generated token (the decision to call the tool) carries no loss."""
+    ids, mask = encode_conversation(tokenizer, make_conversation(rng, tool=True))
+    mask = list(mask)
+    mask[mask.index(1)] = 0
+    return ids, mask
+
+
 def batch_tensors(examples: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[Any, Any, Any]:
     import torch
 
@@ -217,8 +234,32 @@ def evaluate(model: Any, tokenizer: Any, n: int, seed: int, temperature: float) 
                 answers[i] = text
                 finished[i] = True
     model.train()
-    correct = sum(reward(a, t["result"]) for a, t in zip(answers, tasks, strict=False))
-    return {"accuracy": correct / n, "tool_use": sum(used_tool) / n}
+    correct = [reward(a, t["result"]) for a, t in zip(answers, tasks, strict=False)]
+    tool_correct = sum(c for c, u in zip(correct, used_tool, strict=False) if u)
+    return {
+        "accuracy": sum(correct) / n,
+        "tool_use": sum(used_tool) / n,
+        "accuracy_with_tool": tool_correct / max(1, sum(used_tool)),
+    }
+
+
+def copy_rate(model: Any, tokenizer: Any, n: int, seed: int, temperature: float) -> float:
+    """How often the model answers with the tool's result after a correct tool call (the call given)."""
+    import torch
+    from calc_x.tasks import reward
+
+    rng = random.Random(seed)
+    convos = [make_conversation(rng, tool=True) for _ in range(n)]
+    prompts = [
+        tokenizer.apply_chat_template(
+            c[:3], tools=[CALCULATOR_TOOL], tokenize=False, add_generation_prompt=True
+        )
+        for c in convos
+    ]
+    model.eval()
+    texts = _generate(model, tokenizer, prompts, temperature, torch.Generator().manual_seed(seed))
+    model.train()
+    return sum(reward(t, c[2]["content"]) for t, c in zip(texts, convos, strict=False)) / n
 
 
 def _generate(model: Any, tokenizer: Any, prompts: list[str], temperature: float, gen: Any) -> list[str]:
@@ -272,6 +313,12 @@ def main() -> None:
         help="length of the cosine learning-rate schedule (truncated at --steps)",
     )
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument(
+        "--copy-extra",
+        type=float,
+        default=COPY_EXTRA_FRACTION,
+        help="extra tool episodes per batch (a fraction of --batch-size) without loss on the decision token",
+    )
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
@@ -317,6 +364,7 @@ def main() -> None:
     running = 0.0
     for step in range(start, args.steps):
         examples = [encode_conversation(tokenizer, make_conversation(rng)) for _ in range(args.batch_size)]
+        examples += [copy_example(tokenizer, rng) for _ in range(round(args.batch_size * args.copy_extra))]
         input_ids, attention, labels = batch_tensors(examples, tokenizer.pad_token_id)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step)
@@ -344,15 +392,24 @@ def main() -> None:
             }
             torch.save(state, args.ckpt)
             metrics = evaluate(model, tokenizer, 200, seed=12345, temperature=1.0)
+            copied = copy_rate(model, tokenizer, 200, seed=54321, temperature=1.0)
             print(
-                f"  eval@T=1: accuracy {metrics['accuracy']:.1%} tool use {metrics['tool_use']:.1%}",
+                f"  eval@T=1: accuracy {metrics['accuracy']:.1%} tool use {metrics['tool_use']:.1%} "
+                f"right with the tool {metrics['accuracy_with_tool']:.1%}; copies a given result {copied:.1%}",
                 flush=True,
             )
 
     greedy = evaluate(model, tokenizer, 500, seed=777, temperature=0.0)
     sampled = evaluate(model, tokenizer, 500, seed=777, temperature=1.0)
-    print(f"final greedy: accuracy {greedy['accuracy']:.1%} tool use {greedy['tool_use']:.1%}", flush=True)
-    print(f"final T=1:    accuracy {sampled['accuracy']:.1%} tool use {sampled['tool_use']:.1%}", flush=True)
+    for name, m in (("greedy", greedy), ("T=1   ", sampled)):
+        print(
+            f"final {name}: accuracy {m['accuracy']:.1%} tool use {m['tool_use']:.1%} "
+            f"right with the tool {m['accuracy_with_tool']:.1%}",
+            flush=True,
+        )
+    for temperature in (0.0, 1.0):
+        copied = copy_rate(model, tokenizer, 500, seed=4242, temperature=temperature)
+        print(f"final T={temperature:g}: copies a given tool result right {copied:.1%}", flush=True)
     save(model, tokenizer, args.out)
     print(f"saved to {args.out} in {time.time() - t0:.0f}s", flush=True)
 

@@ -4,6 +4,10 @@ Each step enqueues every one of ``prompts_per_step`` tasks ``n`` times, waits fo
 their spans into triplets with the adapter (token ids recorded by the LLM proxy, never re-tokenised
 text), computes group-normalised advantages, applies a clipped policy-gradient update to the generated
 tokens, swaps the new weights into the model server and publishes a new resources snapshot.
+
+Validation of a version of the weights (before training, and every ``val_every`` steps) runs at the same
+time as the next step's rollouts, which sample the same weights, and its update; that step's weight swap
+waits for it. So the first step starts as soon as the model server and the proxy are up.
 """
 
 from __future__ import annotations
@@ -11,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import logging
+import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +55,8 @@ class GRPOConfig:
     max_tokens: int = 64
     val_temperature: float = 0.0
     val_every: int = 10
-    """Evaluate on the validation set every this many steps (and always before and after); 0: only then."""
+    """Evaluate on the validation set every this many steps (and always before and after); 0: only then.
+    Each validation overlaps the following step (see the module docstring)."""
     success_threshold: float = 1.0
     """An episode counts as correct when its reward is at least this."""
     credit: str = "final"
@@ -62,6 +69,11 @@ class GRPOConfig:
     seed: int = 0
     torch_threads: int | None = 1
     """``torch.set_num_threads`` (1 suits cores shared with runners); ``None`` leaves torch's default."""
+    update_threads: int | None = None
+    """torch threads of the update, which runs while nothing generates. ``None``: measured: the first
+    updates try one thread and every core, later ones use the faster per token (re-tried every 10 steps),
+    so the idle cores are used when they really are idle; one thread whenever the load average is above
+    the number of cores + 1 (a busy machine is not oversubscribed: there two threads were 2-10x slower)."""
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
     """Also save every this many steps (0: only at the end); needs ``checkpoint_dir``."""
@@ -116,6 +128,9 @@ class LocalGRPO(Algorithm):
         self.server: Any = None
         self.policy: Any = None
         self.tokenizer: Any = None
+        self.first_step_at: float | None = None
+        self._update_threads = _ThreadChoice(os.cpu_count() or 1)
+        """``time.time()`` when the first training step began (its rollouts were enqueued)."""
 
     # -- main loop -----------------------------------------------------------------------------
 
@@ -152,17 +167,26 @@ class LocalGRPO(Algorithm):
         await proxy_lifetime.enter_async_context(running_proxy(proxy))
         optimizer = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         try:
-            await self._validate(store, proxy, val_dataset, step=0)
+            self.first_step_at = None
             for step in range(1, cfg.steps + 1):
-                metrics = await self._step(store, proxy, optimizer, train_dataset, rng, step)
+                # Validating the current weights overlaps the next step's rollouts (same weights) and update;
+                # the weight swap waits for it. So validation before training does not delay the first step.
+                previous = step - 1
+                validate_now = previous == 0 or (cfg.val_every and previous % cfg.val_every == 0)
+                validation = (
+                    functools.partial(self._validate, store, proxy, val_dataset, step=previous)
+                    if validate_now
+                    else None
+                )
+                if self.first_step_at is None:
+                    self.first_step_at = time.time()
+                metrics = await self._step(store, proxy, optimizer, train_dataset, rng, step, validation)
                 self.history.append(metrics)
                 self.metrics.log("train", metrics)
                 if self.on_step is not None:
                     self.on_step(metrics)
                 if cfg.checkpoint_dir and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
                     await asyncio.to_thread(self.save, Path(cfg.checkpoint_dir) / f"step-{step}")
-                if cfg.val_every and step % cfg.val_every == 0 and step != cfg.steps:
-                    await self._validate(store, proxy, val_dataset, step=step)
             await self._validate(store, proxy, val_dataset, step=cfg.steps)
             if cfg.checkpoint_dir:
                 await asyncio.to_thread(self.save, Path(cfg.checkpoint_dir) / "final")
@@ -220,9 +244,15 @@ class LocalGRPO(Algorithm):
         self, store: Any, tasks: Sequence[Any], mode: str, resources_id: str
     ) -> tuple[list[Rollout], list[list[Any]]]:
         """Enqueue the tasks, wait until all finish, and return them with their spans (in task order)."""
+        return await self._collect_rollouts(store, await self._enqueue(store, tasks, mode, resources_id))
+
+    async def _enqueue(self, store: Any, tasks: Sequence[Any], mode: str, resources_id: str) -> list[str]:
         requests = [EnqueueRolloutRequest(input=t, mode=mode, resources_id=resources_id) for t in tasks]  # type: ignore[arg-type]
         enqueued = await store.enqueue_many_rollouts(requests)
-        ids = [r.rollout_id for r in enqueued]
+        return [r.rollout_id for r in enqueued]
+
+    async def _collect_rollouts(self, store: Any, ids: list[str]) -> tuple[list[Rollout], list[list[Any]]]:
+        """Wait until the rollouts ``ids`` finish; return them with their spans (in order)."""
         finished: dict[str, Rollout] = {}
         deadline = time.monotonic() + self.config.rollout_timeout_s
         while len(finished) < len(ids):
@@ -297,6 +327,7 @@ class LocalGRPO(Algorithm):
         train_dataset: Dataset[Any],
         rng: random.Random,
         step: int,
+        validation: Callable[[], Awaitable[None]] | None = None,
     ) -> dict[str, Any]:
         from ..credit import group_turn_advantages
         from .grpo_core import Turn, episode_samples, group_advantages, grpo_update
@@ -310,7 +341,14 @@ class LocalGRPO(Algorithm):
         tokens_before = self.server.engine.stats["generated_tokens"]
         batches_before = self.server.engine.stats["batches"]
         busy_before = self.server.engine.stats["busy_s"]
-        rollouts, spans = await self._run_rollouts(store, tasks, "train", resources_id)
+        ids = await self._enqueue(store, tasks, "train", resources_id)
+        validating = asyncio.ensure_future(validation()) if validation is not None else None
+        try:
+            rollouts, spans = await self._collect_rollouts(store, ids)
+        except BaseException:
+            if validating is not None:
+                validating.cancel()
+            raise
         t1 = time.perf_counter()
         generated = self.server.engine.stats["generated_tokens"] - tokens_before
         generation_batches = self.server.engine.stats["batches"] - batches_before
@@ -341,7 +379,11 @@ class LocalGRPO(Algorithm):
                 for t, advantage in zip(episodes[i][1], turn_advantages or [], strict=False):
                     turn = Turn(list(t.prompt["token_ids"]), list(t.response["token_ids"]))
                     samples += episode_samples([turn], advantage)
+        threads = cfg.update_threads or self._update_threads.pick(step)
+        update_started = time.perf_counter()
         stats = await asyncio.to_thread(
+            _with_threads,
+            threads,
             grpo_update,
             self.policy,
             optimizer,
@@ -352,6 +394,12 @@ class LocalGRPO(Algorithm):
             mini_batches=cfg.mini_batches,
             epochs=cfg.epochs,
         )
+        if stats["tokens"]:
+            self._update_threads.record(threads, (time.perf_counter() - update_started) / stats["tokens"])
+        waited = time.perf_counter()
+        if validating is not None:
+            await validating  # it samples the weights this step started from: swap after it
+        waited = time.perf_counter() - waited
         if samples:
             await asyncio.to_thread(self.server.update_weights, self.policy.state_dict())
         t2 = time.perf_counter()
@@ -373,9 +421,53 @@ class LocalGRPO(Algorithm):
             "tokens_per_s": generated / max(t1 - t0, 1e-9),
             "rollout_s": t1 - t0,
             "update_s": t2 - t1,
+            "validation_wait_s": waited,
+            "update_threads": threads,
             "step_s": t2 - t0,
             "model_version": self.server.version,
         }
+
+
+class _ThreadChoice:
+    """Picks the torch thread count of the update from measured seconds per token: 1 or every core."""
+
+    def __init__(self, cores: int, every: int = 10) -> None:
+        self.options = sorted({1, max(1, cores)})
+        self.every = every
+        self.cost: dict[int, float] = {}
+
+    def pick(self, step: int) -> int:
+        if self._busy():
+            return 1  # more threads than idle cores: OpenMP's barriers wait for descheduled threads
+        untried = [n for n in self.options if n not in self.cost]
+        if untried:
+            return untried[0]
+        best = min(self.options, key=lambda n: self.cost[n])
+        if len(self.options) > 1 and step % self.every == 0:
+            return next(n for n in self.options if n != best)  # look again: the machine's load changes
+        return best
+
+    def _busy(self) -> bool:
+        """Whether the machine runs more than one job per core besides this one (load average)."""
+        try:
+            return os.getloadavg()[0] > max(self.options) + 1
+        except OSError:  # not available on this platform
+            return False
+
+    def record(self, threads: int, seconds_per_token: float) -> None:
+        self.cost[threads] = seconds_per_token
+
+
+def _with_threads(threads: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run ``fn`` with ``threads`` torch threads, then restore the previous number."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        torch.set_num_threads(previous)
 
 
 def _pad_id(tokenizer: Any) -> int:

@@ -1,7 +1,7 @@
 """An OpenAI-compatible HTTP server for a Hugging Face causal LM, with vLLM's token-id extensions.
 
 ``POST /v1/chat/completions`` renders the messages (and ``tools``) with the model's chat template,
-generates with dynamic batching (:class:`~agl.algorithms.local.engine.GenerationEngine`), and parses
+generates with continuous batching (:class:`~agl.algorithms.local.engine.GenerationEngine`), and parses
 hermes ``<tool_call>`` blocks into OpenAI ``tool_calls``. Like vLLM it returns ``prompt_token_ids`` and
 each choice's ``token_ids`` when the request sets ``return_token_ids``, and per-token ``logprobs`` when
 it sets ``logprobs``. Weights are swapped in place with :meth:`ModelServer.update_weights`.
@@ -63,7 +63,8 @@ class ModelServer:
         tokenizer: the tokenizer when ``model`` is an object.
         served_model_name: the name clients ask for (default: the directory name).
         host, port: where to listen; port 0 picks a free one.
-        max_batch_size, batch_wait_s: dynamic batching limits (see ``GenerationEngine``).
+        max_batch_size, batch_wait_s, max_cache_tokens: continuous batching limits (see
+            ``GenerationEngine``).
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
     """
@@ -79,6 +80,7 @@ class ModelServer:
         max_batch_size: int = 256,
         batch_wait_s: float = 0.005,
         device: str = "cpu",
+        max_cache_tokens: int | None = None,
     ) -> None:
         if isinstance(model, (str, Path)):
             loaded, loaded_tokenizer = load_model(model, device=device)
@@ -92,7 +94,11 @@ class ModelServer:
             )
         self.tokenizer: Any = tokenizer
         self.engine = GenerationEngine(
-            model, tokenizer, max_batch_size=max_batch_size, batch_wait_s=batch_wait_s
+            model,
+            tokenizer,
+            max_batch_size=max_batch_size,
+            batch_wait_s=batch_wait_s,
+            max_cache_tokens=max_cache_tokens,
         )
         self.host = host
         self._requested_port = port
@@ -358,64 +364,68 @@ class ModelServer:
         }
         if want_ids:
             first["prompt_token_ids"] = prompt_ids
-        yield f"data: {json.dumps(first)}\n\n"
-        generated: list[int] = []
-        sent = ""
-        while True:
-            getter = asyncio.ensure_future(tokens.get())
-            await asyncio.wait({getter, future}, return_when=asyncio.FIRST_COMPLETED)
-            if not getter.done():
-                getter.cancel()
-                if tokens.empty():
-                    break
-                continue
-            token, logprob = getter.result()
-            generated.append(token)
-            text = visible_prefix(self.tokenizer.decode(generated, skip_special_tokens=True))
-            for stop in params.stop:
-                cut = text.find(stop)
-                if cut >= 0:
-                    text = text[:cut]
-            if text.endswith("\ufffd"):
-                text = text[:-1]  # an incomplete multi-byte character; wait for its next byte
-            delta_text, sent = text[len(sent) :], max(text, sent, key=len)
-            extra: dict[str, Any] = {}
-            if want_ids:
-                extra["token_ids"] = [token]
-            if want_logprobs:
-                extra["logprobs"] = {"content": [self._logprob_entry(token, logprob, None)]}
-            if delta_text or extra:
-                yield chunk({"content": delta_text} if delta_text else {}, **extra)
         try:
-            result = future.result()
-        except Exception as exc:  # report the failure in-band; the status line was already sent
-            yield f"data: {json.dumps({'error': {'message': str(exc), 'type': 'server_error'}})}\n\n"
+            yield f"data: {json.dumps(first)}\n\n"
+            generated: list[int] = []
+            sent = ""
+            while True:
+                getter = asyncio.ensure_future(tokens.get())
+                await asyncio.wait({getter, future}, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    if tokens.empty():
+                        break
+                    continue
+                token, logprob = getter.result()
+                generated.append(token)
+                text = visible_prefix(self.tokenizer.decode(generated, skip_special_tokens=True))
+                for stop in params.stop:
+                    cut = text.find(stop)
+                    if cut >= 0:
+                        text = text[:cut]
+                if text.endswith("\ufffd"):
+                    text = text[:-1]  # an incomplete multi-byte character; wait for its next byte
+                delta_text, sent = text[len(sent) :], max(text, sent, key=len)
+                extra: dict[str, Any] = {}
+                if want_ids:
+                    extra["token_ids"] = [token]
+                if want_logprobs:
+                    extra["logprobs"] = {"content": [self._logprob_entry(token, logprob, None)]}
+                if delta_text or extra:
+                    yield chunk({"content": delta_text} if delta_text else {}, **extra)
+            try:
+                result = future.result()
+            except Exception as exc:  # report the failure in-band; the status line was already sent
+                yield f"data: {json.dumps({'error': {'message': str(exc), 'type': 'server_error'}})}\n\n"
+                yield "data: [DONE]\n\n"
+                return
+            content, calls = parse_tool_calls(result.text)
+            delta: dict[str, Any] = {}
+            if calls:
+                delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(calls)]
+            elif content and len(content) > len(sent):
+                delta["content"] = content[len(sent) :]
+            finish = "tool_calls" if calls and result.finish_reason == "stop" else result.finish_reason
+            yield chunk(delta, finish)
+            if include_usage:
+                usage = {
+                    "prompt_tokens": len(prompt_ids),
+                    "completion_tokens": len(result.token_ids),
+                    "total_tokens": len(prompt_ids) + len(result.token_ids),
+                }
+                payload = {
+                    "id": completion_id,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": self.served_model_name,
+                    "choices": [],
+                    "usage": usage,
+                }
+                yield f"data: {json.dumps(payload)}\n\n"
             yield "data: [DONE]\n\n"
-            return
-        content, calls = parse_tool_calls(result.text)
-        delta: dict[str, Any] = {}
-        if calls:
-            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(calls)]
-        elif content and len(content) > len(sent):
-            delta["content"] = content[len(sent) :]
-        finish = "tool_calls" if calls and result.finish_reason == "stop" else result.finish_reason
-        yield chunk(delta, finish)
-        if include_usage:
-            usage = {
-                "prompt_tokens": len(prompt_ids),
-                "completion_tokens": len(result.token_ids),
-                "total_tokens": len(prompt_ids) + len(result.token_ids),
-            }
-            payload = {
-                "id": completion_id,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": self.served_model_name,
-                "choices": [],
-                "usage": usage,
-            }
-            yield f"data: {json.dumps(payload)}\n\n"
-        yield "data: [DONE]\n\n"
+        finally:
+            if not future.done():  # the client went away: free its row in the batch
+                future.cancel()
 
 
 async def _read_json(request: Request) -> dict[str, Any]:
