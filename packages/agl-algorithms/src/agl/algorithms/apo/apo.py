@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from agl.types import Dataset, EnqueueRolloutRequest, NamedResources, PromptTemplate, Rollout, Span
+from agl.types.extras import requires_extra
 
 from ..base import Algorithm, SupportsLLMProxy
 from ..metrics import AlgorithmMetrics
@@ -329,7 +330,8 @@ class APO(Algorithm, Generic[T_task]):
 
     def _openai(self) -> Any:
         if self._client is None:
-            from openai import AsyncOpenAI
+            with requires_extra("agl-algorithms", "APO"):
+                from openai import AsyncOpenAI
 
             self._client = AsyncOpenAI()
         # Retries are ours (counted, logged, with reasons), so the client makes none of its own.
@@ -546,7 +548,8 @@ class APO(Algorithm, Generic[T_task]):
         self._counters = RoundCounters()
         self._llm_slots = asyncio.Semaphore(self.max_concurrent_llm_calls)
         if self.poml_trace_dir is not None:
-            import poml
+            with requires_extra("agl-algorithms", "APO(poml_trace_dir=...)"):
+                import poml
 
             poml.set_trace(True, trace_dir=self.poml_trace_dir)
         try:
