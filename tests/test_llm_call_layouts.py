@@ -75,4 +75,6 @@ def test_trace_to_messages_gives_one_conversation_per_call_when_both_layers_reco
     conversations = TraceToMessages().adapt(result.spans)
     assert len(conversations) == 2
     assert all(c["messages"][-1]["role"] == "assistant" for c in conversations)
-    assert len(conversations[1]["messages"]) > len(conversations[0]["messages"])  # the second call's longer prompt
+    assert len(conversations[1]["messages"]) > len(
+        conversations[0]["messages"]
+    )  # the second call's longer prompt

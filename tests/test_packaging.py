@@ -76,7 +76,9 @@ def test_a_package_changed_since_its_tag_needs_a_version_bump(tmp_path: Path) ->
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "change agl-store")
     refused = release("versions", root=repo)
     assert refused.returncode == 1
-    assert "agl-store: 1 files changed since agl-store-v0.1.0, but the version is still 0.1.0" in refused.stderr
+    assert (
+        "agl-store: 1 files changed since agl-store-v0.1.0, but the version is still 0.1.0" in refused.stderr
+    )
 
     store_init.write_text('__version__ = "0.1.1"\nCHANGED = True\n')
     assert release("versions", root=repo).returncode == 0
@@ -90,7 +92,9 @@ def test_the_release_workflow_builds_the_package_its_tag_names() -> None:
     assert publish["needs"] == "build"
     runs = [step["run"] for step in build["steps"] if "run" in step]
     assert any("tools/release.py tag-package" in run for run in runs)
-    assert any('tools/release.py check "${{ steps.which.outputs.package }}" --dist dist' in run for run in runs)
+    assert any(
+        'tools/release.py check "${{ steps.which.outputs.package }}" --dist dist' in run for run in runs
+    )
 
     assert release("tag-package", "agl-store-v0.1.0").stdout.strip() == "agl-store"
     wrong_version = release("tag-package", "agl-store-v9.9.9")

@@ -15,6 +15,7 @@ import json
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -36,7 +37,7 @@ from ._beam import (
     top_candidates,
 )
 from ._history import APORoundSummary, RoundCounters, templates_json
-from ._llm import LLMCallFailed, RetryPolicy, chat_text
+from ._llm import AllRolloutsFailed, LLMCallFailed, RetryPolicy, chat_text
 from ._prompts import (
     EDIT_VARIANTS,
     GRADIENT_VARIANTS,
@@ -323,8 +324,24 @@ class APO(Algorithm, Generic[T_task]):
                     logger.debug("could not cancel %s: %s", rollout_id, exc)
         spans = await store.query_spans_many([r.rollout_id for r in finished], "latest")
         results = [self._result_of(r, spans[r.rollout_id]) for r in finished]
+        self._check_some_succeeded(rollouts, finished, candidate, mode)
         score = sum(r.final_reward or 0.0 for r in results) / max(1, len(results))
         return score, results
+
+    def _check_some_succeeded(
+        self, rollouts: Sequence[Rollout], finished: Sequence[Rollout], candidate: PromptCandidate, mode: str
+    ) -> None:
+        succeeded = sum(r.status == "succeeded" for r in finished)
+        self._counters.succeeded_rollouts += succeeded
+        if self._counters.succeeded_rollouts == 0 and rollouts:
+            statuses = Counter(r.status for r in finished)
+            statuses["unfinished"] = len(rollouts) - len(finished)
+            seen = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()) if n)
+            raise AllRolloutsFailed(
+                f"none of the {len(rollouts)} {mode} rollouts of {candidate.version} succeeded ({seen}), and none "
+                "has so far: the agent cannot work. Check that its model endpoint is up and its credentials are "
+                "right; the runners' log says why each attempt failed."
+            )
 
     # -- textual gradient and edit -------------------------------------------------------------
 
