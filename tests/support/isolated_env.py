@@ -1,4 +1,4 @@
-"""Settings every test of the workspace shares (each package's own fixtures live in its tests/conftest.py)."""
+"""A pytest plugin every test run loads (`-p tests.support.isolated_env` in pyproject.toml): settings all tests share."""
 
 from __future__ import annotations
 
