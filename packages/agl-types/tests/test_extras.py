@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from agl.types.errors import AglError
 from agl.types.extras import MissingExtraError, extra_providing, requires_extra
 
@@ -18,9 +17,11 @@ def test_the_extra_is_read_from_the_distribution_metadata() -> None:
 
 
 def test_a_missing_module_of_an_extra_names_the_pip_command() -> None:
-    with pytest.raises(MissingExtraError) as caught:
-        with requires_extra("agl-types", "PromptTemplate(engine='jinja')"):
-            raise ModuleNotFoundError("No module named 'jinja2'", name="jinja2")
+    with (
+        pytest.raises(MissingExtraError) as caught,
+        requires_extra("agl-types", "PromptTemplate(engine='jinja')"),
+    ):
+        raise ModuleNotFoundError("No module named 'jinja2'", name="jinja2")
     message = str(caught.value)
     assert "PromptTemplate(engine='jinja')" in message
     assert "pip install 'agl-types[jinja]'" in message
@@ -29,13 +30,12 @@ def test_a_missing_module_of_an_extra_names_the_pip_command() -> None:
 
 
 def test_a_module_no_extra_provides_is_still_named() -> None:
-    with pytest.raises(MissingExtraError, match=r"needs 'zz_not_a_module'.*pip install zz_not_a_module"):
-        with requires_extra("agl-types", "a feature"):
-            import zz_not_a_module  # type: ignore[import-not-found]  # noqa: F401
+    missing = r"needs 'zz_not_a_module'.*pip install zz_not_a_module"
+    with pytest.raises(MissingExtraError, match=missing), requires_extra("agl-types", "a feature"):
+        import zz_not_a_module  # type: ignore[import-not-found]  # noqa: F401
 
 
 def test_a_missing_agl_module_is_a_broken_install_and_passes_through() -> None:
-    with pytest.raises(ModuleNotFoundError) as caught:
-        with requires_extra("agl-types", "a feature"):
-            import agl.zz_not_a_package  # type: ignore[import-not-found]  # noqa: F401
+    with pytest.raises(ModuleNotFoundError) as caught, requires_extra("agl-types", "a feature"):
+        import agl.zz_not_a_package  # type: ignore[import-not-found]  # noqa: F401
     assert not isinstance(caught.value, MissingExtraError)
