@@ -95,11 +95,7 @@ def _is_retryable(exc: BaseException) -> bool:
 
 
 class Database:
-    """Runs operations (``fn(conn, *args)``) in read or write transactions; creates the schema on first use.
-
-    The schema is checked once per ``Database`` (:meth:`ensure_schema`), however many operations,
-    threads and loops start at once; a database already at the current version costs one read.
-    """
+    """Runs operations (``fn(conn, *args)``) in read or write transactions; creates the schema on first use."""
 
     def __init__(self, url: str, engine_kwargs: dict[str, Any]) -> None:
         self.dialect, self._url, self._synchronous = parse_url(url)
@@ -109,7 +105,6 @@ class Database:
             **engine_kwargs,
         }
         self._schema_ready = False
-        self._schema_check: concurrent.futures.Future[bool] | None = None
         self._closed = False
         self._lock = threading.Lock()
         # SQLite
@@ -129,14 +124,12 @@ class Database:
 
     async def write(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(conn, *args)`` in a write transaction; committed when it returns, rolled back if it raises."""
-        if not self._schema_ready:
-            await self.ensure_schema()
+        await self._ensure_schema()
         return await self._run(fn, args, write=True)
 
     async def read(self, fn: Callable[..., T], *args: Any, snapshot: bool = False) -> T:
         """Run ``fn(conn, *args)`` for reading; with ``snapshot``, its statements see one consistent state."""
-        if not self._schema_ready:
-            await self.ensure_schema()
+        await self._ensure_schema()
         return await self._run(fn, args, write=False, snapshot=snapshot)
 
     async def close(self) -> None:
@@ -206,33 +199,10 @@ class Database:
 
     # -- transactions -------------------------------------------------------------------------
 
-    async def ensure_schema(self) -> None:
-        """Create or migrate the schema unless done already; concurrent callers (any thread) share one check.
-
-        A database at the current version is only read (no DDL, so no locks that fight writers).
-        """
-        while not self._schema_ready:
-            with self._lock:
-                check = self._schema_check
-                mine = check is None
-                if mine:
-                    check = self._schema_check = concurrent.futures.Future()
-            assert check is not None
-            if not mine:
-                if await asyncio.wrap_future(check):
-                    return
-                continue  # the first caller failed (or was cancelled): try again here
-            ok = False
-            try:
-                found = await self._run(schema.read_version, (), write=False)
-                if not schema.check_version(found):
-                    await self._run(schema.migrate, (), write=True)
-                ok = True
-            finally:
-                self._schema_ready = ok
-                with self._lock:
-                    self._schema_check = None
-                check.set_result(ok)
+    async def _ensure_schema(self) -> None:
+        if not self._schema_ready:
+            await self._run(schema.create_schema, (), write=True)
+            self._schema_ready = True
 
     async def _run(
         self, fn: Callable[..., T], args: tuple[Any, ...], *, write: bool, snapshot: bool = False

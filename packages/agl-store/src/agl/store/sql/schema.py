@@ -1,33 +1,21 @@
-"""Tables and indexes of the SQL store (SQLAlchemy Core), and their versioned creation (migrations).
+"""Tables and indexes of the SQL store (SQLAlchemy Core), and their idempotent creation.
 
 One schema serves SQLite and PostgreSQL. Every table has an autoincrementing ``seq`` column: it is the
 creation order, the default order of every query and the tie-breaker of every sort. JSON documents
 (task input, config, metadata, resources, spans) live in JSON columns; what is filtered or sorted on is
 also kept in plain columns with indexes.
-
-The database records its schema version in ``agl_schema``. :func:`read_version` reads it without any DDL
-(so without locks that would wait for, or block, ordinary writes); only a database that is new or older
-than :data:`SCHEMA_VERSION` is migrated (:func:`migrate`), one numbered step of :data:`MIGRATIONS` at a
-time, under a lock that serializes the processes starting at once.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import sqlalchemy as sa
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 __all__ = [
-    "MIGRATIONS",
     "SCHEMA_VERSION",
     "attempts",
     "create_schema",
-    "leases",
     "metadata",
-    "migrate",
-    "read_version",
-    "replays",
     "resources",
     "rollouts",
     "schema_meta",
@@ -36,8 +24,8 @@ __all__ = [
     "workers",
 ]
 
-SCHEMA_VERSION = 2
-"""The number of :data:`MIGRATIONS`; a store refuses a database of a newer version."""
+SCHEMA_VERSION = 1
+"""Bumped whenever a change needs a migration; a store refuses a database of a newer version."""
 
 metadata = sa.MetaData()
 
@@ -158,102 +146,28 @@ schema_meta = sa.Table(
     sa.Column("value", _Text, nullable=False),
 )
 
-leases = sa.Table(
-    "agl_leases",
-    metadata,
-    sa.Column("name", _Text, primary_key=True),
-    sa.Column("holder", _Text, nullable=False),
-    sa.Column("expires", _Float, nullable=False),
-)
-"""Named leases held by one process at a time (the watchdog: one active among a server's workers)."""
-
-replays = sa.Table(
-    "agl_replays",
-    metadata,
-    _seq(),
-    sa.Column("key", _Text, nullable=False),  # sha256 of route + Idempotency-Key
-    sa.Column("state", _Text, nullable=False),  # running | done
-    sa.Column("run_id", _Text, nullable=False),  # the server run that holds a running key
-    sa.Column("claimed", _Float, nullable=False),
-    sa.Column("status", sa.Integer),
-    sa.Column("headers", _Json),
-    sa.Column("body", sa.LargeBinary),
-    sa.Index("agl_replays_key", "key", unique=True),
-    sa.Index("agl_replays_claimed", "claimed"),
-)
-"""The first answer to each idempotency key, shared by a server's workers and kept across restarts."""
-
 _PG_DDL_LOCK = 0x61676C5F73746F  # any constant: serializes schema creation across processes
 
 
-def _create_tables(*tables: sa.Table) -> Callable[[sa.Connection], None]:
-    def create(conn: sa.Connection) -> None:
-        for table in tables:
-            conn.execute(CreateTable(table, if_not_exists=True))
-            for index in sorted(table.indexes, key=lambda i: str(i.name)):
-                conn.execute(CreateIndex(index, if_not_exists=True))
+def create_schema(conn: sa.Connection) -> None:
+    """Create missing tables and indexes, inside the caller's write transaction.
 
-    return create
-
-
-MIGRATIONS: tuple[Callable[[sa.Connection], None], ...] = (
-    # 1: the store's tables
-    _create_tables(rollouts, attempts, spans, resources, workers, span_sequence_ids, schema_meta),
-    # 2: leases (one watchdog among workers) and idempotent replays shared through the database
-    _create_tables(leases, replays),
-)
-"""Step ``n`` (1-based) brings a database from version ``n - 1`` to ``n``. Only ever append."""
-assert len(MIGRATIONS) == SCHEMA_VERSION
-
-
-def read_version(conn: sa.Connection) -> int | None:
-    """The schema version the database records, or ``None`` when it has no store yet. Runs no DDL."""
+    Idempotent, and safe when several processes start at once: SQLite serializes the transaction
+    (``BEGIN IMMEDIATE``), PostgreSQL takes an advisory lock first.
+    """
     if conn.dialect.name == "postgresql":
-        exists = conn.execute(sa.text("SELECT to_regclass('agl_schema') IS NOT NULL")).scalar()
-    else:
-        exists = conn.execute(
-            sa.text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'agl_schema'")
-        ).scalar()
-    if not exists:
-        return None
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_DDL_LOCK})
+    for table in metadata.sorted_tables:
+        conn.execute(CreateTable(table, if_not_exists=True))
+        for index in sorted(table.indexes, key=lambda i: str(i.name)):
+            conn.execute(CreateIndex(index, if_not_exists=True))
     found = conn.execute(
         sa.select(schema_meta.c.value).where(schema_meta.c.key == "schema_version")
     ).scalar_one_or_none()
-    return None if found is None else int(found)
-
-
-def check_version(found: int | None) -> bool:
-    """Whether a database of version ``found`` is current; raises if it is newer than this agl-store."""
-    if found is not None and found > SCHEMA_VERSION:
+    if found is None:
+        conn.execute(sa.insert(schema_meta).values(key="schema_version", value=str(SCHEMA_VERSION)))
+    elif int(found) > SCHEMA_VERSION:
         raise RuntimeError(
             f"the database holds an agl store of schema version {found}, newer than this agl-store "
             f"(version {SCHEMA_VERSION}); upgrade agl-store"
         )
-    return found == SCHEMA_VERSION
-
-
-def migrate(conn: sa.Connection) -> None:
-    """Bring the database to :data:`SCHEMA_VERSION`, inside the caller's write transaction.
-
-    Safe when several processes start at once: SQLite serializes the transaction (``BEGIN IMMEDIATE``),
-    PostgreSQL takes an advisory lock first; the version is read again under it.
-    """
-    if conn.dialect.name == "postgresql":
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_DDL_LOCK})
-    found = read_version(conn)
-    if check_version(found):
-        return
-    for step in MIGRATIONS[(found or 0) :]:
-        step(conn)
-    if found is None:
-        conn.execute(sa.insert(schema_meta).values(key="schema_version", value=str(SCHEMA_VERSION)))
-    else:
-        conn.execute(
-            sa.update(schema_meta)
-            .where(schema_meta.c.key == "schema_version")
-            .values(value=str(SCHEMA_VERSION))
-        )
-
-
-create_schema = migrate
-"""The former name of :func:`migrate`."""

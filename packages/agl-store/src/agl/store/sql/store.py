@@ -145,11 +145,6 @@ class SqlLightningStore(LightningStore):
             name=type(self).__name__, uptime=time.monotonic() - self._started, **counts
         )  # type: ignore[typeddict-item]
 
-    async def ensure_schema(self) -> None:
-        """Create or migrate the database's schema now instead of on first use (a server does it before
-        serving). Cheap and lock-free when the schema is current; concurrent calls share one check."""
-        await self._db.ensure_schema()
-
     async def close(self) -> None:
         await self._db.close()
 
