@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from agl.algorithms.adapter import TraceToMessages
-from agl.algorithms.apo import APO, APORoundSummary
+from agl.algorithms.apo import APO, AllRolloutsFailed, APORoundSummary
 from agl.runner import Trainer
 from agl.types import PromptTemplate
 from room_selector.agent import SEED_PROMPT, make_room_selector
 from room_selector.tasks import load_tasks, split_tasks
+
+ROUTINE_LOGGERS = ("httpx", "httpcore", "openai", "uvicorn.access", "aiohttp.access", "LiteLLM")
 
 NO_CREDENTIALS = """\
 train_apo.py needs an OpenAI-compatible endpoint for the agent, critic and editor models. Set:
@@ -152,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = args.runs_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{suffix}"
     run_dir.mkdir(parents=True)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for routine in ROUTINE_LOGGERS:  # one line per HTTP request: kept out of the default output
+        logging.getLogger(routine).setLevel(logging.WARNING)
     file_log = logging.FileHandler(run_dir / "apo.log")
     file_log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger("agl").addHandler(file_log)
@@ -188,7 +192,14 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"APO on {len(train)} train / {len(val)} val tasks; agent model {args.model} at {base_url or 'api.openai.com'}"
     )
-    trainer.fit(agent, train, val_dataset=val)
+    try:
+        trainer.fit(agent, train, val_dataset=val)
+    except AllRolloutsFailed as failed:
+        print(
+            f"\ntrain_apo.py: {failed}\n(agent model {args.model} at {base_url or 'api.openai.com'})",
+            file=sys.stderr,
+        )
+        return 1
 
     best = algorithm.get_best_candidate()
     seed_score = (

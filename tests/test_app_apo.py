@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +48,26 @@ def test_without_credentials_it_says_what_to_set_and_exits_2(tmp_path: Path) -> 
     for needed in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OpenAI-compatible", "vLLM", "Ollama", "--model"):
         assert needed in done.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_a_dead_endpoint_fails_loudly_without_a_log_line_per_request(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    done = subprocess.run(
+        command("--rounds", "1", "--runs-dir", str(tmp_path)),
+        cwd=ROOT,
+        env=clean_env(OPENAI_API_KEY="test", OPENAI_BASE_URL=dead),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    failed = re.search(r"none of the (\d+) val rollouts of v0 succeeded \((\d+) failed\)", done.stderr)
+    assert failed is not None and failed.group(1) == failed.group(2), done.stderr[-2000:]
+    assert f"at {dead}" in done.stderr
+    assert "Best prompt found" not in done.stdout
+    assert "HTTP Request:" not in done.stdout + done.stderr
 
 
 @pytest.mark.slow

@@ -62,3 +62,19 @@ def test_proxy_and_traced_client_spans_of_one_call_read_back_the_same(agent: Any
         assert comparable(proxy[response_id], streamed=stream) == comparable(
             traced[response_id], streamed=stream
         )
+
+
+@pytest.mark.timeout(180)
+def test_trace_to_messages_gives_one_conversation_per_call_when_both_layers_record_it() -> None:
+    from agl.algorithms import TraceToMessages
+
+    run = run_agent(sync_agent, [{"a": 2, "b": 3, "stream": False}])
+    [result] = run.results
+    names = [span.name for span in result.spans]
+    assert names.count(AGL_LLM_CALL) == 2 and names.count(TRACED) == 2  # two calls, each recorded twice
+    conversations = TraceToMessages().adapt(result.spans)
+    assert len(conversations) == 2
+    assert all(c["messages"][-1]["role"] == "assistant" for c in conversations)
+    assert len(conversations[1]["messages"]) > len(
+        conversations[0]["messages"]
+    )  # the second call's longer prompt

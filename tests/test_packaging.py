@@ -1,4 +1,8 @@
-"""Each package builds into a wheel that installs and imports alone, with only its declared dependencies."""
+"""Release tooling: each package builds, passes ``twine check``, installs alone and imports (tools/release.py).
+
+``.ci/run`` runs ``tools/release.py check`` over all six packages on every change; these tests run the same code
+on the two base packages, the version-bump rule on a scratch repository, and the release workflow's own steps.
+"""
 
 from __future__ import annotations
 
@@ -6,51 +10,94 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+TOOL = ROOT / "tools" / "release.py"
+WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 
 pytestmark = pytest.mark.skipif(shutil.which("uv") is None, reason="needs the uv command")
 
 
-def _uv(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def release(*args: str, root: Path = ROOT) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
     return subprocess.run(
-        ["uv", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=600
+        [sys.executable, str(TOOL), "--root", str(root), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
     )
 
 
-def test_types_and_store_wheels_install_and_import_alone(tmp_path: Path) -> None:
-    dist = tmp_path / "dist"
-    for package in ("agl-types", "agl-store"):
-        built = _uv("build", "--package", package, "--wheel", "-o", str(dist), "-q")
-        assert built.returncode == 0, built.stderr
-    wheels = sorted(str(p) for p in dist.glob("*.whl"))
-    assert len(wheels) == 2, wheels
+def test_the_base_packages_build_check_install_alone_and_import(tmp_path: Path) -> None:
+    done = release("check", "agl-store", "--dist", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "agl-store 0.1.0: built, twine check passed; agl.store: 23 names imported" in done.stdout
+    wheel = next(tmp_path.glob("agl_store-*.whl"))
+    static = {Path(n).name for n in zipfile.ZipFile(wheel).namelist() if "/dashboard/static/" in n}
+    assert {"index.html", "app.js", "style.css", "rollouts.js", "charts.js"} <= static, static
+    assert list(tmp_path.glob("agl_store-*.tar.gz")), "the sdist is kept for publishing too"
 
-    venv = tmp_path / "venv"
-    created = _uv("venv", "-q", "--python", f"{sys.version_info.major}.{sys.version_info.minor}", str(venv))
-    assert created.returncode == 0, created.stderr
-    python = venv / "bin" / "python"
-    installed = _uv("pip", "install", "-q", "--python", str(python), *wheels)
-    assert installed.returncode == 0, installed.stderr
 
-    code = (
-        "from agl.store import InMemoryLightningStore\n"
-        "import asyncio\n"
-        "async def main():\n"
-        "    store = InMemoryLightningStore()\n"
-        "    rollout = await store.enqueue_rollout(input={'q': 1})\n"
-        "    claimed = await store.dequeue_rollout(worker_id='w')\n"
-        "    assert claimed is not None and claimed.rollout_id == rollout.rollout_id\n"
-        "    from agl.store.dashboard import dashboard_files\n"
-        "    files = set(dashboard_files())\n"
-        "    assert {'index.html', 'app.js', 'style.css', 'rollouts.js', 'charts.js'} <= files, files\n"
-        "    print('ok')\n"
-        "asyncio.run(main())\n"
+def test_an_unknown_package_is_refused_with_the_choices() -> None:
+    done = release("check", "agl-nope")
+    assert done.returncode == 2
+    assert "unknown package(s) ['agl-nope']" in done.stderr and "agl-runner" in done.stderr
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def test_a_package_changed_since_its_tag_needs_a_version_bump(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    for package in ("agl-types", "agl-store", "agl-tracer", "agl-proxy", "agl-algorithms", "agl-runner"):
+        src = ROOT / "packages" / package
+        module = package.split("-")[1]
+        init = repo / "packages" / package / "src" / "agl" / module / "__init__.py"
+        init.parent.mkdir(parents=True)
+        shutil.copy2(src / "pyproject.toml", repo / "packages" / package / "pyproject.toml")
+        init.write_text('__version__ = "0.1.0"\n')
+    _git(repo.parent, "init", "-q", str(repo))
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "release", "--allow-empty")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "release")
+    _git(repo, "tag", "agl-store-v0.1.0")
+    assert release("versions", root=repo).returncode == 0
+
+    store_init = repo / "packages" / "agl-store" / "src" / "agl" / "store" / "__init__.py"
+    store_init.write_text('__version__ = "0.1.0"\nCHANGED = True\n')
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "change agl-store")
+    refused = release("versions", root=repo)
+    assert refused.returncode == 1
+    assert (
+        "agl-store: 1 files changed since agl-store-v0.1.0, but the version is still 0.1.0" in refused.stderr
     )
-    run = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=False, timeout=120)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "ok"
+
+    store_init.write_text('__version__ = "0.1.1"\nCHANGED = True\n')
+    assert release("versions", root=repo).returncode == 0
+
+
+def test_the_release_workflow_builds_the_package_its_tag_names() -> None:
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    assert workflow[True]["push"]["tags"] == ["agl-*-v*"]  # YAML 1.1 reads the key `on` as True
+    build, publish = workflow["jobs"]["build"], workflow["jobs"]["publish"]
+    assert publish["permissions"] == {"id-token": "write"}, "trusted publishing, no stored token"
+    assert publish["needs"] == "build"
+    runs = [step["run"] for step in build["steps"] if "run" in step]
+    assert any("tools/release.py tag-package" in run for run in runs)
+    assert any(
+        'tools/release.py check "${{ steps.which.outputs.package }}" --dist dist' in run for run in runs
+    )
+
+    assert release("tag-package", "agl-store-v0.1.0").stdout.strip() == "agl-store"
+    wrong_version = release("tag-package", "agl-store-v9.9.9")
+    assert wrong_version.returncode == 1 and "declares 0.1.0" in wrong_version.stderr
+    not_a_tag = release("tag-package", "v0.1.0")
+    assert not_a_tag.returncode == 1 and "not a release tag" in not_a_tag.stderr

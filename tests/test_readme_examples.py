@@ -57,3 +57,10 @@ def test_root_readme_example_against_a_local_model(tmp_path: Path) -> None:
         out = _run(code.replace("http://127.0.0.1:8000/v1", server.base_url), tmp_path)
         assert len(server.backend.requests) == 8
     assert "8 rollouts" in out and "succeeded=8" in out and "mean reward 1.0000" in out
+
+
+def test_types_readme_example(tmp_path: Path) -> None:
+    out = _run(_first_python_block(ROOT / "packages/agl-types/README.md"), tmp_path)
+    lines = out.splitlines()
+    assert lines[0] == "3 True False"
+    assert '"reward":1.0' in lines[1]

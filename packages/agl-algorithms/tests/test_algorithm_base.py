@@ -253,6 +253,29 @@ async def test_baseline_streams_every_item_and_summarises(
     del adapter
 
 
+async def test_baseline_max_queue_length_bounds_the_waiting_rollouts_like_the_reference() -> None:
+    store = InMemoryLightningStore()
+    baseline = Baseline(max_queue_length=2, polling_interval=0.05)
+    baseline.set_store(store)
+    queue_lengths: list[int] = []
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        while not stop.is_set():
+            queue_lengths.append(len(await store.query_rollouts(status_in=["queuing", "requeuing"])))
+            await asyncio.sleep(0)
+
+    watcher = asyncio.create_task(watch())
+    server = asyncio.create_task(_serve(store, stop, fail_inputs=set()))
+    await asyncio.wait_for(baseline.run(train_dataset=list(range(10))), timeout=30)
+    stop.set()
+    await asyncio.gather(server, watcher)
+    assert baseline.summary.total == 10 and baseline.summary.succeeded == 10
+    assert queue_lengths and max(queue_lengths) <= 2, max(queue_lengths)
+    with pytest.raises(ValueError, match="max_queue_length"):
+        Baseline(max_queue_length=0)
+
+
 async def test_baseline_validation_and_empty_input(caplog: pytest.LogCaptureFixture) -> None:
     with pytest.raises(ValueError, match="train_split"):
         Baseline(train_split=1.0)

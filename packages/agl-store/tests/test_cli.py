@@ -59,7 +59,12 @@ def _stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> tuple[int, 
 
 def test_agl_lists_its_commands() -> None:
     result = subprocess.run([str(AGL), "--help"], capture_output=True, text=True, timeout=60, check=False)
-    assert result.returncode == 0 and "store" in result.stdout
+    assert result.returncode == 0
+    assert re.search(r"^  store +serve a LightningStore over HTTP", result.stdout, re.MULTILINE), (
+        result.stdout
+    )
+    bare = subprocess.run([str(AGL)], capture_output=True, text=True, timeout=60, check=False)
+    assert bare.returncode == 2 and bare.stderr == result.stdout, "no command: the same help, as an error"
     result = subprocess.run([str(AGL), "nonsense"], capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2 and "unknown command 'nonsense'" in result.stderr
 

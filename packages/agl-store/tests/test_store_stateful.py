@@ -442,3 +442,21 @@ def test_store_matches_the_model(backend: str) -> None:
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         ),
     )
+
+
+def test_store_matches_the_model_on_fresh_examples(backend: str) -> None:
+    """The same machine on new random examples every run (the test above replays the same ones each time), so CI
+    keeps exploring; a failure prints the ``@reproduce_failure`` blob that replays it exactly."""
+    machine = type(f"FreshStoreMachine_{backend}", (StoreMachine,), {"backend": backend})
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=max(2, EXAMPLES.get(backend, 6) // 2),
+            stateful_step_count=50,
+            deadline=None,
+            derandomize=False,
+            print_blob=True,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )

@@ -68,6 +68,9 @@ class Baseline(FastAlgorithm):
     Args:
         n_epochs: passes over the datasets.
         max_in_flight: at most this many unfinished rollouts at a time (``None``: enqueue everything at once).
+        max_queue_length: the reference's limit: enqueue more only while fewer than this many rollouts wait
+            in the queue (``queuing``/``requeuing``; running ones do not count). ``None``: no limit. Both
+            limits may be combined.
         polling_interval: longest wait for results before progress is logged again (the store wakes the
             wait as soon as everything asked for is finished).
         span_verbosity: what each rollout's log line shows of its spans: names (``keys``), names and
@@ -83,6 +86,7 @@ class Baseline(FastAlgorithm):
         *,
         n_epochs: int = 1,
         max_in_flight: int | None = None,
+        max_queue_length: int | None = None,
         polling_interval: float = 1.0,
         span_verbosity: SpanVerbosity = "keys",
         rollout_config: RolloutConfig | None = None,
@@ -95,12 +99,15 @@ class Baseline(FastAlgorithm):
             raise ValueError(f"train_split must lie strictly between 0 and 1, got {train_split}")
         if max_in_flight is not None and max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1 or None, got {max_in_flight}")
+        if max_queue_length is not None and max_queue_length < 1:
+            raise ValueError(f"max_queue_length must be >= 1 or None, got {max_queue_length}")
         if polling_interval <= 0:
             raise ValueError(f"polling_interval must be > 0, got {polling_interval}")
         if span_verbosity not in ("keys", "key_values", "none"):
             raise ValueError(f"span_verbosity must be 'keys', 'key_values' or 'none', got {span_verbosity!r}")
         self.n_epochs = n_epochs
         self.max_in_flight = max_in_flight
+        self.max_queue_length = max_queue_length
         self.polling_interval = polling_interval
         self.span_verbosity: SpanVerbosity = span_verbosity
         self.rollout_config = rollout_config
@@ -145,6 +152,15 @@ class Baseline(FastAlgorithm):
             room = len(work) - next_item
             if self.max_in_flight is not None:
                 room = min(room, self.max_in_flight - len(pending))
+            queue_full = False
+            if self.max_queue_length is not None and room > 0 and pending:
+                waiting = await store.query_rollouts(
+                    status_in=["queuing", "requeuing"], rollout_id_in=list(pending)
+                )
+                room = min(room, self.max_queue_length - len(waiting))
+                queue_full = room <= 0
+            elif self.max_queue_length is not None:
+                room = min(room, self.max_queue_length)
             while room > 0:
                 chunk = work[next_item : next_item + min(room, self.enqueue_batch_size)]
                 requests = [
@@ -157,7 +173,9 @@ class Baseline(FastAlgorithm):
                     pending[rollout.rollout_id] = rollout
                 next_item += len(chunk)
                 room -= len(chunk)
-            finished = await store.wait_for_rollouts(rollout_ids=list(pending), timeout=self.polling_interval)
+            # A full queue frees up when a rollout starts running, which no wait reports: look again soon.
+            timeout = min(self.polling_interval, 0.05) if queue_full else self.polling_interval
+            finished = await store.wait_for_rollouts(rollout_ids=list(pending), timeout=timeout)
             finished_ids = [r.rollout_id for r in finished if pending.pop(r.rollout_id, None) is not None]
             if finished_ids:
                 # One query brings every finished rollout back with its latest attempt (and its reward),

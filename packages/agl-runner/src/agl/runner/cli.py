@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def runner_command(argv: list[str]) -> int:
-    """Entry point of ``agl runner``."""
+    """``agl runner``: run an agent's runners against a store, taking rollouts until stopped."""
     args = _parser().parse_args(argv)
     configure_logging(args)
     from .build import build_component, load_object

@@ -39,23 +39,36 @@ def _commands() -> dict[str, Callable[[], Command]]:
     return found
 
 
-def _usage(commands: Sequence[str]) -> str:
+def _summary(load: Callable[[], Command]) -> str:
+    """The first line of a command's docstring, without its ``agl <name>:`` prefix."""
+    try:
+        doc = (load().__doc__ or "").strip().splitlines()
+    except Exception as exc:  # a broken plugin must not break `agl --help`
+        return f"(cannot be loaded: {exc})"
+    return doc[0].split(": ", 1)[-1] if doc else ""
+
+
+def _usage(commands: dict[str, Callable[[], Command]]) -> str:
+    width = max(map(len, commands))
     lines = ["usage: agl <command> [options]", "", "commands:"]
-    lines += [f"  {name}" for name in sorted(commands)]
+    lines += [f"  {name:<{width}}  {_summary(load)}" for name, load in sorted(commands.items())]
     lines += ["", "Run 'agl <command> --help' for the options of a command."]
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``agl`` console script."""
+    """Entry point of the ``agl`` console script: ``agl <command> ...``; no command prints the help and exits 2."""
     args = list(sys.argv[1:] if argv is None else argv)
     commands = _commands()
-    if not args or args[0] in ("-h", "--help"):
-        print(_usage(list(commands)))
+    if not args:
+        print(_usage(commands), file=sys.stderr)
+        return 2
+    if args[0] in ("-h", "--help"):
+        print(_usage(commands))
         return 0
     name, rest = args[0], args[1:]
     if name not in commands:
-        print(f"agl: unknown command {name!r}\n\n{_usage(list(commands))}", file=sys.stderr)
+        print(f"agl: unknown command {name!r}\n\n{_usage(commands)}", file=sys.stderr)
         return 2
     return int(commands[name]()(rest) or 0)
 
@@ -157,7 +170,7 @@ def configure_logging(args: argparse.Namespace) -> None:
 
 
 def store_command(argv: list[str]) -> int:
-    """``agl store``: serve a store until Ctrl-C or SIGTERM, then close it cleanly."""
+    """``agl store``: serve a LightningStore over HTTP (REST, OTLP traces, dashboard, metrics) until stopped."""
     args = _store_parser().parse_args(argv)
     configure_logging(args)
     if args.workers != 1:

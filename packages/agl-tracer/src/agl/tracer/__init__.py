@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from agl.types._lazy import lazy_exports
 
-from ._pipeline import PipelineStats, SpanPipeline
 from .attributes import (
     extract_links_from_attributes,
     extract_tags_from_attributes,
@@ -73,8 +72,6 @@ __all__ = [
     "OpenSpan",
     "OperationContext",
     "OtelTracer",
-    "PipelineStats",
-    "SpanPipeline",
     "Tracer",
     "clear_active_tracer",
     "emit_annotation",

@@ -18,6 +18,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from agl.types.env import AGENTOPS_SERVICE
+from agl.types.extras import requires_extra
 
 from ._pipeline import TraceSession
 from .otel import OtelTracer
@@ -36,12 +37,8 @@ _LOCAL_API_KEY = "00000000-0000-0000-0000-000000000000"
 
 
 def _import_agentops() -> Any:
-    try:
+    with requires_extra("agl-tracer", "AgentOpsTracer"):
         import agentops
-    except ImportError as exc:
-        raise ImportError(
-            "AgentOpsTracer needs the agentops package: pip install 'agl-tracer[agentops]'"
-        ) from exc
     return agentops
 
 

@@ -6,6 +6,8 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .extras import requires_extra
+
 __all__ = ["lazy_exports"]
 
 
@@ -15,16 +17,20 @@ def lazy_exports(
     """The module-level ``__getattr__`` and ``__dir__`` of ``package`` (whose globals are ``namespace``).
 
     Each name of ``where`` is imported from its module (relative to ``package``, e.g. ``".otel"``) when first
-    asked for, then kept in ``namespace``; an unknown name raises ``AttributeError``. Usage::
+    asked for, then kept in ``namespace``; an unknown name raises ``AttributeError``, and one whose module needs an
+    extra that is not installed raises :class:`~agl.types.extras.MissingExtraError` naming that extra. Usage::
 
         __getattr__, __dir__ = lazy_exports(__name__, {"OtelTracer": ".otel"}, globals())
     """
+
+    distribution = "-".join(package.split(".")[:2])  # agl.algorithms.local -> agl-algorithms
 
     def __getattr__(name: str) -> Any:
         module = where.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module, package), name)
+        with requires_extra(distribution, f"{package}.{name}"):
+            value = getattr(importlib.import_module(module, package), name)
         namespace[name] = value
         return value
 

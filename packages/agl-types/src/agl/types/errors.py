@@ -33,6 +33,7 @@ class AglError(Exception):
         │   ├── StoreAuthenticationError                missing or wrong bearer token (401/403)
         │   ├── StoreServerError                        5xx through every retry
         │   └── StoreConnectionError [ConnectionError]  unreachable through every retry
+        ├── MissingExtraError [ImportError]             agl.types.extras: an optional dependency is absent
         ├── OTLPIngestError                             agl.store.errors: an OTLP/HTTP request refused
         ├── StoreFullError                              agl.store.errors: a capped in-memory store is full (507)
         ├── LLMCallFailed                               agl.algorithms.apo: a critic/editor call gave up

@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field
 
+from .extras import requires_extra
+
 if TYPE_CHECKING:
     from .core import AttemptedRollout
 
@@ -80,22 +82,16 @@ class PromptTemplate(BaseModel):
         if self.engine == "f-string":
             return self.template.format(**context)
         if self.engine == "jinja":
-            try:
+            with requires_extra("agl-types", "PromptTemplate(engine='jinja')"):
                 import jinja2
-            except ImportError as exc:  # pragma: no cover - depends on the environment
-                raise ImportError(
-                    "PromptTemplate(engine='jinja') needs jinja2: pip install 'agl-types[jinja]'"
-                ) from exc
             env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
             return env.from_string(self.template).render(**context)
         return _render_poml(self.template, context)
 
 
 def _render_poml(template: str, context: dict[str, Any]) -> str:
-    try:
+    with requires_extra("agl-types", "PromptTemplate(engine='poml')"):
         import poml
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("PromptTemplate(engine='poml') needs poml: pip install 'agl-types[poml]'") from exc
     rendered: Any = poml.poml(template, context=context, format="openai_chat")
     messages = rendered.get("messages", rendered) if isinstance(rendered, dict) else rendered
     parts: list[str] = []

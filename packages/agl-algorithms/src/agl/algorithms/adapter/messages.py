@@ -10,7 +10,7 @@ from agl.types import Span
 from agl.types.semconv import LLMCall as LLMCallRecord
 from agl.types.semconv import LLMCallAttributes, LLMCallFormat
 
-from ._llm_call import parse_json_text
+from ._llm_call import parse_json_text, response_id_of
 from .base import TraceAdapter, as_spans
 
 __all__ = ["OpenAIMessages", "TraceToMessages", "group_genai_dict"]
@@ -116,6 +116,7 @@ class TraceToMessages(TraceAdapter[list[OpenAIMessages]]):
 
     Reads the LLM proxy's spans and GenAI-instrumented spans (``gen_ai.prompt/completion/request``); an
     answer whose tool calls were recorded as child ``tool.*`` spans gets them attached (first in, first out).
+    A call recorded twice (the traced client's span and the proxy's span, same response id) gives one record.
     Malformed payloads raise ``ValueError`` saying what is wrong.
     """
 
@@ -125,13 +126,29 @@ class TraceToMessages(TraceAdapter[list[OpenAIMessages]]):
         for span in spans:
             if span.parent_id:
                 children.setdefault(span.parent_id, []).append(span)
+        # One record per call: a call recorded both by the traced client and by the LLM proxy (same response
+        # id) keeps its first place and the proxy's record, which holds exactly what the model received.
         records: list[OpenAIMessages] = []
+        place_of: dict[str, tuple[int, bool]] = {}
         for span in spans:
             a = span.attributes
-            if any(k in a for k in _PROXY_KEYS):
-                records.append(self._from_proxy(span))
+            from_proxy = any(k in a for k in _PROXY_KEYS)
+            if from_proxy:
+                record = self._from_proxy(span)
             elif any(k == p or k.startswith(p + ".") for k in a for p in _GENAI_PREFIXES):
-                records.append(self._from_genai(span, children.get(span.span_id, [])))
+                record = self._from_genai(span, children.get(span.span_id, []))
+            else:
+                continue
+            response_id = response_id_of(a)
+            if response_id is None:
+                records.append(record)
+            elif response_id not in place_of:
+                place_of[response_id] = (len(records), from_proxy)
+                records.append(record)
+            elif from_proxy and not place_of[response_id][1]:
+                index = place_of[response_id][0]
+                records[index] = record
+                place_of[response_id] = (index, True)
         return records
 
     def _from_proxy(self, span: Span) -> OpenAIMessages:

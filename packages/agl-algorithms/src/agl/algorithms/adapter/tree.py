@@ -9,6 +9,7 @@ from typing import Any
 
 from agl.tracer import get_reward_value
 from agl.types import Span
+from agl.types.extras import requires_extra
 from agl.types.semconv import AGL_OPERATION, AGL_REWARD, AGL_VIRTUAL, LightningSpanAttributes
 
 __all__ = ["RewardMatchPolicy", "TraceTree"]
@@ -76,12 +77,8 @@ class TraceTree:
 
     def visualize(self, filename: str, interested_span_match: str | None = None) -> None:
         """Render the tree with graphviz to ``filename``.png (needs the ``graphviz`` package)."""
-        try:
+        with requires_extra("agl-algorithms", "TraceTree.visualize"):
             import graphviz  # type: ignore[import-not-found]
-        except ImportError as exc:
-            raise ImportError(
-                "TraceTree.visualize needs graphviz: pip install 'agl-algorithms[viz]'"
-            ) from exc
         keep: set[str] | None = None
         if interested_span_match is not None:
             pattern = re.compile(interested_span_match)

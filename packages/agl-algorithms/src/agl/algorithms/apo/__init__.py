@@ -4,7 +4,7 @@ Importing this package is light: ``poml`` and ``openai`` are imported when APO f
 """
 
 from ._beam import PromptCandidate
-from ._llm import LLMCallFailed, RetryPolicy
+from ._llm import AllRolloutsFailed, LLMCallFailed, RetryPolicy
 from ._prompts import EDIT_VARIANTS, GRADIENT_VARIANTS, PROMPTS_DIR, RolloutResultForAPO, render_poml
 from .apo import APO, APORoundSummary
 
@@ -14,6 +14,7 @@ __all__ = [
     "GRADIENT_VARIANTS",
     "PROMPTS_DIR",
     "APORoundSummary",
+    "AllRolloutsFailed",
     "LLMCallFailed",
     "PromptCandidate",
     "RetryPolicy",

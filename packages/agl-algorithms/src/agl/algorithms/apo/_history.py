@@ -38,6 +38,7 @@ class RoundCounters:
     train_rollouts: int = 0
     val_rollouts: int = 0
     skipped: int = 0
+    succeeded_rollouts: int = 0
     stats: LLMCallStats = field(default_factory=LLMCallStats)
 
 

@@ -16,6 +16,11 @@ __all__ = ["LLMCallFailed", "LLMCallStats", "RetryPolicy", "chat_text"]
 logger = logging.getLogger("agl.algorithms.apo")
 
 
+class AllRolloutsFailed(AglError, RuntimeError):
+    """No rollout of a whole batch succeeded before any ever did: the agent cannot work (a dead model endpoint,
+    wrong credentials, a crashing agent), so the search stops instead of scoring every prompt 0."""
+
+
 class LLMCallFailed(AglError):
     """A critique or edit call gave no usable text; ``reason`` says why (for the log and the history)."""
 

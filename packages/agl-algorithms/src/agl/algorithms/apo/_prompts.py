@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agl.types.extras import requires_extra
+
 __all__ = [
     "EDIT_VARIANTS",
     "GRADIENT_VARIANTS",
@@ -113,7 +115,8 @@ def render_poml(
     ``variant`` is a file name in ``prompts_dir`` or a path. Blocking (POML renders in a Node.js
     subprocess): call it from a worker thread inside an event loop.
     """
-    import poml
+    with requires_extra("agl-algorithms", "APO's POML prompts"):
+        import poml
 
     path = Path(variant)
     if not path.is_absolute() and not path.exists():

@@ -15,12 +15,14 @@ import json
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from agl.types import Dataset, EnqueueRolloutRequest, NamedResources, PromptTemplate, Rollout, Span
+from agl.types.extras import requires_extra
 
 from ..base import Algorithm, SupportsLLMProxy
 from ..metrics import AlgorithmMetrics
@@ -35,7 +37,7 @@ from ._beam import (
     top_candidates,
 )
 from ._history import APORoundSummary, RoundCounters, templates_json
-from ._llm import LLMCallFailed, RetryPolicy, chat_text
+from ._llm import AllRolloutsFailed, LLMCallFailed, RetryPolicy, chat_text
 from ._prompts import (
     EDIT_VARIANTS,
     GRADIENT_VARIANTS,
@@ -322,14 +324,31 @@ class APO(Algorithm, Generic[T_task]):
                     logger.debug("could not cancel %s: %s", rollout_id, exc)
         spans = await store.query_spans_many([r.rollout_id for r in finished], "latest")
         results = [self._result_of(r, spans[r.rollout_id]) for r in finished]
+        self._check_some_succeeded(rollouts, finished, candidate, mode)
         score = sum(r.final_reward or 0.0 for r in results) / max(1, len(results))
         return score, results
+
+    def _check_some_succeeded(
+        self, rollouts: Sequence[Rollout], finished: Sequence[Rollout], candidate: PromptCandidate, mode: str
+    ) -> None:
+        succeeded = sum(r.status == "succeeded" for r in finished)
+        self._counters.succeeded_rollouts += succeeded
+        if self._counters.succeeded_rollouts == 0 and rollouts:
+            statuses = Counter(r.status for r in finished)
+            statuses["unfinished"] = len(rollouts) - len(finished)
+            seen = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()) if n)
+            raise AllRolloutsFailed(
+                f"none of the {len(rollouts)} {mode} rollouts of {candidate.version} succeeded ({seen}), and none "
+                "has so far: the agent cannot work. Check that its model endpoint is up and its credentials are "
+                "right; the runners' log says why each attempt failed."
+            )
 
     # -- textual gradient and edit -------------------------------------------------------------
 
     def _openai(self) -> Any:
         if self._client is None:
-            from openai import AsyncOpenAI
+            with requires_extra("agl-algorithms", "APO"):
+                from openai import AsyncOpenAI
 
             self._client = AsyncOpenAI()
         # Retries are ours (counted, logged, with reasons), so the client makes none of its own.
@@ -546,7 +565,8 @@ class APO(Algorithm, Generic[T_task]):
         self._counters = RoundCounters()
         self._llm_slots = asyncio.Semaphore(self.max_concurrent_llm_calls)
         if self.poml_trace_dir is not None:
-            import poml
+            with requires_extra("agl-algorithms", "APO(poml_trace_dir=...)"):
+                import poml
 
             poml.set_trace(True, trace_dir=self.poml_trace_dir)
         try:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agl.types import Dataset, EnqueueRolloutRequest, NamedResources, Rollout, Triplet
+from agl.types.extras import requires_extra
 
 from ..base import Algorithm
 from ..metrics import AlgorithmMetrics
@@ -137,9 +138,10 @@ class LocalGRPO(Algorithm):
     async def run(
         self, train_dataset: Dataset[Any] | None = None, val_dataset: Dataset[Any] | None = None
     ) -> None:
-        import torch
+        with requires_extra("agl-algorithms", "LocalGRPO"):
+            import torch
 
-        from .server import ModelServer, load_model
+            from .server import ModelServer, load_model
 
         cfg = self.config
         if train_dataset is None or len(train_dataset) == 0:

@@ -1,0 +1,52 @@
+"""LangGraph (a StateGraph: a model node, a ToolNode, tools_condition between them) through the LLM proxy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from agl.runner import rollout
+from agl.types import LLM
+
+from tests.support.proxy_harness import run_agent
+from tests.test_frameworks_openai import check_calculator_run
+
+
+def _add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@rollout
+async def langgraph_agent(task: dict[str, Any], llm: LLM) -> float:
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    add = tool("add")(_add)
+    chat = ChatOpenAI(
+        model=llm.model, base_url=llm.endpoint, api_key="unused", max_retries=0, streaming=task["stream"]
+    ).bind_tools([add])
+
+    async def model(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await chat.ainvoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", model)
+    graph.add_node("tools", ToolNode([add]))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", tools_condition)
+    graph.add_edge("tools", "model")
+    result = await graph.compile().ainvoke(
+        {"messages": [HumanMessage(content=f"Please add {task['a']} and {task['b']}.")]}
+    )
+    return 1.0 if result["messages"][-1].content == f"The sum is {task['a'] + task['b']}" else 0.0
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_langgraph_through_the_proxy_yields_triplets(stream: bool) -> None:
+    tasks = [{"a": 4, "b": 5, "stream": stream}, {"a": 7, "b": 1, "stream": stream}]
+    check_calculator_run(run_agent(langgraph_agent, tasks), tasks)
