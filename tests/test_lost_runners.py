@@ -156,7 +156,11 @@ def test_agl_runner_replaces_runner_processes_that_die(n_runners: int) -> None:
                         for i in range(12)
                     ]
                 )
-                done = await client.wait_for_rollouts(rollout_ids=[r.rollout_id for r in queued], timeout=90)
+                ids = [r.rollout_id for r in queued]
+                deadline = time.monotonic() + 90
+                done = await client.wait_for_rollouts(rollout_ids=ids, timeout=30)
+                while len(done) < len(ids) and time.monotonic() < deadline:  # one wait may end early
+                    done = await client.wait_for_rollouts(rollout_ids=ids, timeout=30)
                 attempts = [list(await client.query_attempts(r.rollout_id)) for r in queued]
                 return [done, attempts]
             finally:
