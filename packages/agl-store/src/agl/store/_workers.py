@@ -38,13 +38,12 @@ from typing import Any
 
 from agl.types.env import PROMETHEUS_MULTIPROC_DIR
 
-from ._http_middleware import ASGIApp, Message, Receive, Scope, Send
+from ._worker_tag import WORKER_HEADER, tag_worker
 
-__all__ = ["WORKER_HEADER", "WorkerSettings", "check_backend", "serve_workers"]
+__all__ = ["WORKER_HEADER", "WorkerSettings", "check_backend", "serve_workers", "tag_worker"]
 
 logger = logging.getLogger("agl.store.workers")
 
-WORKER_HEADER = "agl-server-worker"
 _STARTUP_SECONDS = 120.0
 _STOP_SECONDS = 10.0
 _MAX_QUICK_DEATHS = 5
@@ -89,31 +88,6 @@ def check_backend(backend: str, workers: int) -> None:
         )
 
 
-class _TagWorker:
-    """Adds ``agl-server-worker: <index>`` to every answer."""
-
-    def __init__(self, app: ASGIApp, index: int) -> None:
-        self.app = app
-        self._header = (WORKER_HEADER.encode(), str(index).encode())
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def tagged(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), self._header]}
-            await send(message)
-
-        await self.app(scope, receive, tagged)
-
-
-def tag_worker(app: ASGIApp, index: int) -> ASGIApp:
-    """``app`` answering with the ``agl-server-worker`` header of worker ``index``."""
-    return _TagWorker(app, index)
-
-
 # -- a worker ------------------------------------------------------------------------------------
 
 
@@ -124,10 +98,10 @@ def _worker_main(settings: WorkerSettings, sock: socket.socket | None, index: in
         level=settings.log_level.upper(),
         format=f"%(asctime)s %(levelname)s %(name)s[worker {index}]: %(message)s",
     )
-    from .cli import open_store_backend
+    from ._open import open_store
     from .server import LightningStoreServer
 
-    store = open_store_backend(settings.backend, watchdog_interval=settings.watchdog_interval)
+    store = open_store(settings.backend, scan_debounce_seconds=settings.watchdog_interval)
     server = LightningStoreServer(
         store,
         host=settings.host,
@@ -202,11 +176,11 @@ def _metrics_dir() -> Any:
         yield path
         return
     path = Path(tempfile.mkdtemp(prefix="agl-store-metrics-"))
-    os.environ[PROMETHEUS_MULTIPROC_DIR.name] = str(path)
+    PROMETHEUS_MULTIPROC_DIR.export(str(path))  # the workers, spawned from now on, inherit it
     try:
         yield path
     finally:
-        os.environ.pop(PROMETHEUS_MULTIPROC_DIR.name, None)
+        PROMETHEUS_MULTIPROC_DIR.export(None)
         shutil.rmtree(path, ignore_errors=True)
 
 

@@ -235,7 +235,7 @@ class LightningStoreServer(ForwardingStore):
         _ = self.app
         asgi = self._asgi
         if self._worker_index is not None:
-            from ._workers import tag_worker
+            from ._worker_tag import tag_worker
 
             asgi = tag_worker(asgi, self._worker_index)
         config = uvicorn.Config(

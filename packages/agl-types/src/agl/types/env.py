@@ -172,6 +172,14 @@ class EnvVar(Generic[T]):
         """Whether the variable has a non-blank value."""
         return read_env(self.name) is not None
 
+    def export(self, value: str | None) -> None:
+        """Set the variable in this process's environment (``None``: remove it), so that the processes it
+        starts from now on see it (e.g. ``agl store --workers N`` giving its workers a metrics directory)."""
+        if value is None:
+            os.environ.pop(self.name, None)
+        else:
+            os.environ[self.name] = value
+
 
 CURRENT_ROLE: EnvVar[str] = EnvVar(
     "AGL_CURRENT_ROLE",
