@@ -17,7 +17,9 @@ import asyncio
 import contextlib
 import multiprocessing
 import os
+import signal
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
@@ -73,6 +75,16 @@ def _sample_rss(pid: int, db: str | None, t0: float, stop: threading.Event, out:
 
 
 def soak(backend: str, minutes: float, clients: int, processes: int, window: float) -> dict[str, Any]:
+    try:
+        return _soak(backend, minutes, clients, processes, window)
+    except subprocess.TimeoutExpired:  # the server did not stop within 10 s of SIGTERM: say so, then kill it
+        print(f"agl store did not stop within 10 s of SIGTERM (pid {SERVER_PID[0]}); killed")
+        with contextlib.suppress(OSError):
+            os.kill(SERVER_PID[0], signal.SIGKILL)
+        return {}
+
+
+def _soak(backend: str, minutes: float, clients: int, processes: int, window: float) -> dict[str, Any]:
     db = None
     with contextlib.ExitStack() as stack:
         if backend == "sqlite":
@@ -105,6 +117,12 @@ def soak(backend: str, minutes: float, clients: int, processes: int, window: flo
             w.join()
         stop.set()
         sampler.join()
+        return _report(backend, db, minutes, window, results, samples)
+
+
+def _report(
+    backend: str, db: str | None, minutes: float, window: float, results: list[Any], samples: list[Any]
+) -> dict[str, Any]:
     rollouts = sorted(r for part in results for r in part)
     duration = minutes * 60
     print(
