@@ -333,9 +333,10 @@ class APO(Algorithm, Generic[T_task]):
     ) -> None:
         succeeded = sum(r.status == "succeeded" for r in finished)
         self._counters.succeeded_rollouts += succeeded
-        if self._counters.succeeded_rollouts == 0 and rollouts:
+        # Slow rollouts (cut off by the batch timeout) say nothing about the agent; all of them ending unsuccessfully
+        # before any ever succeeded does.
+        if self._counters.succeeded_rollouts == 0 and rollouts and len(finished) == len(rollouts):
             statuses = Counter(r.status for r in finished)
-            statuses["unfinished"] = len(rollouts) - len(finished)
             seen = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()) if n)
             raise AllRolloutsFailed(
                 f"none of the {len(rollouts)} {mode} rollouts of {candidate.version} succeeded ({seen}), and none "
