@@ -201,8 +201,8 @@ def test_metrics_scraped_during_the_run_agree_with_the_store(run: Run) -> None:
     assert total(final, "agl_store_attempts", status="succeeded") == stats["total_attempts"]
     assert total(final, "agl_store_attempts_retried_total") == 0
     assert total(final, "agl_store_resources_versions") == stats["total_resources"]
-    # Requests by route template: every rollout was dequeued and its spans were written.
-    assert total(final, "agl_store_http_requests_total", route="/v1/agl/queues/rollouts/dequeue") >= 1
+    # Requests by route template: every rollout was claimed (with its resources) and its spans were written.
+    assert total(final, "agl_store_http_requests_total", route="/v1/agl/queues/rollouts/claim") >= N_TASKS
     assert total(final, "agl_store_http_request_duration_seconds_count") > 0
     # Counters only grow between scrapes.
     seen = [total(s, "agl_store_spans_ingested_total") for s in run.store_scrapes]

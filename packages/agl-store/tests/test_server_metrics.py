@@ -50,6 +50,7 @@ def server() -> Iterator[LightningStoreServer]:
         ("/v1/agl/resources/latest", "/v1/agl/resources/latest"),
         ("/v1/agl/resources/rs/with/slashes", "/v1/agl/resources/{id}"),
         ("/v1/agl/queues/rollouts/dequeue", "/v1/agl/queues/rollouts/dequeue"),
+        ("/v1/agl/queues/rollouts/claim", "/v1/agl/queues/rollouts/claim"),
         ("/v1/agl/spans/next/batch", "/v1/agl/spans/next/batch"),
         ("/dashboard/app.js", "/dashboard"),
         ("/v1/traces", "/v1/traces"),
