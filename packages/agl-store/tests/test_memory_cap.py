@@ -3,6 +3,8 @@ when nothing can be evicted the write is refused (StoreFullError, HTTP 507) and 
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from _store_helpers import make_span
 from _store_http_helpers import call, http_session, running_server
@@ -95,3 +97,19 @@ async def test_a_full_store_answers_507_over_http() -> None:
             )
     assert status == 507, body
     assert body["error_type"] == "StoreFullError" and "max_rollouts=1" in body["detail"]
+
+
+async def test_the_client_raises_store_full_at_once_instead_of_retrying() -> None:
+    from agl.store import LightningStoreClient
+    from agl.store.errors import StoreFullClientError, StoreFullError
+
+    store = InMemoryLightningStore(max_rollouts=1)
+    await store.enqueue_rollout("x")
+    with running_server(store) as server:
+        client = LightningStoreClient(server.endpoint, retry_delays=(30.0,))  # a retry would outlast the test
+        try:
+            with pytest.raises(StoreFullClientError, match="max_rollouts=1") as caught:
+                await asyncio.wait_for(client.enqueue_rollout(1), timeout=10)
+        finally:
+            await client.close()
+    assert isinstance(caught.value, StoreFullError) and caught.value.status == 507

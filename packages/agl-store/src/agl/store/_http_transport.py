@@ -22,6 +22,7 @@ from .errors import (
     StoreClientError,
     StoreConflictError,
     StoreConnectionError,
+    StoreFullClientError,
     StoreInvalidRequestError,
     StoreNotFoundError,
     StoreServerError,
@@ -42,7 +43,10 @@ _STATUS_ERRORS: dict[int, type[StoreClientError]] = {
     409: StoreConflictError,
     413: StoreInvalidRequestError,
     422: StoreInvalidRequestError,
+    507: StoreFullClientError,
 }
+_FINAL = frozenset(_STATUS_ERRORS)
+"""Statuses answered at once: a retry cannot change them (every other 5xx, and 408, is retried)."""
 
 
 class HttpTransport:
@@ -220,7 +224,7 @@ class HttpTransport:
             if status < 400:
                 return response.body, response.headers
             last = self._http_error(op, verb, path, status, response.body)
-            if status < 500 and status != 408:
+            if status in _FINAL or (status < 500 and status != 408):
                 raise last
         assert last is not None
         raise last

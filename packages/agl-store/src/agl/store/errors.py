@@ -21,6 +21,7 @@ __all__ = [
     "StoreClientError",
     "StoreConflictError",
     "StoreConnectionError",
+    "StoreFullClientError",
     "StoreFullError",
     "StoreInvalidRequestError",
     "StoreNotFoundError",
@@ -70,6 +71,10 @@ class StoreAuthenticationError(StoreClientError):
 
 class StoreServerError(StoreClientError):
     """HTTP 5xx (or 408) that persisted through every retry."""
+
+
+class StoreFullClientError(StoreClientError, StoreFullError):
+    """HTTP 507: the server's capped in-memory store is full (not retried: waiting will not free room)."""
 
 
 class StoreConnectionError(StoreClientError, ConnectionError):

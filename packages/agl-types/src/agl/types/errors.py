@@ -36,6 +36,7 @@ class AglError(Exception):
         ├── MissingExtraError [ImportError]             agl.types.extras: an optional dependency is absent
         ├── OTLPIngestError                             agl.store.errors: an OTLP/HTTP request refused
         ├── StoreFullError                              agl.store.errors: a capped in-memory store is full (507)
+        │   └── StoreFullClientError [StoreClientError] the same, over HTTP (not retried)
         ├── LLMCallFailed                               agl.algorithms.apo: a critic/editor call gave up
         ├── StrategyError [RuntimeError]                agl.runner: a runner or the algorithm failed
         ├── AttemptEnded                                agl.runner: the store ended an attempt mid-agent
