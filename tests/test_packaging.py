@@ -7,6 +7,7 @@ on the two base packages, the version-bump rule on a scratch repository, and the
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,7 +39,9 @@ def release(*args: str, root: Path = ROOT) -> subprocess.CompletedProcess[str]:
 def test_the_base_packages_build_check_install_alone_and_import(tmp_path: Path) -> None:
     done = release("check", "agl-store", "--dist", str(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "agl-store 0.1.0: built, twine check passed; agl.store: 23 names imported" in done.stdout
+    assert re.search(
+        r"agl-store 0\.1\.0: built, twine check passed; agl\.store: \d+ names imported, 0 need", done.stdout
+    )
     wheel = next(tmp_path.glob("agl_store-*.whl"))
     static = {Path(n).name for n in zipfile.ZipFile(wheel).namelist() if "/dashboard/static/" in n}
     assert {"index.html", "app.js", "style.css", "rollouts.js", "charts.js"} <= static, static

@@ -120,9 +120,11 @@ class _FaultMiddleware:
         try:
             await self.app(scope, receive, tracking_send)
         except Exception as exc:
-            logger.exception("store server fault on %s %s", scope.get("method"), scope.get("path"))
+            mapped = error_reply(exc)  # a database error on the fast path: 4xx or 503, not a fault
+            if mapped is None:
+                logger.exception("store server fault on %s %s", scope.get("method"), scope.get("path"))
             if not started:
-                await send_reply(send, fault_reply(exc, self.debug))
+                await send_reply(send, mapped if mapped is not None else fault_reply(exc, self.debug))
 
 
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -475,7 +477,8 @@ def _install_error_handlers(app: FastAPI, debug: bool) -> None:
         return response
 
     async def fault(request: Request, exc: Exception) -> Response:
-        return _reply(fault_reply(exc, debug))
+        reply = error_reply(exc)  # a database error or a too deep request is not a server fault
+        return _reply(reply if reply is not None else fault_reply(exc, debug))
 
     app.add_exception_handler(
         ValueError, mapped

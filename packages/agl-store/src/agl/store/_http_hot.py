@@ -28,7 +28,7 @@ from ._http_middleware import (
     unauthorized,
 )
 from ._http_models import API_PREFIX
-from ._http_ops import FastPathMiddleware, fault_reply, send_reply
+from ._http_ops import FastPathMiddleware, error_reply, fault_reply, send_reply
 from ._http_replay import RecordedAnswer, ReplayCache
 
 if TYPE_CHECKING:
@@ -174,9 +174,13 @@ class HotPathMiddleware:
             try:
                 await self.fast(scope, body_receive, tracking_send)
             except Exception as exc:
-                logger.exception("store server fault on %s %s", method, path)
+                mapped = error_reply(exc)  # a database error: 4xx or 503, not a fault
+                if mapped is None:
+                    logger.exception("store server fault on %s %s", method, path)
                 if not state[0]:
-                    await send_reply(tracking_send, fault_reply(exc, self.debug))
+                    await send_reply(
+                        tracking_send, mapped if mapped is not None else fault_reply(exc, self.debug)
+                    )
             if recording and state[0] and state[0] < 500 and complete:
                 recorded = RecordedAnswer(state[0], state[1] or [], b"".join(state[2]))
         finally:

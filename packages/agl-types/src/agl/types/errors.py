@@ -37,6 +37,7 @@ class AglError(Exception):
         ├── OTLPIngestError                             agl.store.errors: an OTLP/HTTP request refused
         ├── StoreFullError                              agl.store.errors: a capped in-memory store is full (507)
         │   └── StoreFullClientError [StoreClientError] the same, over HTTP (not retried)
+        ├── AllRolloutsFailed [RuntimeError]            agl.algorithms.apo: no rollout of a whole batch succeeded
         ├── LLMCallFailed                               agl.algorithms.apo: a critic/editor call gave up
         ├── StrategyError [RuntimeError]                agl.runner: a runner or the algorithm failed
         ├── AttemptEnded                                agl.runner: the store ended an attempt mid-agent
