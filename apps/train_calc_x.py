@@ -1,6 +1,6 @@
 """Train a calculator-using agent with reinforcement learning, through the whole agl system.
 
-    uv run apps/train_calc_x.py                 # the embedded model, on CPU, ~10 minutes on 2 cores
+    uv run apps/train_calc_x.py                 # the embedded model, on CPU, ~5 minutes on 2 idle cores
     uv run apps/train_calc_x.py --steps 3       # a quick look
 
 The agent (``calc_x/agent.py``) is an ordinary ``@rollout`` function that talks to its model with the
@@ -37,21 +37,48 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train-file", type=Path, help="Calc-X parquet with 'question' and 'result' columns")
     p.add_argument("--val-file", type=Path, help="validation parquet (same columns)")
     p.add_argument("--model", default=str(DEFAULT_MODEL), help="a local model directory or a hub id")
-    p.add_argument("--algorithm", choices=["local", "verl"], default="local")
+    p.add_argument(
+        "--algorithm",
+        choices=["local", "verl"],
+        default="local",
+        help="local: LocalGRPO on CPU (or one GPU); verl: VERL on vLLM, needs CUDA and the verl extra (default: %(default)s)",
+    )
     p.add_argument("--n-runners", type=int, default=2, help="runner threads")
     p.add_argument("--concurrency", type=int, default=64, help="rollouts each runner executes at once")
-    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--steps", type=int, default=40, help="training steps (default: %(default)s)")
     p.add_argument(
         "--store",
         default=None,
         help="sqlite:///path.sqlite | memory | http://host:port (default: the run's sqlite file)",
     )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--prompts-per-step", type=int, default=16)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the task split, sampling and the update (default: %(default)s)",
+    )
+    p.add_argument(
+        "--prompts-per-step",
+        type=int,
+        default=16,
+        help="tasks per step, each sampled --n times (default: %(default)s)",
+    )
     p.add_argument("--n", type=int, default=8, help="samples per task (the GRPO group size)")
-    p.add_argument("--lr", type=float, default=3e-4)
-    p.add_argument("--val-size", type=int, default=256)
-    p.add_argument("--val-every", type=int, default=10)
+    p.add_argument(
+        "--lr", type=float, default=3e-4, help="learning rate of the update (default: %(default)s)"
+    )
+    p.add_argument(
+        "--val-size",
+        type=int,
+        default=256,
+        help="validation questions, evaluated before, during and after (default: %(default)s)",
+    )
+    p.add_argument(
+        "--val-every",
+        type=int,
+        default=10,
+        help="validate every this many steps; 0: only before and after (default: %(default)s)",
+    )
     p.add_argument(
         "--val-temperature",
         type=float,
