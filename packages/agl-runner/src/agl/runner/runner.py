@@ -479,7 +479,9 @@ class LitAgentRunner(Runner[T]):
     def _end_attempt(self, attempted: AttemptedRollout, reason: str, status: str | None) -> None:
         """Stop the agent of an attempt the store has ended (called by the heartbeat)."""
         attempt_id = attempted.attempt.attempt_id
-        if attempt_id in self._ended:
+        if attempt_id in self._ended or attempt_id not in self._current:
+            # Already handled, or the runner has finished with the attempt while this heartbeat's answer was on
+            # its way (often the very "succeeded" the runner just reported): nothing to stop.
             return
         self._ended[attempt_id] = AttemptEnded(reason, status)
         task = self._agent_tasks.get(attempt_id)
