@@ -123,3 +123,12 @@ def test_multiprocess_mode_keeps_the_most_recent_value(tmp_path: Path) -> None:
     }
     assert samples[("agl_algorithm_reward", "train")] == 0.9
     assert samples[("agl_algorithm_records_total", "train")] == 2
+
+
+def test_a_figure_named_like_the_records_counter_gets_its_own_gauge() -> None:
+    registry = CollectorRegistry()
+    AlgorithmMetrics("x", registry=registry).log("k", {"records": 3.0, "Records_Total": 4.0})
+    labels = {"algorithm": "x", "kind": "k"}
+    assert registry.get_sample_value("agl_algorithm_records_total", labels) == 1
+    assert registry.get_sample_value("agl_algorithm_records_value", labels) == 3.0
+    assert registry.get_sample_value("agl_algorithm_records_total_value", labels) == 4.0

@@ -2,7 +2,8 @@
 
 An algorithm calls :meth:`AlgorithmMetrics.log` with a kind (``"train"``, ``"validation"``, ``"round"``...)
 and a dict of figures. Every number becomes the gauge ``agl_algorithm_<name>{algorithm, kind}`` (the latest
-value) and the counter ``agl_algorithm_records_total{algorithm, kind}`` counts the calls; with a
+value; a figure named like the counter, such as ``records``, becomes ``agl_algorithm_records_value``) and
+the counter ``agl_algorithm_records_total{algorithm, kind}`` counts the calls; with a
 ``jsonl_path`` each call also appends ``{"kind": kind, **figures}`` as one line.
 
 The gauges live in ``prometheus_client``'s default registry, which the store server's ``/metrics`` includes
@@ -27,11 +28,16 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 __all__ = ["AlgorithmMetrics"]
 
 _NAME = re.compile(r"[^a-zA-Z0-9_]")
+_RECORDS = "records"
+# The names the records counter holds in a registry (prometheus_client adds the two suffixes).
+_RESERVED = frozenset({_RECORDS, f"{_RECORDS}_total", f"{_RECORDS}_created"})
 
 
 def _metric_name(key: str) -> str:
+    """A valid metric name for the figure ``key``, never one of the records counter's names."""
     name = _NAME.sub("_", key).strip("_").lower() or "value"
-    return name if not name[0].isdigit() else "_" + name
+    name = name if not name[0].isdigit() else "_" + name
+    return f"{name}_value" if name in _RESERVED else name
 
 
 class AlgorithmMetrics:
@@ -68,7 +74,7 @@ class AlgorithmMetrics:
             self._file = self.jsonl_path.open("a", encoding="utf-8")
         self._records = self._metric(
             Counter,
-            "records",
+            _RECORDS,
             "Figures reported by the algorithm (one per log call), by kind",
         )
 
