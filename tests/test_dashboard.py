@@ -3,14 +3,17 @@
 ``agl store`` (a subprocess, token required) serves a SQLite file; a short Baseline run of a calculator agent
 (the OpenAI stand-in behind the agl LLM proxy) fills it while ``/metrics`` of the store and of the proxy are
 scraped; then headless Chromium (Debian's ``chromium``, driven by Playwright) opens every page and the test
-checks what is shown against the store's own answers. Screenshots go to ``packages/agl-store/docs/``.
+checks what is shown against the store's own answers. Screenshots go to a temporary folder; with
+``AGL_TEST_UPDATE_SCREENSHOTS=1`` they replace the README's pictures in ``packages/agl-store/docs/``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import tempfile
 import threading
 import urllib.error
 import urllib.parse
@@ -37,6 +40,12 @@ from tests.support.proxy_harness import calculator_script
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "packages" / "agl-store" / "docs"
+SCREENSHOTS = (
+    DOCS
+    if os.environ.get("AGL_TEST_UPDATE_SCREENSHOTS") == "1"
+    else Path(tempfile.gettempdir()) / "agl-dashboard"
+)
+"""Where ``shoot`` writes: the committed pictures are only replaced on request."""
 TOKEN = "dash-secret-token"
 N_TASKS = 12
 CHROMIUM = "/usr/bin/chromium"
@@ -283,8 +292,8 @@ def login(page: Any, endpoint: str, hash: str = "#/rollouts") -> None:
 
 
 def shoot(page: Any, name: str, full_page: bool = False) -> None:
-    DOCS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(DOCS / f"dashboard-{name}.png"), full_page=full_page)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"dashboard-{name}.png"), full_page=full_page)
 
 
 def test_token_prompt_wrong_token_refused_and_token_kept_out_of_the_url(page: Any, run: Run) -> None:
