@@ -77,7 +77,7 @@ class RolloutScoring(Algorithm):
     def _result_of(self, rollout: Rollout, spans: list[Span]) -> RolloutResultForAPO:
         from agl.tracer import final_reward_of
 
-        records = self.get_adapter().adapt(spans) if spans else []
+        records: list[dict[str, Any]] = self.get_adapter().adapt(spans) if spans else []
         return RolloutResultForAPO(
             rollout_id=rollout.rollout_id,
             status=rollout.status,

@@ -18,13 +18,12 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from agl.types import Dataset, NamedResources, PromptTemplate
-from agl.types.extras import requires_extra
 
 from ..base import SupportsLLMProxy
 from ..metrics import AlgorithmMetrics
@@ -33,6 +32,7 @@ from ._beam import PromptCandidate, select_parents, top_candidates
 from ._editing import PromptEditing
 from ._history import APORoundSummary, RoundCounters, templates_json
 from ._llm import RetryPolicy
+from ._prompts import poml_module
 from ._scoring import gather_owned
 
 if TYPE_CHECKING:
@@ -338,17 +338,12 @@ class APO(PromptEditing, Generic[T_task]):
         self._counters = RoundCounters()
         self._llm_slots = asyncio.Semaphore(self.max_concurrent_llm_calls)
         if self.poml_trace_dir is not None:
-            with requires_extra("agl-algorithms", "APO(poml_trace_dir=...)"):
-                import poml
-
-            poml.set_trace(True, trace_dir=self.poml_trace_dir)
+            poml_module("APO(poml_trace_dir=...)").set_trace(True, trace_dir=self.poml_trace_dir)
         try:
             await self._search(train, val)
         finally:
             if self.poml_trace_dir is not None:
-                import poml
-
-                poml.set_trace(False)
+                poml_module("APO(poml_trace_dir=...)").set_trace(False)
         best = self.get_best_candidate()
         await self.get_store().update_resources(best.version, self._resources_for(best))
         self._record({"event": "published", "version": best.version, "score": best.full_val_score})
@@ -398,7 +393,7 @@ class APO(PromptEditing, Generic[T_task]):
             started = time.monotonic()
             parents = select_parents(beam, self.beam_width, rng)
             jobs: list[tuple[PromptCandidate, str]] = []
-            work = []
+            work: list[Awaitable[PromptCandidate | tuple[str, str | None]]] = []
             for i, parent in enumerate(parents):
                 for j in range(self.branch_factor):
                     name = self._names[(i * self.branch_factor + j) % len(self._names)]

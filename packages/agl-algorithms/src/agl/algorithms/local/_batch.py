@@ -31,9 +31,9 @@ class GenerationRequest:
     future: concurrent.futures.Future[GenerationResult]
     on_token: TokenCallback | None = None
     # Filled while generating.
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    top: list[list[tuple[int, float]]] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list[int])
+    logprobs: list[float] = field(default_factory=list[float])
+    top: list[list[tuple[int, float]]] = field(default_factory=list[list[tuple[int, float]]])
     generator: torch.Generator | None = None
     limit: int = 0
     reserve: int = 0  # prompt + the most tokens it may generate: its share of the KV cache bound
@@ -162,7 +162,7 @@ class RunningBatch:
         chosen = logprobs.gather(1, next_ids.unsqueeze(1)).squeeze(1)
         k = max(r.params.top_logprobs for r in rows)
         top = torch.topk(logprobs, k, dim=-1) if k else None
-        tokens, values = next_ids.tolist(), chosen.tolist()
+        tokens, values = _tolist(next_ids), _tolist(chosen)
         keep: list[int] = []
         for b, r in enumerate(rows):
             token, lp = int(tokens[b]), float(values[b])
@@ -280,3 +280,8 @@ def output_cache(out: Any, cache: Any) -> Any:
         if name in out and out[name] is not None:
             return out[name]
     return cache
+
+
+def _tolist(tensor: Any) -> list[Any]:
+    """``tensor.tolist()`` (torch annotates it as a list of unknown items)."""
+    return tensor.tolist()

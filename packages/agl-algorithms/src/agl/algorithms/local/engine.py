@@ -19,9 +19,9 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -40,7 +40,7 @@ class SamplingParams:
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
-    stop: list[str] = field(default_factory=list)
+    stop: list[str] = field(default_factory=list[str])
     top_logprobs: int = 0
 
     def validate(self) -> None:
@@ -371,7 +371,7 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
         if isinstance(value, int):
             ids.add(value)
         elif isinstance(value, (list, tuple)):
-            ids.update(int(v) for v in value)
+            ids.update(int(v) for v in cast("Sequence[Any]", value))
     if not ids:
         raise ValueError("the model has no eos token id; set generation_config.eos_token_id")
     return ids

@@ -57,10 +57,10 @@ class BackendPublisher:
     proxy: Any = None
     proxy_host: str = "127.0.0.1"
     proxy_port: int | None = None
-    sampling: dict[str, Any] = field(default_factory=dict)
-    val_sampling: dict[str, Any] = field(default_factory=dict)
+    sampling: dict[str, Any] = field(default_factory=dict[str, Any])
+    val_sampling: dict[str, Any] = field(default_factory=dict[str, Any])
     model_name: str | None = None
-    published: list[str] = field(default_factory=list)
+    published: list[str] = field(default_factory=list[str])
 
     async def set_backends(self, addresses: list[str], model_name: str) -> None:
         """Replace the proxy's backends with the replicas and (re)start it."""
