@@ -6,37 +6,16 @@ owns the scheduling: the queue, admission, weight swaps) with the engine's lock 
 
 from __future__ import annotations
 
-import concurrent.futures
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:
-    from .engine import GenerationResult, SamplingParams
+from ._request import GenerationRequest
 
-__all__ = ["BatchContext", "GenerationRequest", "RunningBatch", "TokenCallback", "sample"]
-
-TokenCallback = Callable[[int, float], None]
-
-
-@dataclass
-class GenerationRequest:
-    """One submitted generation: its prompt and settings, its answer future, and what it generated so far."""
-
-    prompt_ids: list[int]
-    params: SamplingParams
-    future: concurrent.futures.Future[GenerationResult]
-    on_token: TokenCallback | None = None
-    # Filled while generating.
-    tokens: list[int] = field(default_factory=list[int])
-    logprobs: list[float] = field(default_factory=list[float])
-    top: list[list[tuple[int, float]]] = field(default_factory=list[list[tuple[int, float]]])
-    generator: torch.Generator | None = None
-    limit: int = 0
-    reserve: int = 0  # prompt + the most tokens it may generate: its share of the KV cache bound
+__all__ = ["BatchContext", "RunningBatch", "sample"]
 
 
 @dataclass

@@ -20,50 +20,16 @@ import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import torch
 
-from ._batch import BatchContext, GenerationRequest, RunningBatch, TokenCallback
+from ._batch import BatchContext, RunningBatch
+from ._request import GenerationRequest, GenerationResult, SamplingParams, TokenCallback
 
 __all__ = ["GenerationEngine", "GenerationResult", "SamplingParams"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class SamplingParams:
-    """Per-request sampling settings (OpenAI names)."""
-
-    max_tokens: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: list[str] = field(default_factory=list[str])
-    top_logprobs: int = 0
-
-    def validate(self) -> None:
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if not 0.0 <= self.temperature <= 10.0:
-            raise ValueError(f"temperature must be within [0, 10], got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be within (0, 1], got {self.top_p}")
-        if not 0 <= self.top_logprobs <= 20:
-            raise ValueError(f"top_logprobs must be within [0, 20], got {self.top_logprobs}")
-
-
-@dataclass
-class GenerationResult:
-    """What one request produced. ``logprobs`` are of the model's raw distribution (temperature 1)."""
-
-    token_ids: list[int]
-    logprobs: list[float]
-    top_logprobs: list[list[tuple[int, float]]]
-    finish_reason: str
-    text: str
-    model_version: int
 
 
 class GenerationEngine:
