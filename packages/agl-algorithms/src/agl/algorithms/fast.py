@@ -44,8 +44,8 @@ class BaselineSummary(StatusCounts):
     """What came back from one :class:`Baseline` run."""
 
     total: int = 0
-    by_status: dict[str, int] = field(default_factory=dict)
-    rewards: list[float] = field(default_factory=list)
+    by_status: dict[str, int] = field(default_factory=dict[str, int])
+    rewards: list[float] = field(default_factory=list[float])
     duration: float = 0.0
 
     @property

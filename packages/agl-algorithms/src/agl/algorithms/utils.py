@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -81,7 +81,7 @@ async def _lifecycle_call(proxy: SupportsLLMProxy, method: str) -> None:
 
 
 @asynccontextmanager
-async def running_proxy(proxy: SupportsLLMProxy | None) -> AsyncIterator[SupportsLLMProxy | None]:
+async def running_proxy(proxy: SupportsLLMProxy | None) -> AsyncGenerator[SupportsLLMProxy | None, None]:
     """Keep ``proxy`` running for the block and yield it.
 
     A proxy that is not running is started on entry and stopped on exit (also when the block raises); one

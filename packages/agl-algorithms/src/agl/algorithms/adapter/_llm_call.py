@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from agl.tracer import filter_and_unflatten_attributes, filter_attributes
 from agl.types.semconv import GenAIAttributes as G
 from agl.types.semconv import LLMCall as LLMCallRecord
 from agl.types.semconv import LLMCallFormat, parse_json_text
+
+from .._json import is_dict, is_list, is_mapping
 
 __all__ = ["LLMCall", "extract_llm_call", "image_urls", "int_list", "parse_json_text", "response_id_of"]
 
@@ -38,14 +40,14 @@ _OP_OUT = "agentlightning.operation.output"
 class LLMCall:
     """What an adapter needs of one LLM call (the span's typed record is :class:`agl.types.semconv.LLMCall`)."""
 
-    prompt_token_ids: list[int] = field(default_factory=list)
-    response_token_ids: list[int] = field(default_factory=list)
+    prompt_token_ids: list[int] = field(default_factory=list[int])
+    response_token_ids: list[int] = field(default_factory=list[int])
     logprobs: list[float] | None = None
     prompt_messages: Any = None
     completion: Any = None
     tools: list[Any] | None = None
-    request: dict[str, Any] = field(default_factory=dict)
-    response: dict[str, Any] = field(default_factory=dict)
+    request: dict[str, Any] = field(default_factory=dict[str, Any])
+    response: dict[str, Any] = field(default_factory=dict[str, Any])
     response_id: str | None = None
 
 
@@ -53,10 +55,10 @@ def int_list(value: Any) -> list[int] | None:
     """``value`` as a list of ints (Python-literal or JSON strings parsed), else ``None``."""
     if isinstance(value, str):
         value = _literal(value)
-    if isinstance(value, (list, tuple)) and all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
-    ):
-        return list(value)
+    if isinstance(value, (list, tuple)):
+        items = cast("Sequence[object]", value)
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+            return cast("list[int]", list(items))
     return None
 
 
@@ -111,19 +113,17 @@ def extract_llm_call(attributes: Mapping[str, Any]) -> LLMCall:
     completion = _group(attributes, G.COMPLETION.value)
     call.completion = completion if completion is not None else _group(attributes, f"{_OP_OUT}.choices")
     request = _group(attributes, G.REQUEST.value)
-    if not isinstance(request, dict):
+    if not is_dict(request):
         request = _group(attributes, _OP_IN)
-    call.request = (
-        {k: v for k, v in (request or {}).items() if k != "messages"} if isinstance(request, dict) else {}
-    )
+    call.request = {k: v for k, v in request.items() if k != "messages"} if is_dict(request) else {}
     functions = call.request.get("functions")
     if isinstance(functions, list):
         call.tools = functions
     response = _group(attributes, "gen_ai.response")
-    if not isinstance(response, dict):
+    if not is_dict(response):
         response = _group(attributes, _OP_OUT)
     drop = {"choices", "prompt_token_ids", "response_token_ids"}
-    call.response = {k: v for k, v in response.items() if k not in drop} if isinstance(response, dict) else {}
+    call.response = {k: v for k, v in response.items() if k not in drop} if is_dict(response) else {}
     return call
 
 
@@ -150,8 +150,8 @@ def _response_ids(attributes: Mapping[str, Any], record: LLMCallRecord) -> list[
     choices = attributes.get("llm.hosted_vllm.choices")
     if isinstance(choices, str):
         choices = _literal(choices)
-    if isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
-        return int_list(choices[0].get("token_ids")) or []
+    if is_list(choices) and choices and is_mapping(first_choice := choices[0]):
+        return int_list(first_choice.get("token_ids")) or []
     return []
 
 
@@ -189,25 +189,25 @@ def _from_proxy(record: LLMCallRecord) -> LLMCall:
 
 def image_urls(messages: Any) -> list[str]:
     """Image URLs in the content parts of ``messages`` (a list, a numeric-keyed dict or one message)."""
-    if isinstance(messages, Mapping):
+    if is_mapping(messages):
         if "role" in messages or "content" in messages:
             messages = [messages]
         else:
             keys = [k for k in messages if str(k).isdigit()]
             messages = [messages[k] for k in sorted(keys, key=int)]
-    if not isinstance(messages, list):
+    if not is_list(messages):
         return []
     urls: list[str] = []
     for message in messages:
-        if not isinstance(message, Mapping):
+        if not is_mapping(message):
             continue
         content = parse_json_text(message.get("content"))
-        if not isinstance(content, list):
+        if not is_list(content):
             continue
         for part in content:
-            if isinstance(part, Mapping) and part.get("type") == "image_url":
+            if is_mapping(part) and part.get("type") == "image_url":
                 image = part.get("image_url")
-                url = image.get("url") if isinstance(image, Mapping) else image
+                url = image.get("url") if is_mapping(image) else image
                 if isinstance(url, str):
                     urls.append(url)
     return urls

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypedDict, cast
 
 from agl.types import Span
 from agl.types.semconv import LLMCall as LLMCallRecord
 from agl.types.semconv import LLMCallAttributes, LLMCallFormat
 
+from .._json import is_dict, is_list, is_mapping
 from ._llm_call import parse_json_text, response_id_of
 from .base import TraceAdapter, as_spans
 
@@ -42,11 +43,11 @@ def _group(flat: Mapping[str, Any]) -> Any:
         head, _, rest = key.partition(".")
         if rest:
             tree.setdefault(head, {})
-            if isinstance(tree[head], dict):
-                tree[head][rest] = value
+            if is_dict(branch := tree[head]):
+                branch[rest] = value
         elif head not in tree:
             tree[head] = value
-    grouped = {k: _group(v) if isinstance(v, dict) else v for k, v in tree.items()}
+    grouped = {k: _group(v) if is_dict(v) else v for k, v in tree.items()}
     if grouped and all(k.isdigit() for k in grouped):
         return [grouped[k] for k in sorted(grouped, key=int)]
     return grouped
@@ -54,7 +55,7 @@ def _group(flat: Mapping[str, Any]) -> Any:
 
 def _tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
     function = call.get("function")
-    if isinstance(function, Mapping):
+    if is_mapping(function):
         name, arguments = function.get("name"), function.get("arguments")
     else:
         name, arguments = call.get("name"), call.get("arguments")
@@ -68,7 +69,7 @@ def _tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _message(entry: Any, where: str) -> dict[str, Any]:
-    if not isinstance(entry, Mapping):
+    if not is_mapping(entry):
         raise ValueError(f"{where} must be a message object, got {type(entry).__name__}")
     role = entry.get("role")
     if role not in ("system", "user", "assistant", "tool", "developer", "function"):
@@ -80,9 +81,9 @@ def _message(entry: Any, where: str) -> dict[str, Any]:
     )
     calls = entry.get("tool_calls")
     if role == "assistant" and calls:
-        if isinstance(calls, Mapping):
+        if is_mapping(calls):
             calls = [calls[k] for k in sorted(calls, key=lambda x: int(x) if str(x).isdigit() else 0)]
-        message["tool_calls"] = [_tool_call(c) for c in calls if isinstance(c, Mapping)]
+        message["tool_calls"] = [_tool_call(c) for c in cast("Iterable[Any]", calls) if is_mapping(c)]
     if role == "tool":
         message["tool_call_id"] = str(entry.get("tool_call_id") or "")
     if entry.get("name"):
@@ -93,13 +94,13 @@ def _message(entry: Any, where: str) -> dict[str, Any]:
 def _tools(functions: Any) -> list[dict[str, Any]] | None:
     if functions is None:
         return None
-    if not isinstance(functions, list):
+    if not is_list(functions):
         raise ValueError("the request's tools/functions must be a list")
-    tools = []
+    tools: list[dict[str, Any]] = []
     for fn in functions:
-        if not isinstance(fn, Mapping):
+        if not is_mapping(fn):
             raise ValueError(f"each tool must be an object, got {type(fn).__name__}")
-        if fn.get("type") == "function" and isinstance(fn.get("function"), Mapping):
+        if fn.get("type") == "function" and is_mapping(fn.get("function")):
             tools.append(dict(fn))
             continue
         definition: dict[str, Any] = {"name": fn.get("name")}
@@ -166,18 +167,18 @@ class TraceToMessages(TraceAdapter[list[OpenAIMessages]]):
 
     def _from_genai(self, span: Span, children: list[Span]) -> OpenAIMessages:
         a = span.attributes
-        prompt = group_genai_dict(a, "gen_ai.prompt") or []
-        if not isinstance(prompt, list):
+        prompt: Any = group_genai_dict(a, "gen_ai.prompt") or []
+        if not is_list(prompt):
             raise ValueError(f"span {span.span_id}: gen_ai.prompt must be a list of messages")
         messages = [_message(m, f"span {span.span_id} gen_ai.prompt.{i}") for i, m in enumerate(prompt)]
-        completion = group_genai_dict(a, "gen_ai.completion") or []
-        if not isinstance(completion, list):
+        completion: Any = group_genai_dict(a, "gen_ai.completion") or []
+        if not is_list(completion):
             raise ValueError(f"span {span.span_id}: gen_ai.completion must be a list")
         tool_spans = [
             c for c in sorted(children, key=lambda s: s.start_time or 0.0) if "tool.name" in c.attributes
         ]
         for i, entry in enumerate(completion):
-            if not isinstance(entry, Mapping) or entry.get("role", "assistant") != "assistant":
+            if not is_mapping(entry) or entry.get("role", "assistant") != "assistant":
                 continue
             message = _message({"role": "assistant", **entry}, f"span {span.span_id} gen_ai.completion.{i}")
             if "tool_calls" not in message and tool_spans:
@@ -193,7 +194,9 @@ class TraceToMessages(TraceAdapter[list[OpenAIMessages]]):
                 ]
                 tool_spans = []
             messages.append(message)
-        request = group_genai_dict(a, "gen_ai.request")
-        if request is not None and not isinstance(request, Mapping):
+        request: Any = group_genai_dict(a, "gen_ai.request")
+        if request is None:
+            request = {}
+        elif not is_mapping(request):
             raise ValueError(f"span {span.span_id}: gen_ai.request must be an object")
-        return OpenAIMessages(messages=messages, tools=_tools((request or {}).get("functions")))
+        return OpenAIMessages(messages=messages, tools=_tools(request.get("functions")))

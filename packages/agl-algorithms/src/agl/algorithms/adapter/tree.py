@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol, cast
 
 from agl.tracer import get_reward_value
 from agl.types import Span
@@ -15,6 +15,16 @@ from agl.types.semconv import AGL_OPERATION, AGL_REWARD, AGL_VIRTUAL, LightningS
 __all__ = ["RewardMatchPolicy", "TraceTree"]
 
 _OP_NAME = LightningSpanAttributes.OPERATION_NAME.value
+
+
+class _Digraph(Protocol):
+    """What :meth:`TraceTree.visualize` uses of ``graphviz.Digraph`` (graphviz ships no complete types)."""
+
+    def node(self, name: str, label: str | None = None) -> None: ...
+
+    def edge(self, tail_name: str, head_name: str) -> None: ...
+
+    def render(self, filename: str, *, format: str, cleanup: bool) -> Any: ...
 
 
 class RewardMatchPolicy(str, Enum):
@@ -91,7 +101,7 @@ class TraceTree:
                     mark(child, [*ancestors, node.id])
 
             mark(self, [])
-        dot = graphviz.Digraph(comment="trace tree")
+        dot = cast("_Digraph", graphviz.Digraph(comment="trace tree"))
         for node in self.traverse():
             if keep is None or node.id in keep:
                 dot.node(node.id, f"{node.span.name}\n{node.id}")

@@ -217,7 +217,7 @@ class LlmProxyTraceToTriplet(TraceToTripletBase):
                 if call.sequence_id < reward.sequence_id and call.span_id not in assigned:
                     assigned[call.span_id] = value  # type: ignore[assignment]
                     break
-        triplets = []
+        triplets: list[Triplet] = []
         for call in calls:
             triplet = span_to_triplet(call)
             triplet.reward = assigned.get(call.span_id)

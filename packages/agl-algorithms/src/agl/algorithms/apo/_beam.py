@@ -12,6 +12,8 @@ from typing import Any
 
 from agl.types import PromptTemplate
 
+from .._json import is_mapping, is_sequence
+
 __all__ = [
     "PromptCandidate",
     "clean_edit",
@@ -48,7 +50,7 @@ class PromptCandidate:
     """Mean reward on the latest validation batch it was scored on."""
     full_val_score: float | None = None
     """Mean reward on the whole validation set, when it has been measured."""
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict[str, Any])
 
     @property
     def prompt_template(self) -> PromptTemplate:
@@ -126,14 +128,17 @@ def _messages_text(messages: Sequence[Mapping[str, Any]]) -> str:
         content = message.get("content")
         if isinstance(content, str):
             parts.append(content)
-        elif isinstance(content, Sequence):
-            parts.extend(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+        elif is_sequence(content):
+            parts.extend(str(p.get("text", "")) for p in content if is_mapping(p))
     return " ".join(" ".join(parts).split())
 
 
-def conversations(records: Sequence[Mapping[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Message lists of a rollout's LLM calls, without calls that a later call of the same conversation extends."""
-    lists = [list(r.get("messages") or []) for r in records if isinstance(r, Mapping)]
+def conversations(records: Sequence[object]) -> list[list[dict[str, Any]]]:
+    """Message lists of a rollout's LLM calls, without calls that a later call of the same conversation extends.
+
+    ``records`` are what the adapter made of the spans (``{"messages", "tools"}`` mappings; anything else is
+    skipped)."""
+    lists: list[list[dict[str, Any]]] = [list(r.get("messages") or ()) for r in records if is_mapping(r)]
     kept: list[list[dict[str, Any]]] = []
     for i, messages in enumerate(lists):
         if not messages:

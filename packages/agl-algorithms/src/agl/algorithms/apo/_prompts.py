@@ -10,6 +10,8 @@ from typing import Any
 
 from agl.types.extras import requires_extra
 
+from .._json import is_dict, is_list, is_mapping, is_sequence
+
 __all__ = [
     "EDIT_VARIANTS",
     "GRADIENT_VARIANTS",
@@ -48,9 +50,9 @@ class RolloutResultForAPO:
     rollout_id: str
     status: str
     final_reward: float | None
-    messages: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
     """OpenAI-style messages of the rollout's LLM calls (one conversation after another)."""
-    records: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    records: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]], repr=False)
     """What the adapter made of the spans: one ``{"messages", "tools"}`` record per LLM call."""
 
 
@@ -68,7 +70,7 @@ def message_text(message: Mapping[str, Any]) -> str:
         text = content
     elif content is None:
         text = ""
-    elif isinstance(content, Sequence) and all(isinstance(p, Mapping) and "type" in p for p in content):
+    elif is_sequence(content) and all(is_mapping(p) and "type" in p for p in content):
         # OpenAI content parts: keep the text, name anything else (images, audio) by its type
         text = " ".join(
             str(p.get("text", "")) if p.get("type") == "text" else f"[{p.get('type')}]" for p in content
@@ -77,9 +79,9 @@ def message_text(message: Mapping[str, Any]) -> str:
         # structured content (e.g. a tool's JSON result that the adapter parsed): show it as JSON
         text = json.dumps(content, default=str)
     calls: list[str] = []
-    for call in message.get("tool_calls") or []:
-        if isinstance(call, Mapping):
-            function = call.get("function") or {}
+    for call in message.get("tool_calls") or ():
+        if is_mapping(call):
+            function: Any = call.get("function") or {}
             calls.append(f"calls {function.get('name')}({function.get('arguments')})")
     return _shorten(" ".join(part for part in [text.strip(), *calls] if part))
 
@@ -92,7 +94,7 @@ def _experiment(result: RolloutResultForAPO) -> dict[str, Any]:
         "messages": [
             {"role": str(m.get("role", "?")), "text": message_text(m)}
             for m in result.messages
-            if isinstance(m, Mapping)
+            if is_mapping(m)  # what an adapter gave: skip anything that is not a message
         ],
     }
 
@@ -107,6 +109,15 @@ def edit_context(prompt_template: str, critique: str) -> dict[str, Any]:
     return {"prompt_template": prompt_template, "critique": critique}
 
 
+def poml_module(feature: str) -> Any:
+    """The ``poml`` module (the ``apo`` extra), imported on first use; ``feature`` names what needs it, for the
+    :class:`~agl.types.extras.MissingExtraError` when it is not installed. Typed ``Any``: poml ships no types."""
+    with requires_extra("agl-algorithms", feature):
+        import poml  # pyright: ignore[reportMissingTypeStubs]  # poml ships no type information
+
+    return poml
+
+
 def render_poml(
     variant: str | Path, context: Mapping[str, Any], *, prompts_dir: Path = PROMPTS_DIR
 ) -> list[dict[str, Any]]:
@@ -115,9 +126,7 @@ def render_poml(
     ``variant`` is a file name in ``prompts_dir`` or a path. Blocking (POML renders in a Node.js
     subprocess): call it from a worker thread inside an event loop.
     """
-    with requires_extra("agl-algorithms", "APO's POML prompts"):
-        import poml
-
+    poml = poml_module("APO's POML prompts")
     path = Path(variant)
     if not path.is_absolute() and not path.exists():
         path = prompts_dir / path
@@ -129,7 +138,7 @@ def render_poml(
     except (TypeError, ValueError) as exc:
         raise TypeError(f"POML context for {path.name} must be JSON-serialisable: {exc}") from exc
     rendered: Any = poml.poml(path, context=plain, format="openai_chat")
-    messages = rendered.get("messages") if isinstance(rendered, dict) else None
-    if not isinstance(messages, list) or not messages:
+    messages = rendered.get("messages") if is_dict(rendered) else None
+    if not is_list(messages) or not messages:
         raise RuntimeError(f"POML rendered no messages from {path.name}")
     return messages

@@ -6,6 +6,9 @@ the store and the runners), shows the transcripts to a critic model that writes 
 children are scored on one validation batch and the best ``beam_width`` survive; the leader is
 scored on the whole validation set and the best prompt ever seen is kept and, at the end,
 published to the store as the latest resources.
+
+This module holds the search (rounds, beam, history); the scoring of candidates by rollouts is in
+``_scoring.py``, the critique and edit LLM calls that make children in ``_editing.py``.
 """
 
 from __future__ import annotations
@@ -15,37 +18,22 @@ import json
 import logging
 import random
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from agl.types import Dataset, EnqueueRolloutRequest, NamedResources, PromptTemplate, Rollout, Span
-from agl.types.extras import requires_extra
+from agl.types import Dataset, NamedResources, PromptTemplate
 
-from ..base import Algorithm, SupportsLLMProxy
+from ..base import SupportsLLMProxy
 from ..metrics import AlgorithmMetrics
 from ..utils import batch_iter_over_dataset, with_llm_proxy
-from ._beam import (
-    PromptCandidate,
-    clean_edit,
-    conversations,
-    edit_problem,
-    messages_using_template,
-    select_parents,
-    top_candidates,
-)
+from ._beam import PromptCandidate, select_parents, top_candidates
+from ._editing import PromptEditing
 from ._history import APORoundSummary, RoundCounters, templates_json
-from ._llm import AllRolloutsFailed, LLMCallFailed, RetryPolicy, chat_text
-from ._prompts import (
-    EDIT_VARIANTS,
-    GRADIENT_VARIANTS,
-    RolloutResultForAPO,
-    edit_context,
-    gradient_context,
-    render_poml,
-)
+from ._llm import RetryPolicy
+from ._prompts import poml_module
+from ._scoring import gather_owned
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -56,26 +44,8 @@ logger = logging.getLogger("agl.algorithms.apo")
 
 T_task = TypeVar("T_task")
 
-PROGRESS_EVERY_S = 60.0
-"""While waiting for a batch, log how many rollouts are still running this often."""
 
-
-R = TypeVar("R")
-
-
-async def _gather_owned(awaitables: Sequence[Awaitable[R]]) -> list[R]:
-    """Like ``asyncio.gather``, but when one fails the others are cancelled and awaited, not orphaned."""
-    tasks = [asyncio.ensure_future(a) for a in awaitables]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
-
-
-class APO(Algorithm, Generic[T_task]):
+class APO(PromptEditing, Generic[T_task]):
     """Automatic prompt optimisation by textual gradients and beam search.
 
     Args:
@@ -247,210 +217,12 @@ class APO(Algorithm, Generic[T_task]):
         self._resources = dict(resources)
         self._names = list(dict.fromkeys(names))
 
-    # -- evaluation ----------------------------------------------------------------------------
+    # -- versions and children ------------------------------------------------------------------
 
     def _next_version(self) -> str:
         version = f"v{self._version_counter}"
         self._version_counter += 1
         return version
-
-    def _resources_for(self, candidate: PromptCandidate) -> NamedResources:
-        return {**self._resources, **candidate.templates}
-
-    async def _wait_for(self, rollout_ids: list[str]) -> tuple[list[Rollout], list[str]]:
-        """Finished rollouts (in request order) and the ids still unfinished at the batch deadline."""
-        store = self.get_store()
-        deadline = time.monotonic() + self.rollout_batch_timeout
-        pending = list(rollout_ids)
-        finished: dict[str, Rollout] = {}
-        while pending:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            done = await store.wait_for_rollouts(
-                rollout_ids=pending, timeout=min(remaining, PROGRESS_EVERY_S)
-            )
-            finished.update((r.rollout_id, r) for r in done)
-            pending = [rid for rid in pending if rid not in finished]
-            if pending and time.monotonic() < deadline:
-                logger.info("waiting for %d of %d rollouts", len(pending), len(rollout_ids))
-        if finished:  # again with their latest attempts, where each runner recorded the final reward
-            page = await store.query_rollouts(rollout_id_in=list(finished))
-            finished.update((r.rollout_id, r) for r in page)
-        return [finished[rid] for rid in rollout_ids if rid in finished], pending
-
-    def _result_of(self, rollout: Rollout, spans: list[Span]) -> RolloutResultForAPO:
-        from agl.tracer import final_reward_of
-
-        records = self.get_adapter().adapt(spans) if spans else []
-        return RolloutResultForAPO(
-            rollout_id=rollout.rollout_id,
-            status=rollout.status,
-            final_reward=final_reward_of(rollout, spans),
-            messages=[m for conv in conversations(records) for m in conv],
-            records=list(records),
-        )
-
-    async def evaluate_prompt_on_batch(
-        self, candidate: PromptCandidate, tasks: Sequence[Any], mode: Literal["train", "val"]
-    ) -> tuple[float, list[RolloutResultForAPO]]:
-        """Run ``candidate`` on ``tasks`` through the store and runners: (mean reward, results).
-
-        The mean counts a missing reward as 0 over the rollouts that finished in time.
-        """
-        store = self.get_store()
-        await store.update_resources(candidate.version, self._resources_for(candidate))
-        rollouts = await store.enqueue_many_rollouts(
-            [EnqueueRolloutRequest(input=task, mode=mode, resources_id=candidate.version) for task in tasks]
-        )
-        if mode == "train":
-            self._counters.train_rollouts += len(rollouts)
-        else:
-            self._counters.val_rollouts += len(rollouts)
-        finished, unfinished = await self._wait_for([r.rollout_id for r in rollouts])
-        if unfinished:
-            logger.warning(
-                "%d of %d %s rollouts of %s did not finish within rollout_batch_timeout=%gs; cancelling them",
-                len(unfinished),
-                len(rollouts),
-                mode,
-                candidate.version,
-                self.rollout_batch_timeout,
-            )
-            for rollout_id in unfinished:
-                try:
-                    await store.update_rollout(rollout_id, status="cancelled")
-                except ValueError as exc:  # finished meanwhile, or the store refused: nothing to cancel
-                    logger.debug("could not cancel %s: %s", rollout_id, exc)
-        spans = await store.query_spans_many([r.rollout_id for r in finished], "latest")
-        results = [self._result_of(r, spans[r.rollout_id]) for r in finished]
-        self._check_some_succeeded(rollouts, finished, candidate, mode)
-        score = sum(r.final_reward or 0.0 for r in results) / max(1, len(results))
-        return score, results
-
-    def _check_some_succeeded(
-        self, rollouts: Sequence[Rollout], finished: Sequence[Rollout], candidate: PromptCandidate, mode: str
-    ) -> None:
-        succeeded = sum(r.status == "succeeded" for r in finished)
-        self._counters.succeeded_rollouts += succeeded
-        # Slow rollouts (cut off by the batch timeout) say nothing about the agent; all of them ending unsuccessfully
-        # before any ever succeeded does.
-        if self._counters.succeeded_rollouts == 0 and rollouts and len(finished) == len(rollouts):
-            statuses = Counter(r.status for r in finished)
-            seen = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()) if n)
-            raise AllRolloutsFailed(
-                f"none of the {len(rollouts)} {mode} rollouts of {candidate.version} succeeded ({seen}), and none "
-                "has so far: the agent cannot work. Check that its model endpoint is up and its credentials are "
-                "right; the runners' log says why each attempt failed."
-            )
-
-    # -- textual gradient and edit -------------------------------------------------------------
-
-    def _openai(self) -> Any:
-        if self._client is None:
-            with requires_extra("agl-algorithms", "APO"):
-                from openai import AsyncOpenAI
-
-            self._client = AsyncOpenAI()
-        # Retries are ours (counted, logged, with reasons), so the client makes none of its own.
-        return self._client.with_options(max_retries=0, timeout=self.llm_timeout)
-
-    async def _chat(
-        self, variant: str, context: dict[str, Any], model: str, purpose: str, rng: random.Random
-    ) -> str:
-        try:
-            messages = await asyncio.to_thread(render_poml, variant, context)
-        except (RuntimeError, OSError, TypeError, ValueError) as exc:
-            raise LLMCallFailed(f"rendering {variant} failed: {exc}") from exc
-        assert self._llm_slots is not None
-        async with self._llm_slots:
-            return await chat_text(
-                self._openai(),
-                model=model,
-                messages=messages,
-                temperature=self.diversity_temperature,
-                purpose=f"{purpose} ({variant})",
-                policy=self.retry_policy,
-                stats=self._counters.stats,
-                rng=rng,
-            )
-
-    async def compute_textual_gradient(
-        self, template: PromptTemplate, results: Sequence[RolloutResultForAPO], rng: random.Random
-    ) -> str:
-        """The critic's critique of ``template`` given some rollout results; :class:`LLMCallFailed` if none."""
-        if len(results) > self.gradient_batch_size:
-            shown = rng.sample(list(results), self.gradient_batch_size)
-        else:
-            if len(results) < self.gradient_batch_size:
-                logger.warning(
-                    "only %d rollout result(s) for the critique (gradient_batch_size=%d)",
-                    len(results),
-                    self.gradient_batch_size,
-                )
-            shown = list(results)
-        variant = rng.choice(GRADIENT_VARIANTS)
-        return await self._chat(
-            variant, gradient_context(template.template, shown), self.gradient_model, "critique", rng
-        )
-
-    async def apply_edit(self, template: PromptTemplate, critique: str, rng: random.Random) -> str:
-        """The editor's rewrite of ``template`` following ``critique`` (fences stripped)."""
-        variant = rng.choice(EDIT_VARIANTS)
-        text = await self._chat(
-            variant, edit_context(template.template, critique), self.apply_edit_model, "edit", rng
-        )
-        return clean_edit(text)
-
-    def _results_for(
-        self, template: PromptTemplate, results: Sequence[RolloutResultForAPO]
-    ) -> list[RolloutResultForAPO]:
-        """Results restricted to the LLM calls that used ``template`` (all calls when one template is optimised)."""
-        if len(self._names) == 1:
-            return list(results)
-        narrowed = [
-            RolloutResultForAPO(
-                rollout_id=r.rollout_id,
-                status=r.status,
-                final_reward=r.final_reward,
-                messages=messages_using_template(r.records, template),
-                records=r.records,
-            )
-            for r in results
-        ]
-        if not any(r.messages for r in narrowed):
-            logger.warning("no LLM call in the batch visibly used this template; the critic sees every call")
-            return list(results)
-        return narrowed
-
-    async def _make_child(
-        self, parent: PromptCandidate, name: str, batch: list[Any], round_no: int, rng: random.Random
-    ) -> PromptCandidate | tuple[str, str | None]:
-        """One child of ``parent`` (not yet versioned): run the parent on ``batch``, critique template
-        ``name``, edit it. When the child is skipped: why, and the critique if there was one."""
-        _, results = await self.evaluate_prompt_on_batch(parent, batch, "train")
-        template = parent.templates[name]
-        critique: str | None = None
-        if not results:
-            return "no training rollout finished within rollout_batch_timeout", None
-        try:
-            critique = await self.compute_textual_gradient(
-                template, self._results_for(template, results), rng
-            )
-            new_text = await self.apply_edit(template, critique, rng)
-        except LLMCallFailed as exc:
-            return exc.reason, critique
-        reason = edit_problem(template, new_text)
-        if reason is not None:
-            return reason, critique
-        return PromptCandidate(
-            version="",
-            templates={**parent.templates, name: PromptTemplate(template=new_text, engine=template.engine)},
-            parent=parent.version,
-            edited=name,
-            critique=critique,
-            round=round_no,
-        )
 
     def _adopt_children(
         self,
@@ -566,17 +338,12 @@ class APO(Algorithm, Generic[T_task]):
         self._counters = RoundCounters()
         self._llm_slots = asyncio.Semaphore(self.max_concurrent_llm_calls)
         if self.poml_trace_dir is not None:
-            with requires_extra("agl-algorithms", "APO(poml_trace_dir=...)"):
-                import poml
-
-            poml.set_trace(True, trace_dir=self.poml_trace_dir)
+            poml_module("APO(poml_trace_dir=...)").set_trace(True, trace_dir=self.poml_trace_dir)
         try:
             await self._search(train, val)
         finally:
             if self.poml_trace_dir is not None:
-                import poml
-
-                poml.set_trace(False)
+                poml_module("APO(poml_trace_dir=...)").set_trace(False)
         best = self.get_best_candidate()
         await self.get_store().update_resources(best.version, self._resources_for(best))
         self._record({"event": "published", "version": best.version, "score": best.full_val_score})
@@ -626,18 +393,18 @@ class APO(Algorithm, Generic[T_task]):
             started = time.monotonic()
             parents = select_parents(beam, self.beam_width, rng)
             jobs: list[tuple[PromptCandidate, str]] = []
-            work = []
+            work: list[Awaitable[PromptCandidate | tuple[str, str | None]]] = []
             for i, parent in enumerate(parents):
                 for j in range(self.branch_factor):
                     name = self._names[(i * self.branch_factor + j) % len(self._names)]
                     jobs.append((parent, name))
                     child_rng = random.Random(rng.random())
                     work.append(self._make_child(parent, name, next(train_batches), round_no, child_rng))
-            children = self._adopt_children(round_no, jobs, await _gather_owned(work))
+            children = self._adopt_children(round_no, jobs, await gather_owned(work))
 
             candidates = [*beam, *children]
             val_batch = next(val_batches)
-            scores = await _gather_owned(
+            scores = await gather_owned(
                 [self.evaluate_prompt_on_batch(c, val_batch, "val") for c in candidates]
             )
             for candidate, (score, _) in zip(candidates, scores, strict=True):

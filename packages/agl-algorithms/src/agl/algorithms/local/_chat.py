@@ -7,6 +7,8 @@ import re
 import uuid
 from typing import Any
 
+from .._json import is_dict, is_list
+
 __all__ = ["normalize_messages", "parse_tool_calls", "render_prompt"]
 
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
@@ -19,10 +21,10 @@ def _text_of(content: Any) -> str:
         return ""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
+    if is_list(content):
         texts: list[str] = []
         for part in content:
-            if isinstance(part, dict) and part.get("type") == "text":
+            if is_dict(part) and part.get("type") == "text":
                 texts.append(str(part.get("text", "")))
             elif isinstance(part, str):
                 texts.append(part)
@@ -36,13 +38,13 @@ def _text_of(content: Any) -> str:
     )
 
 
-def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def normalize_messages(messages: list[Any]) -> list[dict[str, Any]]:
     """Messages in the shape chat templates expect: string content, tool-call arguments as JSON text."""
     if not messages:
         raise ValueError("messages must not be empty")
     out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        if not is_dict(message) or not isinstance(message.get("role"), str):
             raise ValueError(f"messages[{i}] must be an object with a string 'role'")
         role = message["role"]
         if role not in ("system", "developer", "user", "assistant", "tool"):
@@ -53,15 +55,16 @@ def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         calls = message.get("tool_calls")
         if role == "assistant" and calls:
-            clean["tool_calls"] = []
+            tool_calls: list[dict[str, Any]] = []
+            clean["tool_calls"] = tool_calls
             for call in calls:
-                fn = call.get("function") if isinstance(call, dict) else None
-                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                fn = call.get("function") if is_dict(call) else None
+                if not is_dict(fn) or not isinstance(fn.get("name"), str):
                     raise ValueError(f"messages[{i}].tool_calls entries need function.name")
                 arguments = fn.get("arguments", "{}")
                 if not isinstance(arguments, str):
                     arguments = json.dumps(arguments)
-                clean["tool_calls"].append(
+                tool_calls.append(
                     {
                         "id": call.get("id"),
                         "type": "function",
@@ -74,7 +77,7 @@ def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def render_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+def render_prompt(tokenizer: Any, messages: list[Any], tools: list[dict[str, Any]] | None) -> str:
     """The prompt text for the next assistant turn, through the model's own chat template."""
     if getattr(tokenizer, "chat_template", None) is None:
         raise ValueError("the model's tokenizer has no chat template; /v1/chat/completions needs one")
@@ -97,7 +100,7 @@ def parse_tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
             body = json.loads(match.group(1))
         except json.JSONDecodeError:
             continue
-        if not isinstance(body, dict) or not isinstance(body.get("name"), str):
+        if not is_dict(body) or not isinstance(body.get("name"), str):
             continue
         arguments = body.get("arguments", {})
         calls.append(

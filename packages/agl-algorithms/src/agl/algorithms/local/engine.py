@@ -4,6 +4,9 @@ Requests submitted from any thread are decoded by one worker thread in one runni
 one forward pass per new token for the whole batch): requests that arrive while it decodes join it at the
 next token, finished or cancelled ones leave it at once, and results are answered through futures. The
 batch and its KV cache are bounded. Weights are swapped when the sequences in flight have finished.
+
+This module schedules (queue, admission, weight swaps, answers); the batch's tensor work (prefill, decode
+step, KV cache joins, sampling) is in ``_batch.py``.
 """
 
 from __future__ import annotations
@@ -16,66 +19,17 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import torch
+
+from ._batch import BatchContext, RunningBatch
+from ._request import GenerationRequest, GenerationResult, SamplingParams, TokenCallback
 
 __all__ = ["GenerationEngine", "GenerationResult", "SamplingParams"]
 
 logger = logging.getLogger(__name__)
-
-TokenCallback = Callable[[int, float], None]
-
-
-@dataclass
-class SamplingParams:
-    """Per-request sampling settings (OpenAI names)."""
-
-    max_tokens: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: list[str] = field(default_factory=list)
-    top_logprobs: int = 0
-
-    def validate(self) -> None:
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if not 0.0 <= self.temperature <= 10.0:
-            raise ValueError(f"temperature must be within [0, 10], got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be within (0, 1], got {self.top_p}")
-        if not 0 <= self.top_logprobs <= 20:
-            raise ValueError(f"top_logprobs must be within [0, 20], got {self.top_logprobs}")
-
-
-@dataclass
-class GenerationResult:
-    """What one request produced. ``logprobs`` are of the model's raw distribution (temperature 1)."""
-
-    token_ids: list[int]
-    logprobs: list[float]
-    top_logprobs: list[list[tuple[int, float]]]
-    finish_reason: str
-    text: str
-    model_version: int
-
-
-@dataclass
-class _Request:
-    prompt_ids: list[int]
-    params: SamplingParams
-    future: concurrent.futures.Future[GenerationResult]
-    on_token: TokenCallback | None = None
-    # Filled while generating.
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    top: list[list[tuple[int, float]]] = field(default_factory=list)
-    generator: torch.Generator | None = None
-    limit: int = 0
-    reserve: int = 0  # prompt + the most tokens it may generate: its share of the KV cache bound
 
 
 class GenerationEngine:
@@ -146,8 +100,8 @@ class GenerationEngine:
         self._swap_guard = threading.Lock()
         self._swap_requested = False
         self._running_rows = 0
-        self._queue: queue.Queue[_Request | None] = queue.Queue()
-        self._waiting: collections.deque[_Request] = collections.deque()
+        self._queue: queue.Queue[GenerationRequest | None] = queue.Queue()
+        self._waiting: collections.deque[GenerationRequest] = collections.deque()
         self._thread: threading.Thread | None = None
         self.stats: dict[str, Any] = {
             "batches": 0,
@@ -164,6 +118,9 @@ class GenerationEngine:
         """Counters: ``batches`` counts busy periods (the running batch went from empty to non-empty),
         ``prefills`` the forward passes that admitted requests, ``decode_steps`` the one-token passes,
         ``busy_s`` the time spent in both; ``max_rows`` and ``max_cache_tokens_used`` are high-water marks."""
+        self._batch_context = BatchContext(
+            self.device, self.pad_id, self.stats, self._forward, self._finish_reason, self._finish
+        )
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -208,7 +165,7 @@ class GenerationEngine:
         requests = [self._prepare(p, params, None) for p in prompts]
         waiting = collections.deque(requests)
         with self._cond:
-            batch = _Batch(self)
+            batch = RunningBatch(self._batch_context)
             while waiting or batch.rows:
                 self._admit(batch, waiting)
                 batch.step()
@@ -241,7 +198,7 @@ class GenerationEngine:
 
     def _prepare(
         self, prompt_ids: list[int], params: SamplingParams, on_token: TokenCallback | None
-    ) -> _Request:
+    ) -> GenerationRequest:
         params.validate()
         if not prompt_ids:
             raise ValueError("the prompt is empty")
@@ -249,7 +206,7 @@ class GenerationEngine:
             raise ValueError(
                 f"the prompt has {len(prompt_ids)} tokens; this model's context is {self.context_length} tokens"
             )
-        request = _Request(list(prompt_ids), params, concurrent.futures.Future(), on_token)
+        request = GenerationRequest(list(prompt_ids), params, concurrent.futures.Future(), on_token)
         request.limit = self.context_length - len(prompt_ids)
         if params.max_tokens is not None:
             request.limit = min(request.limit, params.max_tokens)
@@ -272,7 +229,7 @@ class GenerationEngine:
         return False
 
     def _worker(self) -> None:
-        batch = _Batch(self)
+        batch = RunningBatch(self._batch_context)
         stopping = False
         since_admission = 0
         while True:
@@ -307,16 +264,16 @@ class GenerationEngine:
                     logger.exception("generation failed")
                     for request in batch.rows:
                         _fail(request, exc)
-                    batch = _Batch(self)
+                    batch = RunningBatch(self._batch_context)
                 self._running_rows = len(batch.rows)
                 if not batch.rows:
                     self._cond.notify_all()
 
-    def _admit(self, batch: _Batch, waiting: collections.deque[_Request]) -> None:
+    def _admit(self, batch: RunningBatch, waiting: collections.deque[GenerationRequest]) -> None:
         """Prefill the waiting requests that fit into the batch (in arrival order) and join them to it."""
         rows = len(batch.rows)
         widest = max((r.reserve for r in batch.rows), default=0)
-        admitted: list[_Request] = []
+        admitted: list[GenerationRequest] = []
         while waiting and rows + len(admitted) < self.max_batch_size:
             request = waiting[0]
             if request.future.cancelled():
@@ -345,7 +302,7 @@ class GenerationEngine:
             **kwargs,
         )
 
-    def _finish_reason(self, r: _Request, token: int) -> str | None:
+    def _finish_reason(self, r: GenerationRequest, token: int) -> str | None:
         if token in self.eos_ids:
             return "stop"
         if r.params.stop:
@@ -356,7 +313,7 @@ class GenerationEngine:
             return "length"
         return None
 
-    def _finish(self, r: _Request, reason: str) -> None:
+    def _finish(self, r: GenerationRequest, reason: str) -> None:
         text = self.tokenizer.decode(r.tokens, skip_special_tokens=True)
         for stop in r.params.stop:
             cut = text.find(stop)
@@ -367,231 +324,10 @@ class GenerationEngine:
             r.future.set_result(result)
 
 
-class _Batch:
-    """The sequences decoded together: their requests, KV cache, attention mask, next input token (the
-    last one sampled, not yet in the cache) and its position, per row. Rows are right-aligned: each row's
-    cached positions are its last ``len`` columns."""
-
-    def __init__(self, engine: GenerationEngine) -> None:
-        self.engine = engine
-        self.rows: list[_Request] = []
-        self.cache: Any = None
-        self.attention = torch.zeros((0, 0), dtype=torch.long)
-        self.next_ids = torch.zeros(0, dtype=torch.long)
-        self.positions = torch.zeros(0, dtype=torch.long)
-        self.temps = torch.zeros(0)
-        self.top_ps = torch.zeros(0)
-
-    @torch.inference_mode()
-    def add(self, requests: list[_Request]) -> None:
-        """Prefill ``requests`` together, sample their first tokens, and join the unfinished ones."""
-        from transformers import DynamicCache
-
-        engine = self.engine
-        started = time.perf_counter()
-        device = engine.device
-        for r in requests:
-            if r.params.seed is not None:
-                r.generator = torch.Generator(device=device).manual_seed(r.params.seed)
-        width = max(len(r.prompt_ids) for r in requests)
-        ids = torch.full((len(requests), width), engine.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(requests), width), dtype=torch.long)
-        for row, r in enumerate(requests):
-            ids[row, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
-            attention[row, width - len(r.prompt_ids) :] = 1
-        ids, attention = ids.to(device), attention.to(device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
-        out = engine._forward(ids, attention, positions, cache)
-        cache = _output_cache(out, cache)
-        temps = torch.tensor([r.params.temperature for r in requests], device=device)
-        top_ps = torch.tensor([r.params.top_p for r in requests], device=device)
-        next_ids, keep = self._emit(requests, out.logits[:, -1, :], temps, top_ps)
-        stats = engine.stats
-        stats["prefills"] += 1
-        stats["requests"] += len(requests)
-        stats["prompt_tokens"] += sum(len(r.prompt_ids) for r in requests)
-        if keep:
-            index = torch.tensor(keep, device=device)
-            if len(keep) < len(requests):
-                cache.batch_select_indices(index)
-            new_rows = [requests[b] for b in keep]
-            new_attention = attention[index]
-            new_positions = positions[index, -1] + 1
-            if not self.rows:
-                stats["batches"] += 1
-                self.rows, self.cache, self.attention = new_rows, cache, new_attention
-                self.next_ids, self.positions = next_ids[index], new_positions
-                self.temps, self.top_ps = temps[index], top_ps[index]
-            else:
-                self.cache, self.attention = _join_caches(self.cache, self.attention, cache, new_attention)
-                self.rows += new_rows
-                self.next_ids = torch.cat([self.next_ids, next_ids[index]])
-                self.positions = torch.cat([self.positions, new_positions])
-                self.temps = torch.cat([self.temps, temps[index]])
-                self.top_ps = torch.cat([self.top_ps, top_ps[index]])
-            self._high_water()
-        stats["busy_s"] += time.perf_counter() - started
-
-    @torch.inference_mode()
-    def step(self) -> None:
-        """Decode one token for every row; finished and cancelled rows leave the batch."""
-        if not self.rows:
-            return
-        engine = self.engine
-        live = [b for b, r in enumerate(self.rows) if not r.future.cancelled()]
-        if len(live) < len(self.rows):
-            engine.stats["cancelled"] += len(self.rows) - len(live)
-            self._select(live)
-            if not self.rows:
-                return
-        started = time.perf_counter()
-        attention = torch.cat([self.attention, torch.ones_like(self.attention[:, :1])], dim=1)
-        out = engine._forward(self.next_ids.unsqueeze(1), attention, self.positions.unsqueeze(1), self.cache)
-        self.cache = _output_cache(out, self.cache)
-        self.attention = attention
-        self.next_ids, keep = self._emit(self.rows, out.logits[:, -1, :], self.temps, self.top_ps)
-        self.positions = self.positions + 1
-        if len(keep) < len(self.rows):
-            self._select(keep)
-        engine.stats["decode_steps"] += 1
-        engine.stats["busy_s"] += time.perf_counter() - started
-
-    def _emit(
-        self, rows: list[_Request], last_logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor
-    ) -> tuple[torch.Tensor, list[int]]:
-        """Sample one token per row, record it, finish rows that end; returns the tokens and the rows kept."""
-        engine = self.engine
-        logits = last_logits.float()
-        logprobs = torch.log_softmax(logits, dim=-1)
-        next_ids = _sample(logits, temps, top_ps, [r.generator for r in rows])
-        chosen = logprobs.gather(1, next_ids.unsqueeze(1)).squeeze(1)
-        k = max(r.params.top_logprobs for r in rows)
-        top = torch.topk(logprobs, k, dim=-1) if k else None
-        tokens, values = next_ids.tolist(), chosen.tolist()
-        keep: list[int] = []
-        for b, r in enumerate(rows):
-            token, lp = int(tokens[b]), float(values[b])
-            r.tokens.append(token)
-            r.logprobs.append(lp)
-            if top is not None and r.params.top_logprobs:
-                n = r.params.top_logprobs
-                r.top.append(
-                    [(int(t), float(v)) for t, v in zip(top.indices[b, :n], top.values[b, :n], strict=False)]
-                )
-            if r.on_token is not None:
-                r.on_token(token, lp)
-            reason = engine._finish_reason(r, token)
-            if reason is None:
-                keep.append(b)
-            else:
-                engine._finish(r, reason)
-        engine.stats["generated_tokens"] += len(rows)
-        return next_ids, keep
-
-    def _select(self, keep: list[int]) -> None:
-        """Keep only the rows ``keep`` and drop the cache columns no remaining row uses."""
-        if not keep:
-            self.__init__(self.engine)  # type: ignore[misc]
-            return
-        index = torch.tensor(keep, device=self.engine.device)
-        self.cache.batch_select_indices(index)
-        self.rows = [self.rows[b] for b in keep]
-        self.attention = self.attention[index]
-        self.next_ids, self.positions = self.next_ids[index], self.positions[index]
-        self.temps, self.top_ps = self.temps[index], self.top_ps[index]
-        used = self.attention.any(dim=0).nonzero()
-        first = int(used[0]) if len(used) else 0
-        if first > 0:
-            self.attention = self.attention[:, first:]
-            _set_cache_tensors(
-                self.cache, [(k[..., first:, :], v[..., first:, :]) for k, v in _cache_tensors(self.cache)]
-            )
-
-    def _high_water(self) -> None:
-        stats = self.engine.stats
-        stats["max_rows"] = max(stats["max_rows"], len(self.rows))
-        stats["max_cache_tokens_used"] = max(stats["max_cache_tokens_used"], int(self.attention.numel()))
-
-
-def _cache_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Each layer's (keys, values), ``[batch, heads, positions, head_dim]``."""
-    layers = getattr(cache, "layers", None)
-    if layers is not None:  # transformers 5
-        return [(layer.keys, layer.values) for layer in layers]
-    return list(zip(cache.key_cache, cache.value_cache, strict=True))  # transformers 4.x
-
-
-def _set_cache_tensors(cache: Any, tensors: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-    layers = getattr(cache, "layers", None)
-    if layers is not None:
-        for layer, (k, v) in zip(layers, tensors, strict=True):
-            layer.keys, layer.values = k, v
-        return
-    cache.key_cache = [k for k, _ in tensors]
-    cache.value_cache = [v for _, v in tensors]
-
-
-def _join_caches(
-    cache: Any, attention: torch.Tensor, other: Any, other_attention: torch.Tensor
-) -> tuple[Any, torch.Tensor]:
-    """Stack two right-aligned batches into one (into ``cache``), left-padding the narrower one."""
-    width = max(attention.shape[1], other_attention.shape[1])
-
-    def left_pad(t: torch.Tensor, dim_from_end: int) -> torch.Tensor:
-        missing = width - t.shape[-dim_from_end]
-        if not missing:
-            return t
-        pad = [0, 0] * (dim_from_end - 1) + [missing, 0]
-        return torch.nn.functional.pad(t, pad)
-
-    joined = [
-        (torch.cat([left_pad(k, 2), left_pad(k2, 2)]), torch.cat([left_pad(v, 2), left_pad(v2, 2)]))
-        for (k, v), (k2, v2) in zip(_cache_tensors(cache), _cache_tensors(other), strict=True)
-    ]
-    _set_cache_tensors(cache, joined)
-    return cache, torch.cat([left_pad(attention, 1), left_pad(other_attention, 1)])
-
-
-def _fail(request: _Request, exc: BaseException) -> None:
+def _fail(request: GenerationRequest, exc: BaseException) -> None:
     with contextlib.suppress(concurrent.futures.InvalidStateError):
         if not request.future.done():
             request.future.set_exception(exc)
-
-
-def _sample(
-    logits: torch.Tensor, temps: torch.Tensor, top_ps: torch.Tensor, generators: list[Any]
-) -> torch.Tensor:
-    """One token per row: greedy where temperature is 0, else temperature + nucleus sampling."""
-    greedy = logits.argmax(dim=-1)
-    sampling = temps > 0
-    if not bool(sampling.any()):
-        return greedy
-    scaled = logits / temps.clamp(min=1e-5).unsqueeze(1)
-    probs = torch.softmax(scaled, dim=-1)
-    if bool((top_ps < 1.0).any()):
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        cumulative = sorted_probs.cumsum(dim=-1)
-        drop = cumulative - sorted_probs > top_ps.unsqueeze(1)
-        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter(1, order, sorted_probs)
-    choice = greedy.clone()
-    shared = [b for b, g in enumerate(generators) if g is None and bool(sampling[b])]
-    if shared:
-        index = torch.tensor(shared, device=logits.device)
-        choice[index] = torch.multinomial(probs[index], 1).squeeze(1)
-    for b, g in enumerate(generators):
-        if g is not None and bool(sampling[b]):
-            choice[b] = torch.multinomial(probs[b], 1, generator=g).squeeze(0)
-    return choice
-
-
-def _output_cache(out: Any, cache: Any) -> Any:
-    # transformers 5 names it ``cache`` (``past_key_values`` is deprecated there); 4.x ``past_key_values``.
-    for name in ("cache", "past_key_values"):
-        if name in out and out[name] is not None:
-            return out[name]
-    return cache
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
@@ -601,7 +337,7 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
         if isinstance(value, int):
             ids.add(value)
         elif isinstance(value, (list, tuple)):
-            ids.update(int(v) for v in value)
+            ids.update(int(v) for v in cast("Sequence[Any]", value))
     if not ids:
         raise ValueError("the model has no eos token id; set generation_config.eos_token_id")
     return ids

@@ -82,7 +82,7 @@ class GRPOConfig:
     served_model_name: str = "local-model"
     device: str = "cpu"
     max_batch_size: int = 512
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict[str, Any])
 
 
 class LocalGRPO(Algorithm):
@@ -152,7 +152,7 @@ class LocalGRPO(Algorithm):
             )
         if cfg.torch_threads is not None:
             torch.set_num_threads(cfg.torch_threads)
-        torch.manual_seed(cfg.seed)
+        torch.manual_seed(cfg.seed)  # pyright: ignore[reportUnknownMemberType]  # torch leaves its parameter unannotated
         rng = random.Random(cfg.seed)
         store = self.get_store()
 
@@ -332,7 +332,7 @@ class LocalGRPO(Algorithm):
         validation: Callable[[], Awaitable[None]] | None = None,
     ) -> dict[str, Any]:
         from ..credit import group_turn_advantages
-        from .grpo_core import Turn, episode_samples, group_advantages, grpo_update
+        from .grpo_core import Sample, Turn, episode_samples, group_advantages, grpo_update
 
         cfg = self.config
         t0 = time.perf_counter()
@@ -361,7 +361,7 @@ class LocalGRPO(Algorithm):
         # its group rather than letting it skew the group's mean.
         usable = [i for i, (_, triplets) in enumerate(episodes) if triplets]
         rewards = [episodes[i][0] for i in usable]
-        samples = []
+        samples: list[Sample] = []
         advantages: list[Any]
         if self.credit.mode == "final":
             advantages = group_advantages(rewards, [groups[i] for i in usable])

@@ -10,6 +10,7 @@ it sets ``logprobs``. Weights are swapped in place with :meth:`ModelServer.updat
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import socket
@@ -25,6 +26,7 @@ from agl.types import LLM
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from .._json import is_dict, is_list
 from ._chat import parse_tool_calls, render_prompt, visible_prefix
 from .engine import GenerationEngine, GenerationResult, SamplingParams
 
@@ -39,9 +41,15 @@ def load_model(path: str | Path, *, device: str = "cpu", dtype: torch.dtype | No
     """Load a causal LM and its tokenizer from a local directory (or a hub id when the network allows)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
-    model: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype or torch.float32)
+    tokenizer = _from_pretrained(AutoTokenizer, str(path))
+    model = _from_pretrained(AutoModelForCausalLM, str(path), dtype=dtype or torch.float32)
     return model.to(device), tokenizer
+
+
+def _from_pretrained(auto_class: Any, path: str, **kwargs: Any) -> Any:
+    """``auto_class.from_pretrained(path, **kwargs)``, typed ``Any``: transformers' auto classes are only
+    partly annotated, and what they load depends on the checkpoint."""
+    return auto_class.from_pretrained(path, **kwargs)
 
 
 class _BadRequest(ValueError):
@@ -201,10 +209,10 @@ class ModelServer:
         return app
 
     def _sampling(self, body: dict[str, Any]) -> SamplingParams:
-        stop = body.get("stop") or []
+        stop: Any = body.get("stop") or []
         if isinstance(stop, str):
             stop = [stop]
-        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        if not is_list(stop) or not all(isinstance(s, str) for s in stop):
             raise _BadRequest("stop must be a string or a list of strings")
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         top_logprobs = body.get("top_logprobs") or 0
@@ -229,10 +237,10 @@ class ModelServer:
                 f"model {model!r} is not served here; this server serves {self.served_model_name!r}", 404
             )
         messages = body.get("messages")
-        if not isinstance(messages, list):
+        if not is_list(messages):
             raise _BadRequest("messages must be a list of chat messages")
         tools = body.get("tools")
-        if tools is not None and not isinstance(tools, list):
+        if tools is not None and not is_list(tools):
             raise _BadRequest("tools must be a list")
         if body.get("tool_choice") == "none":
             tools = None
@@ -248,14 +256,15 @@ class ModelServer:
         if body.get("stream"):
             if n != 1:
                 raise _BadRequest("streaming supports n=1 only")
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            stream_options: Any = body.get("stream_options") or {}
+            include_usage = bool(stream_options.get("include_usage"))
             stream = self._stream(completion_id, prompt_ids, params, want_ids, want_logprobs, include_usage)
             return StreamingResponse(stream, media_type="text/event-stream")
-        futures = []
+        futures: list[asyncio.Future[GenerationResult]] = []
         for i in range(n):
             choice_params = params
             if params.seed is not None and i:
-                choice_params = SamplingParams(**{**params.__dict__, "seed": params.seed + i})
+                choice_params = dataclasses.replace(params, seed=params.seed + i)
             futures.append(asyncio.wrap_future(self.engine.submit(prompt_ids, choice_params)))
         results: list[GenerationResult] = await asyncio.gather(*futures)
         choices = [self._choice(i, r, want_ids, want_logprobs) for i, r in enumerate(results)]
@@ -413,7 +422,7 @@ class ModelServer:
                     "completion_tokens": len(result.token_ids),
                     "total_tokens": len(prompt_ids) + len(result.token_ids),
                 }
-                payload = {
+                payload: dict[str, Any] = {
                     "id": completion_id,
                     "object": "chat.completion.chunk",
                     "created": created,
@@ -436,6 +445,6 @@ async def _read_json(request: Request) -> dict[str, Any]:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise _BadRequest(f"request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
+    if not is_dict(body):
         raise _BadRequest("request body must be a JSON object")
     return body

@@ -6,8 +6,9 @@ agent loop (``bridge``) and the trainer (``trainer``) import verl when first ask
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agl.types._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .bridge import AglAgentLoopOutput, AglBridgeAgentLoop
@@ -37,29 +38,26 @@ __all__ = [
     "write_tasks",
 ]
 
-_WHERE = {
-    "VERL": "interface",
-    "check_requirements": "interface",
-    "AglAgentLoopOutput": "bridge",
-    "AglBridgeAgentLoop": "bridge",
-    "AglPPOTrainerSync": "trainer",
-    "credit_advantages": "trainer",
-    "AglRuntime": "runtime",
-    "BackendPublisher": "runtime",
-    "get_runtime": "runtime",
-    "set_runtime": "runtime",
-    "ConversionStats": "convert",
-    "LoopSample": "convert",
-    "Turn": "convert",
-    "convert_rollout": "convert",
-    "turns_from_triplets": "convert",
-    "read_task": "dataset",
-    "write_tasks": "dataset",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agl.algorithms.verl' has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{module}", __name__), name)
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "VERL": ".interface",
+        "check_requirements": ".interface",
+        "AglAgentLoopOutput": ".bridge",
+        "AglBridgeAgentLoop": ".bridge",
+        "AglPPOTrainerSync": ".trainer",
+        "credit_advantages": ".trainer",
+        "AglRuntime": ".runtime",
+        "BackendPublisher": ".runtime",
+        "get_runtime": ".runtime",
+        "set_runtime": ".runtime",
+        "ConversionStats": ".convert",
+        "LoopSample": ".convert",
+        "Turn": ".convert",
+        "convert_rollout": ".convert",
+        "turns_from_triplets": ".convert",
+        "read_task": ".dataset",
+        "write_tasks": ".dataset",
+    },
+    globals(),
+)

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .._json import is_mapping
+
 __all__ = ["AGENT_LOOP_CONFIG", "AGL_DEFAULTS", "compose_config", "validate"]
 
 AGENT_LOOP_CONFIG = Path(__file__).resolve().parent / "agent_loops.yaml"
@@ -86,7 +88,7 @@ AGL_DEFAULTS: dict[str, Any] = {
 def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(base)
     for key, value in top.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+        if is_mapping(value) and isinstance(out.get(key), dict):
             out[key] = _merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from agl.types import Triplet
 
+from .._json import is_dict, is_list
 from ..credit import CreditAssignment
 
 __all__ = ["ConversionStats", "LoopSample", "TraceLevel", "Turn", "convert_rollout", "turns_from_triplets"]
@@ -84,15 +85,15 @@ def turns_from_triplets(triplets: Sequence[Triplet]) -> tuple[list[Turn], int]:
     turns: list[Turn] = []
     skipped = 0
     for t in triplets:
-        prompt = t.prompt if isinstance(t.prompt, dict) else {}
-        response = t.response if isinstance(t.response, dict) else {}
-        prompt_ids = [int(i) for i in prompt.get("token_ids") or []]
-        response_ids = [int(i) for i in response.get("token_ids") or []]
+        prompt: dict[str, Any] = t.prompt if is_dict(t.prompt) else {}
+        response: dict[str, Any] = t.response if is_dict(t.response) else {}
+        prompt_ids = [int(i) for i in prompt.get("token_ids") or ()]
+        response_ids = [int(i) for i in response.get("token_ids") or ()]
         if not prompt_ids or not response_ids:
             skipped += 1
             continue
         logprobs: Any = response.get("logprobs")
-        if not isinstance(logprobs, list) or len(logprobs) != len(response_ids):
+        if not is_list(logprobs) or len(logprobs) != len(response_ids):
             logprobs = None
         else:
             logprobs = [float(x) for x in logprobs]

@@ -12,11 +12,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .._json import is_dict
+
 __all__ = ["read_task", "write_tasks"]
 
 
 def _prompt_text(task: Any) -> str:
-    if isinstance(task, dict):
+    if is_dict(task):
         for key in ("prompt", "question", "input", "query"):
             if isinstance(task.get(key), str):
                 return task[key]
@@ -25,14 +27,13 @@ def _prompt_text(task: Any) -> str:
 
 def write_tasks(tasks: Sequence[Any], path: str | Path, mode: str, data_source: str = "agl") -> Path:
     """Write ``tasks`` (JSON-serialisable task inputs) to ``path`` as parquet; returns the path."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    pa, pq = _pyarrow()
 
     if mode not in ("train", "val", "test"):
         raise ValueError(f"mode must be train, val or test, got {mode!r}")
     if len(tasks) == 0:
         raise ValueError(f"no {mode} tasks to write")
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i, task in enumerate(tasks):
         try:
             encoded = json.dumps(task)
@@ -60,3 +61,11 @@ def read_task(row: dict[str, Any]) -> tuple[Any, str]:
     if "agl_task" not in row:
         raise KeyError("this row has no 'agl_task' column: VERL's data files are written by write_tasks()")
     return json.loads(row["agl_task"]), str(row.get("agl_mode", "train"))
+
+
+def _pyarrow() -> tuple[Any, Any]:
+    """``pyarrow`` and ``pyarrow.parquet``, typed ``Any``: pyarrow ships no type information."""
+    import pyarrow  # pyright: ignore[reportMissingTypeStubs]  # ships no type information
+    import pyarrow.parquet  # pyright: ignore[reportMissingTypeStubs]  # ships no type information
+
+    return pyarrow, pyarrow.parquet

@@ -54,9 +54,9 @@ def make_task_runner() -> Any:
 
     class AglTaskRunner(base):
         def run(self, config: Any) -> Any:
-            from . import bridge, trainer  # noqa: F401  (registration)
+            from . import bridge, trainer  # noqa: F401  # pyright: ignore[reportUnusedImport]  # imported to register the agent loop and the trainer with verl
 
-            return super().run(config)
+            return super().run(config)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]  # a Ray actor class of verl's, untyped
 
     return ray.remote(num_cpus=1)(AglTaskRunner)
 
@@ -76,7 +76,7 @@ class VERL(Algorithm):
     """
 
     def __init__(self, config: Mapping[str, Any] | Any | None = None) -> None:
-        self.config = config if config is not None else {}
+        self.config: Mapping[str, Any] | Any = config if config is not None else {}
         self.composed: Any = None
         self._server: Any = None
 
@@ -115,7 +115,7 @@ class VERL(Algorithm):
             raise RuntimeError(problem)
         if train_dataset is None or len(train_dataset) == 0:
             raise ValueError("VERL needs a non-empty train_dataset")
-        from verl.trainer.main_ppo import run_ppo
+        from verl.trainer.main_ppo import run_ppo  # pyright: ignore[reportUnknownVariableType]  # verl leaves its parameters unannotated
 
         from .dataset import write_tasks
 

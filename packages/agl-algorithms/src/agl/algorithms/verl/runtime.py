@@ -27,7 +27,7 @@ def vllm_model_list(addresses: list[str], model_name: str) -> list[dict[str, Any
     """One LiteLLM deployment per vLLM replica (``host:port`` or a URL), all under ``model_name``."""
     if not addresses:
         raise ValueError("verl reported no vLLM server addresses: is the rollout engine up?")
-    out = []
+    out: list[dict[str, Any]] = []
     for address in addresses:
         base = address if address.startswith(("http://", "https://")) else f"http://{address}"
         base = base.rstrip("/")
@@ -57,10 +57,10 @@ class BackendPublisher:
     proxy: Any = None
     proxy_host: str = "127.0.0.1"
     proxy_port: int | None = None
-    sampling: dict[str, Any] = field(default_factory=dict)
-    val_sampling: dict[str, Any] = field(default_factory=dict)
+    sampling: dict[str, Any] = field(default_factory=dict[str, Any])
+    val_sampling: dict[str, Any] = field(default_factory=dict[str, Any])
     model_name: str | None = None
-    published: list[str] = field(default_factory=list)
+    published: list[str] = field(default_factory=list[str])
 
     async def set_backends(self, addresses: list[str], model_name: str) -> None:
         """Replace the proxy's backends with the replicas and (re)start it."""
@@ -142,7 +142,7 @@ def get_runtime(agl_config: Any = None) -> AglRuntime:
         from agl.store import LightningStoreClient
 
         store = LightningStoreClient(str(url))
-        proxy_cfg = agl_config.get("proxy") or {}
+        proxy_cfg: Any = agl_config.get("proxy") or {}
         publisher = BackendPublisher(
             store, proxy_host=str(proxy_cfg.get("host") or "127.0.0.1"), proxy_port=proxy_cfg.get("port")
         )

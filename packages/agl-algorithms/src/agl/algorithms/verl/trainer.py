@@ -20,6 +20,7 @@ import torch
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+from .._json import is_dict
 from .bridge import TOKEN_RETURNS_KEY
 from .runtime import get_runtime, run_sync
 
@@ -31,8 +32,10 @@ logger = logging.getLogger(__name__)
 def session_keys_to_groups(batch_keys: Sequence[str]) -> tuple[list[str], list[str], list[bool]]:
     """For verl's TQ keys ``{uid}_{session}_{index}``: each row's group (uid), session, and whether it is
     its session's final output."""
-    uids, sessions, last_index = [], [], {}
-    indices = []
+    uids: list[str] = []
+    sessions: list[str] = []
+    last_index: dict[str, int] = {}
+    indices: list[int] = []
     for key in batch_keys:
         uid, session, index = key.rsplit("_", 2)
         uids.append(uid)
@@ -80,12 +83,12 @@ def conversion_metrics(extra_fields: Sequence[Any]) -> dict[str, float]:
     summed conversion counters of the rollouts (dropped prompts, prefix mismatches, triplets without ids)."""
     metrics: dict[str, float] = {"agl/samples": 0, "agl/truncated_responses": 0}
     for fields in extra_fields:
-        if not isinstance(fields, dict):
+        if not is_dict(fields):
             continue
         metrics["agl/samples"] += 1
         metrics["agl/truncated_responses"] += int(fields.get("agl_truncated", 0))
         stats = fields.get("agl_rollout_stats")
-        if isinstance(stats, dict):
+        if is_dict(stats):
             for key in ("rollouts", "triplets", "triplets_without_tokens", "dropped_prompt_too_long"):
                 metrics[f"agl/{key}"] = metrics.get(f"agl/{key}", 0) + int(stats.get(key, 0))
             metrics["agl/prefix_mismatches"] = metrics.get("agl/prefix_mismatches", 0) + int(
@@ -126,7 +129,8 @@ class AglPPOTrainerSync(PPOTrainerSync):
     def served_model_name(self) -> str:
         """The name vLLM serves the model under in verl 0.9: the model's local path (or the prometheus override)."""
         rollout = self.config.actor_rollout_ref.rollout
-        name = (rollout.get("prometheus") or {}).get("served_model_name")
+        prometheus: Any = rollout.get("prometheus") or {}
+        name = prometheus.get("served_model_name")
         if name:
             return str(name)
         model = self.config.actor_rollout_ref.model
@@ -155,7 +159,8 @@ class AglPPOTrainerSync(PPOTrainerSync):
 
         import httpx
 
-        out = {"step": int(getattr(self, "global_steps", 0)), "replicas": []}
+        replicas: list[Any] = []
+        out = {"step": int(getattr(self, "global_steps", 0)), "replicas": replicas}
         for address in self.llm_server_manager.get_addresses():
             base = address if address.startswith("http") else f"http://{address}"
             body = {
@@ -167,19 +172,18 @@ class AglPPOTrainerSync(PPOTrainerSync):
             }
             try:
                 answer = httpx.post(f"{base.rstrip('/')}/v1/completions", json=body, timeout=60).json()
-                out["replicas"].append(answer["choices"][0]["logprobs"]["top_logprobs"][0])
+                replicas.append(answer["choices"][0]["logprobs"]["top_logprobs"][0])
             except Exception as exc:  # a diagnostic must not stop training
-                out["replicas"].append({"error": repr(exc)})
+                replicas.append({"error": repr(exc)})
         with open(path, "a") as f:
             f.write(json.dumps(out) + "\n")
 
     def _compute_metrics(
         self, batch: Any, metrics: Any, timing_raw: Any, global_steps: Any, epoch: Any
     ) -> Any:
-        result = super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        result = super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)  # pyright: ignore[reportUnknownMemberType]  # verl leaves its parameters unannotated
         try:
-            import transfer_queue as tq
-
+            tq = _transfer_queue()
             data = tq.kv_batch_get(
                 keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"]
             )
@@ -196,12 +200,12 @@ class AglPPOTrainerSync(PPOTrainerSync):
         super().on_validate_end()
         run_sync(self._agl_publisher().publish(validation=False))
 
-    def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
+    def _compute_advantage(self, batch: Any, metrics: dict[str, Any]) -> Any:
         mode = str(self._agl().get("credit", {}).get("mode", "final"))
         if mode == "final":
-            return super()._compute_advantage(batch, metrics)
-        import transfer_queue as tq
-        from tensordict import TensorDict
+            return super()._compute_advantage(batch, metrics)  # pyright: ignore[reportUnknownMemberType]  # verl leaves metrics' type open
+        tq = _transfer_queue()
+        tensor_dict = _tensordict_class()
         from verl.workers.utils.padding import response_to_nested
 
         if str(self.config.algorithm.adv_estimator) not in ("grpo", "AdvantageEstimator.GRPO"):
@@ -211,7 +215,7 @@ class AglPPOTrainerSync(PPOTrainerSync):
                 f"agentlightning.credit.mode={mode!r} does not support algorithm.use_kl_in_reward"
             )
         fields = ["response_mask", "rm_scores", TOKEN_RETURNS_KEY]
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        data: Any = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
         nested_mask = data["response_mask"]
         mask = data["response_mask"].to_padded_tensor(0)
         returns = data[TOKEN_RETURNS_KEY].to_padded_tensor(0.0)
@@ -223,7 +227,7 @@ class AglPPOTrainerSync(PPOTrainerSync):
             mask,
             norm_by_std=bool(self.config.algorithm.get("norm_adv_by_std_in_grpo", True)),
         )
-        output = TensorDict(
+        output = tensor_dict(
             {
                 "advantages": response_to_nested(advantages, nested_mask),
                 "returns": response_to_nested(advantages, nested_mask),
@@ -234,3 +238,17 @@ class AglPPOTrainerSync(PPOTrainerSync):
             advantages.abs().sum() / mask.sum().clamp(min=1)
         )
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
+
+
+def _transfer_queue() -> Any:
+    """The ``transfer_queue`` module (verl's data plane), typed ``Any``: it ships no type information."""
+    import transfer_queue  # pyright: ignore[reportMissingTypeStubs]  # ships no type information
+
+    return transfer_queue
+
+
+def _tensordict_class() -> Any:
+    """``tensordict.TensorDict``, typed ``Any``: tensordict ships no type information."""
+    from tensordict import TensorDict  # pyright: ignore[reportMissingTypeStubs]  # ships no type information
+
+    return TensorDict
