@@ -15,8 +15,8 @@ from urllib.parse import unquote
 
 from ._assemble import ResponseAssembler, SSEParser
 from ._checks import check_litellm_kwargs, check_request
-from ._record import CallRecord, parse_traceparent
-from ._recorder import SpanRecorder
+from ._call_record import CallRecord, parse_traceparent
+from ._span_recorder import SpanRecorder
 from ._router import DIRECT_PROVIDERS, Deployment, ModelRouter
 
 __all__ = ["ProxyApp", "ProxySettings"]

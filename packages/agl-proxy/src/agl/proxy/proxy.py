@@ -15,7 +15,7 @@ from agl.types import LLM, ProxyLLM
 from agl.types.env import PROXY_TOKEN
 
 from ._app import ProxyApp, ProxySettings
-from ._recorder import SpanRecorder
+from ._span_recorder import SpanRecorder
 from ._router import ModelRouter, validate_model_list
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ Everything here is a pydantic model (or a plain type) with no dependency beyond 
 """
 
 from ._unset import UNSET, Unset, is_set
-from .core import (
+from .rollouts import (
     ATTEMPT_STATUSES,
     FINISHED_STATUSES,
     LIVE_ATTEMPT_STATUSES,

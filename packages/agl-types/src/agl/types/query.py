@@ -30,7 +30,7 @@ from typing import (
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from typing_extensions import Self, TypedDict
 
-from .core import Attempt, Rollout, RolloutMode, RolloutStatus, Worker, WorkerStatus
+from .rollouts import Attempt, Rollout, RolloutMode, RolloutStatus, Worker, WorkerStatus
 from .errors import InvalidRequestError
 from .resources import ResourcesUpdate
 from .spans import Span

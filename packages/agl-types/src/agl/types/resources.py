@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 from .extras import requires_extra
 
 if TYPE_CHECKING:
-    from .core import AttemptedRollout
+    from .rollouts import AttemptedRollout
 
 __all__ = ["LLM", "NamedResources", "PromptTemplate", "ProxyLLM", "ResourceUnion", "ResourcesUpdate"]
 
