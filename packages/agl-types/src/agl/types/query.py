@@ -30,10 +30,12 @@ from typing import (
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from typing_extensions import Self, TypedDict
 
-from .rollouts import Attempt, Rollout, RolloutMode, RolloutStatus, Worker, WorkerStatus
 from .errors import InvalidRequestError
 from .resources import ResourcesUpdate
+from .rollouts import Attempt, Rollout, RolloutMode
 from .spans import Span
+from .statuses import RolloutStatus, WorkerStatus
+from .workers import Worker
 
 __all__ = [
     "MAX_PAGE",

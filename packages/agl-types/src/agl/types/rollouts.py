@@ -1,72 +1,29 @@
-"""Rollouts, attempts, their statuses and retry policy, workers and triplets."""
+"""Rollouts and their attempts: the unit of work, its retry policy, and the updates the store accepts."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, TypedDict, TypeVar, get_args
+from typing import Any, Literal, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
+
+from .statuses import AttemptStatus, RolloutStatus
 
 __all__ = [
-    "FINISHED_STATUSES",
-    "LIVE_ATTEMPT_STATUSES",
-    "QUEUED_STATUSES",
-    "RUNNING_STATUSES",
     "Attempt",
-    "AttemptStatus",
     "AttemptUpdate",
     "AttemptedRollout",
-    "Dataset",
     "EnqueueRolloutRequest",
     "Rollout",
     "RolloutConfig",
     "RolloutMode",
-    "RolloutStatus",
     "RolloutUpdate",
-    "StatusCounts",
     "TaskInput",
-    "Triplet",
-    "Worker",
-    "WorkerStatus",
-    "is_finished",
-    "is_queued",
-    "is_running",
 ]
 
-T_co = TypeVar("T_co", covariant=True)
-
-RolloutStatus = Literal["queuing", "preparing", "running", "failed", "succeeded", "cancelled", "requeuing"]
-"""Outside view of a rollout. ``queuing`` is the initial status of an enqueued rollout."""
-
-AttemptStatus = Literal["preparing", "running", "failed", "succeeded", "unresponsive", "timeout"]
-"""Status of one execution try. ``unresponsive``: heartbeats stopped; ``timeout``: ran too long."""
-
 RolloutMode = Literal["train", "val", "test"]
-WorkerStatus = Literal["idle", "busy", "unknown"]
+"""Which split a rollout's input comes from."""
 TaskInput = Any
-
-QUEUED_STATUSES: frozenset[RolloutStatus] = frozenset({"queuing", "requeuing"})
-RUNNING_STATUSES: frozenset[RolloutStatus] = frozenset({"preparing", "running"})
-FINISHED_STATUSES: frozenset[RolloutStatus] = frozenset({"failed", "succeeded", "cancelled"})
-LIVE_ATTEMPT_STATUSES: frozenset[AttemptStatus] = frozenset({"preparing", "running", "unresponsive"})
-"""Attempt statuses from which a span may still bring the attempt (back) to ``running``."""
-
-ROLLOUT_STATUSES: tuple[RolloutStatus, ...] = get_args(RolloutStatus)
-ATTEMPT_STATUSES: tuple[AttemptStatus, ...] = get_args(AttemptStatus)
-
-
-def is_queued(status: RolloutStatus) -> bool:
-    """Waiting in the queue for a runner (``queuing`` or ``requeuing``)."""
-    return status in QUEUED_STATUSES
-
-
-def is_running(status: RolloutStatus) -> bool:
-    """Claimed by a runner (``preparing`` or ``running``)."""
-    return status in RUNNING_STATUSES
-
-
-def is_finished(status: RolloutStatus) -> bool:
-    """Terminal: ``failed``, ``succeeded`` or ``cancelled``."""
-    return status in FINISHED_STATUSES
+"""The input an agent runs on (whatever the dataset holds)."""
 
 
 class RolloutConfig(BaseModel):
@@ -153,54 +110,3 @@ class AttemptUpdate(TypedDict, total=False):
     worker_id: str
     last_heartbeat_time: float
     metadata: dict[str, Any]
-
-
-class StatusCounts:
-    """Mixin of rollout tallies: ``succeeded`` and ``failed`` read from the class's ``by_status`` counts."""
-
-    by_status: dict[str, int]
-
-    @property
-    def succeeded(self) -> int:
-        return self.by_status.get("succeeded", 0)
-
-    @property
-    def failed(self) -> int:
-        return self.by_status.get("failed", 0)
-
-
-class Worker(BaseModel):
-    """What the store knows about a runner."""
-
-    worker_id: str
-    status: WorkerStatus = "unknown"
-    heartbeat_stats: dict[str, Any] | None = None
-    last_heartbeat_time: float | None = None
-    last_dequeue_time: float | None = None
-    last_busy_time: float | None = None
-    last_idle_time: float | None = None
-    current_rollout_id: str | None = None
-    current_attempt_id: str | None = None
-
-
-class Triplet(BaseModel):
-    """One RL transition: a prompt, the model's response and its reward.
-
-    By convention ``prompt`` and ``response`` are dicts with at least ``token_ids``; the response
-    may carry ``logprobs``. ``metadata`` holds what is needed to group by rollout and turn.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    prompt: Any
-    response: Any
-    reward: float | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
-
-
-class Dataset(Protocol[T_co]):
-    """Anything indexable with a length; plain lists qualify."""
-
-    def __getitem__(self, index: int, /) -> T_co: ...
-
-    def __len__(self) -> int: ...
