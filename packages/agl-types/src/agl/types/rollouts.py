@@ -35,7 +35,7 @@ class RolloutConfig(BaseModel):
     """An attempt without a heartbeat for longer than this becomes ``unresponsive``. ``None``: never."""
     max_attempts: int = Field(default=1, ge=1)
     """Attempts allowed in total, counting the first one."""
-    retry_condition: list[AttemptStatus] = Field(default_factory=list)
+    retry_condition: list[AttemptStatus] = Field(default_factory=list[AttemptStatus])
     """Attempt statuses that allow a retry (e.g. ``["failed", "timeout"]``)."""
 
 
