@@ -8,6 +8,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any, cast
 
+from .._narrow import as_int_list, as_list
+
 __all__ = ["MAX_JSON_DEPTH", "AttributeReader", "parse_json_text"]
 
 logger = logging.getLogger(__name__)
@@ -59,31 +61,6 @@ def text(content: Any) -> str:
 def is_number(value: Any) -> bool:
     """An ``int`` or ``float`` (not a ``bool``)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def as_list(value: Any) -> list[Any] | None:
-    """``value`` as a list when it is a list or tuple, else ``None``."""
-    if isinstance(value, (list, tuple)):
-        return list(cast("list[Any] | tuple[Any, ...]", value))
-    return None
-
-
-def as_dict(value: Any) -> dict[str, Any] | None:
-    """``value`` itself when it is a dict (a decoded JSON object), else ``None``."""
-    return cast("dict[str, Any]", value) if isinstance(value, dict) else None
-
-
-def as_mapping(value: Any) -> Mapping[str, Any] | None:
-    """``value`` when it is a mapping (a decoded JSON object), else ``None``."""
-    return cast("Mapping[str, Any]", value) if isinstance(value, Mapping) else None
-
-
-def int_list(value: Any) -> list[int] | None:
-    """``value`` as a list of integers (bools excluded), or ``None`` when it is not one."""
-    items = as_list(value)
-    if items is not None and all(isinstance(v, int) and not isinstance(v, bool) for v in items):
-        return cast("list[int]", items)
-    return None
 
 
 def str_or_none(value: Any) -> str | None:
@@ -155,7 +132,7 @@ class AttributeReader:
             value = self.json(key, list, "a JSON list of integers")
             if value is None:
                 return None
-        ids = int_list(value)
+        ids = as_int_list(value)
         if ids is None:
             self.problem(key, "must be a list of integers")
         return ids

@@ -8,13 +8,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._narrow import as_dict, as_int_list, as_list, as_mapping
 from ._attribute_reader import (
     AttributeReader,
-    as_dict,
-    as_list,
-    as_mapping,
     indexed,
-    int_list,
     is_number,
     parse_json_text,
     text,
@@ -199,7 +196,7 @@ def read_genai(r: AttributeReader) -> LLMCall:
                 index=index,
                 message=_message(fields),
                 finish_reason=finish if isinstance(finish, str) else None,
-                token_ids=int_list(fields.get("token_ids")),
+                token_ids=as_int_list(fields.get("token_ids")),
             )
         )
     content = r.json_list(I.LOGPROBS_CONTENT.value, "a JSON list of logprob entries")

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._narrow import as_dict, as_int_list, as_list, as_mapping
 from ._attribute_reader import (
     AttributeReader,
-    as_dict,
-    as_list,
-    as_mapping,
     dumps,
     floats,
-    int_list,
     is_number,
     str_or_none,
 )
@@ -168,7 +165,7 @@ def read_proxy(r: AttributeReader) -> LLMCall:
                     index=index if isinstance(index, int) else i,
                     message=message if message is not None else {},
                     finish_reason=str_or_none(detail.get("finish_reason")),
-                    token_ids=int_list(detail.get("token_ids")),
+                    token_ids=as_int_list(detail.get("token_ids")),
                     logprobs=floats(detail.get("logprobs")),
                 )
             )
