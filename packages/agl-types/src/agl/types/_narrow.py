@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
-__all__ = ["as_dict", "as_int_list", "as_list", "as_mapping"]
+__all__ = ["as_dict", "as_int_list", "as_list", "as_mapping", "list_of_any"]
 
 
 def as_list(value: Any) -> list[Any] | None:
@@ -35,3 +35,8 @@ def as_int_list(value: Any) -> list[int] | None:
     if items is not None and all(isinstance(v, int) and not isinstance(v, bool) for v in items):
         return cast("list[int]", items)
     return None
+
+
+def list_of_any(value: Any) -> list[Any] | None:
+    """``value`` itself when it is a list (a decoded JSON array), else ``None`` (a tuple too)."""
+    return cast("list[Any]", value) if isinstance(value, list) else None
