@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from .._narrow import as_dict, as_int_list, as_list, as_mapping
 from ._attribute_reader import (
@@ -16,11 +16,13 @@ from ._attribute_reader import (
     parse_json_text,
     text,
 )
-from ._llm_call import CHAT, COMPLETIONS, LLMCall, LLMChoice, LLMUsage
+from ._llm_record import CHAT, COMPLETIONS, LLMCallFields, LLMChoice, LLMUsage
 from ._names import GenAIAttributes as G
 from ._names import InstrumentedLLMAttributes as I
 
 __all__ = ["genai_request", "genai_response", "read_genai"]
+
+CallT = TypeVar("CallT", bound=LLMCallFields)
 
 
 def _set_str(attrs: dict[str, Any], key: str, value: Any) -> None:
@@ -49,7 +51,7 @@ def _tool_calls(prefix: str, tool_calls: Sequence[Any]) -> dict[str, Any]:
     return attrs
 
 
-def genai_request(call: LLMCall) -> dict[str, Any]:
+def genai_request(call: LLMCallFields) -> dict[str, Any]:
     """The attributes of ``call`` known when the request is sent."""
     attrs: dict[str, Any] = {}
     if call.system:
@@ -94,7 +96,7 @@ def genai_request(call: LLMCall) -> dict[str, Any]:
     return attrs
 
 
-def genai_response(call: LLMCall) -> dict[str, Any]:
+def genai_response(call: LLMCallFields) -> dict[str, Any]:
     """The attributes of ``call`` known once it ended: the response and its token counts."""
     attrs: dict[str, Any] = {}
     if call.error_type:
@@ -156,10 +158,10 @@ def _message(fields: Mapping[str, Any]) -> dict[str, Any]:
     return message
 
 
-def read_genai(r: AttributeReader) -> LLMCall:
-    """The call recorded in the ``GEN_AI`` layout."""
+def read_genai(r: AttributeReader, record: type[CallT]) -> CallT:
+    """The call recorded in the ``GEN_AI`` layout, as a ``record`` (:class:`~agl.types.semconv.LLMCall`)."""
     operation = r.attributes.get(G.OPERATION_NAME.value)
-    call = LLMCall(
+    call = record(
         endpoint=COMPLETIONS if operation == "text_completion" else CHAT,
         system=r.text(G.SYSTEM.value),
         model=r.text(G.REQUEST_MODEL.value),

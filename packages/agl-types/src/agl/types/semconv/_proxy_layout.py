@@ -3,7 +3,7 @@ payloads in OpenAI's wire format, token id lists) plus the GenAI scalars."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from .._narrow import as_dict, as_int_list, as_list, as_mapping
 from ._attribute_reader import (
@@ -13,11 +13,13 @@ from ._attribute_reader import (
     is_number,
     str_or_none,
 )
-from ._llm_call import CHAT, COMPLETIONS, LLMCall, LLMChoice, LLMUsage
+from ._llm_record import CHAT, COMPLETIONS, LLMCallFields, LLMChoice, LLMUsage
 from ._names import GenAIAttributes as G
 from ._names import LLMCallAttributes as L
 
 __all__ = ["proxy_request", "proxy_response", "read_proxy"]
+
+CallT = TypeVar("CallT", bound=LLMCallFields)
 
 # Request parameters the proxy also writes as GenAI scalars (both max-token names go to the one attribute).
 _PROXY_PARAM_ATTRS = {
@@ -32,7 +34,7 @@ _PROXY_PARAM_ATTRS = {
 }
 
 
-def proxy_request(call: LLMCall) -> dict[str, Any]:
+def proxy_request(call: LLMCallFields) -> dict[str, Any]:
     """The attributes of ``call`` known when the request is sent."""
     attrs: dict[str, Any] = {
         G.OPERATION_NAME.value: call.operation_name,
@@ -72,7 +74,7 @@ def proxy_request(call: LLMCall) -> dict[str, Any]:
     return attrs
 
 
-def proxy_response(call: LLMCall) -> dict[str, Any]:
+def proxy_response(call: LLMCallFields) -> dict[str, Any]:
     """The attributes of ``call`` known once it ended: the response, its outcome and its timing."""
     attrs: dict[str, Any] = {}
     if call.http_status is not None:
@@ -122,12 +124,12 @@ def proxy_response(call: LLMCall) -> dict[str, Any]:
     return attrs
 
 
-def read_proxy(r: AttributeReader) -> LLMCall:
-    """The call recorded in the ``PROXY`` layout."""
+def read_proxy(r: AttributeReader, record: type[CallT]) -> CallT:
+    """The call recorded in the ``PROXY`` layout, as a ``record`` (:class:`~agl.types.semconv.LLMCall`)."""
     endpoint = r.text(L.ENDPOINT.value)
     if endpoint is None:
         endpoint = COMPLETIONS if r.attributes.get(G.OPERATION_NAME.value) == "text_completion" else CHAT
-    call = LLMCall(
+    call = record(
         endpoint=endpoint,
         system=r.text(G.SYSTEM.value),
         model=r.text(G.REQUEST_MODEL.value),
