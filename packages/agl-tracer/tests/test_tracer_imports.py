@@ -48,3 +48,16 @@ def test_openai_is_patched_when_the_application_imports_it() -> None:
         """
     )
     assert result == {"before": False, "patched_before": False, "after": True}
+
+
+def test_every_public_name_is_listed_by_dir_and_resolves() -> None:
+    result = run_python(
+        """
+        import json, agl.tracer
+        listed = sorted(set(agl.tracer.__all__) - set(dir(agl.tracer)))
+        missing = [n for n in agl.tracer.__all__ if getattr(agl.tracer, n, None) is None]
+        cached = "OtelTracer" in vars(agl.tracer)
+        print(json.dumps({"unlisted": listed, "missing": missing, "cached": cached}))
+        """
+    )
+    assert result == {"unlisted": [], "missing": [], "cached": True}

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
+from agl.types._narrow import as_dict
+
 from ._assemble import ResponseAssembler, SSEParser
+from ._call_record import CallRecord, parse_traceparent
 from ._checks import check_litellm_kwargs, check_request
-from ._record import CallRecord, parse_traceparent
-from ._recorder import SpanRecorder
 from ._router import DIRECT_PROVIDERS, Deployment, ModelRouter
+from ._span_recorder import SpanRecorder
 
 __all__ = ["ProxyApp", "ProxySettings"]
 
@@ -425,7 +427,8 @@ def _parse_request(body: bytes, endpoint: str) -> dict[str, Any]:
         raise _HTTPError(400, f"request body is not valid JSON: {exc}") from None
     except RecursionError:
         raise _HTTPError(400, "request body is nested too deeply to be a completion request") from None
-    if not isinstance(request, dict):
+    request = as_dict(request)
+    if request is None:
         raise _HTTPError(400, "request body must be a JSON object")
     # Every client mistake is answered here, before the Router: a failure there would count against
     # the (healthy) backend and could put it in cooldown for every other client.
@@ -473,8 +476,9 @@ def _record_whole(call: CallRecord, endpoint: str, data: bytes, status: int) -> 
         call.error_type, call.error_message = "invalid_response", "backend answered with non-JSON"
         return
     assembler = ResponseAssembler(endpoint)
-    if isinstance(payload, dict):
-        assembler.add_response(payload)
+    response = as_dict(payload)
+    if response is not None:
+        assembler.add_response(response)
     call.assembler = assembler
 
 

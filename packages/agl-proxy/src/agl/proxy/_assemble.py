@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from agl.types._narrow import as_dict, list_of_any
+
 __all__ = ["ChoiceState", "ResponseAssembler", "SSEParser"]
 
 
@@ -15,46 +17,46 @@ class ChoiceState:
 
     index: int
     role: str = "assistant"
-    content: list[str] = field(default_factory=list)
-    text: list[str] = field(default_factory=list)
-    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    content: list[str] = field(default_factory=list[str])
+    text: list[str] = field(default_factory=list[str])
+    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict[int, dict[str, Any]])
     finish_reason: str | None = None
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     logprob_tokens: list[str] | None = None
 
     def add_token_ids(self, ids: Any) -> None:
-        if isinstance(ids, list):
+        items = list_of_any(ids)
+        if items is not None:
             if self.token_ids is None:
                 self.token_ids = []
-            self.token_ids.extend(int(i) for i in ids)
+            self.token_ids.extend(int(i) for i in items)
 
     def add_chat_logprobs(self, logprobs: Any) -> None:
-        if not isinstance(logprobs, dict):
-            return
-        content = logprobs.get("content")
-        if not isinstance(content, list):
+        found = as_dict(logprobs)
+        content = list_of_any(found.get("content")) if found is not None else None
+        if content is None:
             return
         if self.logprobs is None:
             self.logprobs, self.logprob_tokens = [], []
-        for entry in content:
-            if isinstance(entry, dict) and "logprob" in entry:
+        for item in content:
+            entry = as_dict(item)
+            if entry is not None and "logprob" in entry:
                 self.logprobs.append(float(entry["logprob"]))
                 assert self.logprob_tokens is not None
                 self.logprob_tokens.append(str(entry.get("token", "")))
 
     def add_completion_logprobs(self, logprobs: Any) -> None:
-        if not isinstance(logprobs, dict):
-            return
-        values = logprobs.get("token_logprobs")
-        if not isinstance(values, list):
+        found = as_dict(logprobs)
+        values = list_of_any(found.get("token_logprobs")) if found is not None else None
+        if found is None or values is None:
             return
         if self.logprobs is None:
             self.logprobs, self.logprob_tokens = [], []
         assert self.logprob_tokens is not None
         self.logprobs.extend(float(v) if v is not None else 0.0 for v in values)
-        tokens = logprobs.get("tokens")
-        if isinstance(tokens, list):
+        tokens = list_of_any(found.get("tokens"))
+        if tokens is not None:
             self.logprob_tokens.extend(str(t) for t in tokens)
 
     def message(self) -> dict[str, Any]:
@@ -95,34 +97,34 @@ class ResponseAssembler:
             self.id = payload["id"]
         if self.model is None and isinstance(payload.get("model"), str):
             self.model = payload["model"]
-        prompt_ids = payload.get("prompt_token_ids")
-        if isinstance(prompt_ids, list) and self.prompt_token_ids is None:
+        prompt_ids = list_of_any(payload.get("prompt_token_ids"))
+        if prompt_ids is not None and self.prompt_token_ids is None:
             self.prompt_token_ids = [int(i) for i in prompt_ids]
-        usage = payload.get("usage")
-        if isinstance(usage, dict):
+        usage = as_dict(payload.get("usage"))
+        if usage is not None:
             self.usage = usage
 
     def add_response(self, payload: dict[str, Any]) -> None:
         """A whole (non-streamed) response."""
         self._common(payload)
-        for raw in payload.get("choices") or []:
-            if not isinstance(raw, dict):
+        for item in payload.get("choices") or ():
+            raw = as_dict(item)
+            if raw is None:
                 continue
             state = self._choice(int(raw.get("index", 0)))
             state.finish_reason = raw.get("finish_reason")
             state.add_token_ids(raw.get("token_ids") or _provider_token_ids(raw))
-            if self.prompt_token_ids is None and isinstance(raw.get("prompt_token_ids"), list):
-                self.prompt_token_ids = [int(i) for i in raw["prompt_token_ids"]]
+            self._choice_prompt_ids(raw)
             if self.endpoint == "completions":
                 state.text.append(str(raw.get("text") or ""))
                 state.add_completion_logprobs(raw.get("logprobs"))
                 continue
-            message = raw.get("message") or {}
+            message: Any = raw.get("message") or {}  # JSON from the backend
             state.role = message.get("role") or "assistant"
             if message.get("content") is not None:
                 state.content.append(_text(message["content"]))
-            for i, call in enumerate(message.get("tool_calls") or []):
-                fn = call.get("function") or {}
+            for i, call in enumerate(message.get("tool_calls") or ()):
+                fn: Any = call.get("function") or {}
                 state.tool_calls[i] = {
                     "id": call.get("id"),
                     "type": call.get("type"),
@@ -135,46 +137,52 @@ class ResponseAssembler:
         """One streamed chunk."""
         self.chunks += 1
         self._common(payload)
-        for raw in payload.get("choices") or []:
-            if not isinstance(raw, dict):
+        for item in payload.get("choices") or ():
+            raw = as_dict(item)
+            if raw is None:
                 continue
             state = self._choice(int(raw.get("index", 0)))
             if raw.get("finish_reason"):
                 state.finish_reason = raw["finish_reason"]
             state.add_token_ids(raw.get("token_ids"))
-            if self.prompt_token_ids is None and isinstance(raw.get("prompt_token_ids"), list):
-                self.prompt_token_ids = [int(i) for i in raw["prompt_token_ids"]]
+            self._choice_prompt_ids(raw)
             if self.endpoint == "completions":
                 if raw.get("text"):
                     state.text.append(str(raw["text"]))
                 state.add_completion_logprobs(raw.get("logprobs"))
                 continue
-            delta = raw.get("delta") or {}
+            delta: Any = raw.get("delta") or {}
             if delta.get("role"):
                 state.role = delta["role"]
             if delta.get("content"):
                 state.content.append(_text(delta["content"]))
-            for call in delta.get("tool_calls") or []:
+            for call in delta.get("tool_calls") or ():
                 index = int(call.get("index", 0))
                 slot = state.tool_calls.setdefault(index, {"arguments": []})
                 if call.get("id"):
                     slot["id"] = call["id"]
                 if call.get("type"):
                     slot["type"] = call["type"]
-                fn = call.get("function") or {}
+                fn: Any = call.get("function") or {}
                 if fn.get("name"):
                     slot["name"] = fn["name"]
                 if fn.get("arguments"):
                     slot["arguments"].append(fn["arguments"])
             state.add_chat_logprobs(raw.get("logprobs"))
 
+    def _choice_prompt_ids(self, choice: dict[str, Any]) -> None:
+        # some servers put the prompt's token ids on the choice rather than the response
+        prompt_ids = list_of_any(choice.get("prompt_token_ids"))
+        if self.prompt_token_ids is None and prompt_ids is not None:
+            self.prompt_token_ids = [int(i) for i in prompt_ids]
+
     def ordered_choices(self) -> list[ChoiceState]:
         return [self.choices[i] for i in sorted(self.choices)]
 
 
 def _provider_token_ids(choice: dict[str, Any]) -> Any:
-    fields = choice.get("provider_specific_fields")
-    return fields.get("token_ids") if isinstance(fields, dict) else None
+    fields = as_dict(choice.get("provider_specific_fields"))
+    return fields.get("token_ids") if fields is not None else None
 
 
 def _text(content: Any) -> str:
@@ -213,6 +221,7 @@ class SSEParser:
                     payload = json.loads(body)
                 except ValueError:
                     continue
-                if isinstance(payload, dict):
-                    out.append(payload)
+                event_payload = as_dict(payload)
+                if event_payload is not None:
+                    out.append(event_payload)
         return out

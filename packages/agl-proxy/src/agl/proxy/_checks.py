@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from agl.types._narrow import as_dict, list_of_any
+
 __all__ = ["check_litellm_kwargs", "check_request"]
 
 
@@ -23,15 +25,25 @@ def _is_number(v: Any) -> bool:
 
 
 def _is_str_list(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+    items = list_of_any(v)
+    return items is not None and all(isinstance(x, str) for x in items)
+
+
+def _is_int_list(v: Any) -> bool:
+    items = list_of_any(v)
+    return items is not None and all(_is_int(x) for x in items)
 
 
 def _is_prompt(v: Any) -> bool:
-    if isinstance(v, str) or _is_str_list(v):
+    if isinstance(v, str) or _is_str_list(v) or _is_int_list(v):
         return True
-    if isinstance(v, list) and all(_is_int(x) for x in v):
-        return True
-    return isinstance(v, list) and all(isinstance(x, list) and all(_is_int(t) for t in x) for x in v)
+    items = list_of_any(v)
+    return items is not None and all(_is_int_list(x) for x in items)
+
+
+def _is_object_list(v: Any) -> bool:
+    items = list_of_any(v)
+    return items is not None and all(isinstance(x, dict) for x in items)
 
 
 _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
@@ -47,7 +59,7 @@ _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "presence_penalty": (_is_number, "a number"),
     "frequency_penalty": (_is_number, "a number"),
     "stop": (lambda v: isinstance(v, str) or _is_str_list(v), "a string or a list of strings"),
-    "tools": (lambda v: isinstance(v, list) and all(isinstance(t, dict) for t in v), "a list of objects"),
+    "tools": (_is_object_list, "a list of objects"),
     "tool_choice": (lambda v: isinstance(v, (str, dict)), "a string or an object"),
     "response_format": (lambda v: isinstance(v, dict), "an object"),
     "logit_bias": (lambda v: isinstance(v, dict), "an object"),
@@ -58,18 +70,20 @@ _FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 _CONTENT_OK = (str, list)
 
 
-def _check_messages(messages: Any) -> str | None:
-    if not isinstance(messages, list) or not messages:
+def _check_messages(value: Any) -> str | None:
+    messages = list_of_any(value)
+    if not messages:
         return "'messages' must be a non-empty list of chat messages"
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            return f"messages[{i}] must be an object with a 'role', got {type(message).__name__}"
+    for i, item in enumerate(messages):
+        message = as_dict(item)
+        if message is None:
+            return f"messages[{i}] must be an object with a 'role', got {type(item).__name__}"
         if not isinstance(message.get("role"), str) or not message["role"]:
             return f"messages[{i}].role must be a non-empty string ('system', 'user', 'assistant', 'tool'...)"
         content = message.get("content")
         if content is not None and not isinstance(content, _CONTENT_OK):
             return f"messages[{i}].content must be a string, a list of content parts or null"
-        if isinstance(content, list) and not all(isinstance(part, dict) for part in content):
+        if isinstance(content, list) and not _is_object_list(content):
             return f"messages[{i}].content must list content parts as objects ({{'type': 'text', ...}})"
     return None
 

@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from ._record import CallRecord
-    from ._recorder import SpanRecorder
+    from ._call_record import CallRecord
+    from ._span_recorder import SpanRecorder
 
 __all__ = ["LLMCallMetrics", "MeteredRecorder", "proxy_route", "wrap_app"]
 

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agl.types._narrow import as_dict
+
 __all__ = ["DIRECT_PROVIDERS", "Deployment", "ModelRouter", "import_litellm"]
 
 DIRECT_PROVIDERS = frozenset(
@@ -112,7 +114,8 @@ class ModelRouter:
         if single is not None:
             return single
         chosen: Any = await self.router.select(model, {"messages": request.get("messages")})
-        key = str((chosen.get("model_info") or {}).get("id") or id(chosen))
+        model_info: Any = chosen.get("model_info") or {}  # LiteLLM's untyped deployment entry
+        key = str(model_info.get("id") or id(chosen))
         deployment = self._by_id.get(key)
         if deployment is None:
             deployment = self._by_id[key] = Deployment.from_entry(chosen)
@@ -127,15 +130,15 @@ def _copy_entry(entry: dict[str, Any]) -> dict[str, Any]:
 
 def validate_model_list(model_list: Sequence[dict[str, Any]]) -> None:
     """Raise ``ValueError`` saying what is wrong with a LiteLLM ``model_list``."""
-    if not isinstance(model_list, Sequence) or isinstance(model_list, (str, bytes)):
+    if not isinstance(model_list, Sequence) or isinstance(model_list, (str, bytes)):  # pyright: ignore[reportUnnecessaryIsInstance]  # public API: checks untyped callers
         raise ValueError("model_list must be a list of {'model_name': ..., 'litellm_params': {...}} entries")
     for i, entry in enumerate(model_list):
-        if not isinstance(entry, dict):
+        if not isinstance(entry, dict):  # pyright: ignore[reportUnnecessaryIsInstance]  # public API: checks untyped callers
             raise ValueError(f"model_list[{i}] must be a dict, got {type(entry).__name__}")
         if not isinstance(entry.get("model_name"), str) or not entry["model_name"]:
             raise ValueError(f"model_list[{i}] needs a non-empty 'model_name' (the name clients ask for)")
-        params = entry.get("litellm_params")
-        if not isinstance(params, dict) or not isinstance(params.get("model"), str):
+        params = as_dict(entry.get("litellm_params"))
+        if params is None or not isinstance(params.get("model"), str):
             raise ValueError(
                 f"model_list[{i}] needs 'litellm_params' with a 'model', e.g. "
                 "{'model': 'hosted_vllm/Qwen2.5-0.5B', 'api_base': 'http://127.0.0.1:8000/v1'}"

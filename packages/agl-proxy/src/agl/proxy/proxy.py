@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import threading
@@ -15,8 +16,8 @@ from agl.types import LLM, ProxyLLM
 from agl.types.env import PROXY_TOKEN
 
 from ._app import ProxyApp, ProxySettings
-from ._recorder import SpanRecorder
 from ._router import ModelRouter, validate_model_list
+from ._span_recorder import SpanRecorder
 
 if TYPE_CHECKING:
     from agl.store import LightningStore
@@ -102,7 +103,7 @@ class LLMProxy:
         self._recorder: SpanRecorder | None = None
         self._bound_port: int | None = None
         self.metrics_public = metrics_public
-        if connection_limits is not None and not isinstance(connection_limits, ConnectionLimits):
+        if connection_limits is not None and not isinstance(connection_limits, ConnectionLimits):  # pyright: ignore[reportUnnecessaryIsInstance]  # public API: checks untyped callers
             raise TypeError("connection_limits must be an agl.store.ConnectionLimits")
         # Agents reuse connections between turns: a short idle limit races their pools.
         self.connection_limits = connection_limits or ConnectionLimits(idle_seconds=60.0)
@@ -227,7 +228,10 @@ class LLMProxy:
             limit_concurrency=None,
             backlog=4096,
         )
-        return _QuietServer(config)
+        return _quiet_server_class()(config)
+
+    async def _make_server_on_loop(self, router: ModelRouter, home_loop: asyncio.AbstractEventLoop) -> Any:
+        return self._make_server(router, home_loop)  # on the serving loop: recorder futures bind to it
 
     async def _serve(self, server: Any, sock: socket.socket) -> None:
         assert self._app is not None and self._recorder is not None
@@ -253,7 +257,7 @@ class LLMProxy:
             asyncio.set_event_loop(loop)
             state["loop"] = loop
             try:
-                server = loop.run_until_complete(_build(self, router, home_loop))
+                server = loop.run_until_complete(self._make_server_on_loop(router, home_loop))
                 state["server"] = server
                 task = loop.create_task(self._serve(server, sock))
                 state["task"] = task
@@ -325,6 +329,7 @@ class LLMProxy:
             self.port = keep_port
 
 
+@functools.cache
 def _quiet_server_class() -> Any:
     import uvicorn
 
@@ -336,20 +341,6 @@ def _quiet_server_class() -> Any:
             yield
 
     return QuietServer
-
-
-def _QuietServer(config: Any) -> Any:
-    global _QUIET_SERVER
-    if _QUIET_SERVER is None:
-        _QUIET_SERVER = _quiet_server_class()
-    return _QUIET_SERVER(config)
-
-
-_QUIET_SERVER: Any = None
-
-
-async def _build(proxy: LLMProxy, router: ModelRouter, home_loop: asyncio.AbstractEventLoop) -> Any:
-    return proxy._make_server(router, home_loop)  # on the serving loop: recorder futures bind to it
 
 
 async def _wait_started(server: Any, task: asyncio.Task[None]) -> None:

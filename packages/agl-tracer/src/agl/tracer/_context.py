@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextvars import ContextVar, Token
 from typing import Any
 
@@ -136,7 +136,7 @@ def set_suppressed(value: bool = True) -> None:
 
 
 @contextlib.contextmanager
-def suppress_tracing() -> Iterator[None]:
+def suppress_tracing() -> Generator[None, None, None]:
     """Within the block, spans started in this context go to no trace session."""
     token = _suppressed.set(True)
     try:

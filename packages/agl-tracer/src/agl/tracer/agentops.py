@@ -14,6 +14,7 @@ are recorded by agl's instrumentation, which also captures token ids.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -36,10 +37,14 @@ LOCAL_AGENTOPS_ENDPOINT = "http://127.0.0.1:9"
 _LOCAL_API_KEY = "00000000-0000-0000-0000-000000000000"
 
 
-def _import_agentops() -> Any:
+def _import_agentops(module: str = "agentops") -> Any:
+    """``agentops`` (or one of its modules). AgentOps is untyped: callers treat what it offers as ``Any``."""
     with requires_extra("agl-tracer", "AgentOpsTracer"):
-        import agentops
-    return agentops
+        return importlib.import_module(module)
+
+
+def _no_auth_task(api_key: Any) -> None:
+    """Stands in for AgentOps' authentication call in local mode (nothing to authenticate against)."""
 
 
 def _local_setup_telemetry(
@@ -106,9 +111,7 @@ class AgentOpsTracer(OtelTracer):
         if self.agentops_managed and not agentops.get_client().initialized:
             self._init_agentops(agentops)
         if self._provider is None:
-            from agentops.sdk.core import tracer as agentops_core
-
-            provider = agentops_core.provider
+            provider = _import_agentops("agentops.sdk.core").tracer.provider
             if provider is None:
                 raise RuntimeError(
                     "AgentOps is not initialised: call agentops.init(...) first or use AgentOpsTracer(agentops_managed=True)"
@@ -125,13 +128,12 @@ class AgentOpsTracer(OtelTracer):
         if self.enable_agentops_service:
             agentops.init(**options)
             return
-        import agentops.sdk.core as core
-
+        core = _import_agentops("agentops.sdk.core")
         client = agentops.get_client()
         original_setup = core.setup_telemetry
         # AgentOps has no switch for "no exporters" or "no auth call": swap in a local setup while it initialises.
         core.setup_telemetry = _local_setup_telemetry
-        client._start_auth_task = lambda api_key: None
+        client._start_auth_task = _no_auth_task
         try:
             agentops.init(
                 api_key=_LOCAL_API_KEY,
@@ -149,7 +151,7 @@ class AgentOpsTracer(OtelTracer):
         from .otel import LightningSpanProcessor
 
         for processor in getattr(provider._active_span_processor, "_span_processors", ()):
-            if isinstance(processor, LightningSpanProcessor) and processor._tracer is self:
+            if isinstance(processor, LightningSpanProcessor) and processor.tracer is self:
                 self._provider = provider
                 self._processor = processor
                 self._otel_tracer = provider.get_tracer("agl.tracer")
@@ -163,7 +165,7 @@ class AgentOpsTracer(OtelTracer):
         self._processor = None
 
     def _on_session_start(self, session: TraceSession) -> Any:
-        import agentops
+        agentops = _import_agentops()
 
         try:
             session.backend_state = agentops.start_trace(trace_name=session.name or session.rollout_id)
@@ -172,7 +174,7 @@ class AgentOpsTracer(OtelTracer):
         return self._otel_tracer
 
     def _on_session_end(self, session: TraceSession, exc: BaseException | None) -> None:
-        import agentops
+        agentops = _import_agentops()
 
         trace = getattr(session, "backend_state", None)
         if trace is not None:
@@ -180,8 +182,7 @@ class AgentOpsTracer(OtelTracer):
 
     def get_langchain_handler(self, tags: list[str] | None = None) -> Any:
         """AgentOps' LangChain callback handler."""
-        from agentops.integration.callbacks.langchain import LangchainCallbackHandler
-
-        return LangchainCallbackHandler(tags=tags)
+        langchain: Any = importlib.import_module("agentops.integration.callbacks.langchain")  # untyped
+        return langchain.LangchainCallbackHandler(tags=tags)
 
     get_langchain_callback_handler = get_langchain_handler

@@ -10,9 +10,10 @@ import json
 import logging
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from agl.types import LightningSpanAttributes, LinkPydanticModel, Span
+from agl.types._narrow import as_dict, as_list
 
 __all__ = [
     "check_attributes_sanity",
@@ -40,7 +41,7 @@ def _is_primitive(value: Any) -> bool:
     return isinstance(value, _PRIMITIVES)
 
 
-def _primitive_kind(value: Any) -> type:
+def _primitive_kind(value: object) -> type:
     # bool is a subclass of int: keep it apart so [1, True] counts as mixed.
     return bool if isinstance(value, bool) else type(value)
 
@@ -62,20 +63,21 @@ def flatten_attributes(nested: Any, *, expand_leaf_lists: bool = False) -> dict[
     out: dict[str, Any] = {}
 
     def walk(prefix: str, value: Any) -> None:
+        items = as_list(value)
         if isinstance(value, Mapping):
-            for key, item in value.items():
+            for key, item in cast("Mapping[object, Any]", value).items():  # keys checked: the caller's data
                 if not isinstance(key, str):
                     raise ValueError(f"attribute keys must be strings, got {key!r} ({type(key).__name__})")
                 walk(f"{prefix}.{key}" if prefix else key, item)
-        elif isinstance(value, (list, tuple)):
-            if not expand_leaf_lists and _is_homogeneous_primitive_list(value):
-                out[prefix] = list(value)
+        elif items is not None:
+            if not expand_leaf_lists and _is_homogeneous_primitive_list(items):
+                out[prefix] = items
                 return
-            if value and all(_is_primitive(v) for v in value) and not expand_leaf_lists:
+            if items and all(_is_primitive(v) for v in items) and not expand_leaf_lists:
                 logger.warning(
                     "attribute %r holds a list of mixed types; it is expanded into indexed keys", prefix
                 )
-            for index, item in enumerate(value):
+            for index, item in enumerate(items):
                 walk(f"{prefix}.{index}" if prefix else str(index), item)
         else:
             out[prefix] = value
@@ -97,8 +99,8 @@ def unflatten_attributes(flat: Mapping[str, Any]) -> Any:
         parts = key.split(".") if key else [""]
         node = tree
         for part in parts[:-1]:
-            child = node.get(part)
-            if not isinstance(child, dict):
+            child = as_dict(node.get(part))
+            if child is None:
                 child = {}
                 node[part] = child
             node = child
@@ -108,17 +110,19 @@ def unflatten_attributes(flat: Mapping[str, Any]) -> Any:
         node[leaf] = value
 
     def listify(node: Any) -> Any:
-        if not isinstance(node, dict):
+        branch = as_dict(node)
+        if branch is None:
             return node
-        converted = {k: listify(v) for k, v in node.items()}
+        converted = {k: listify(v) for k, v in branch.items()}
         keys = list(converted)
         if keys and all(k.isdigit() for k in keys) and sorted(int(k) for k in keys) == list(range(len(keys))):
             return [converted[str(i)] for i in range(len(keys))]
         return converted
 
     result = listify(tree)
-    if isinstance(result, dict) and list(result) == [""]:
-        return result[""]
+    root = as_dict(result)
+    if root is not None and list(root) == [""]:
+        return root[""]
     return result
 
 
@@ -152,8 +156,8 @@ def sanitize_attribute_value(value: Any, *, force: bool = True) -> Any:
     """
     if _is_primitive(value):
         return value
-    if isinstance(value, (list, tuple)):
-        items = list(value)
+    items = as_list(value)
+    if items is not None:
         if not items:
             return items
         if _is_homogeneous_primitive_list(items):
@@ -186,11 +190,12 @@ def sanitize_attributes(attributes: Mapping[str, Any], *, force: bool = True) ->
 def check_attributes_sanity(attributes: Mapping[str, Any]) -> None:
     """Raise ``ValueError`` unless every key is a string and every value a primitive or homogeneous list."""
     for key, value in attributes.items():
-        if not isinstance(key, str):
+        if not isinstance(key, str):  # pyright: ignore[reportUnnecessaryIsInstance]  # untyped callers' data
             raise ValueError(f"attribute keys must be strings, got {key!r}")
         if _is_primitive(value):
             continue
-        if isinstance(value, (list, tuple)) and (not value or _is_homogeneous_primitive_list(value)):
+        items = as_list(value)
+        if items is not None and (not items or _is_homogeneous_primitive_list(items)):
             continue
         raise ValueError(
             f"attribute {key!r} has a value of type {type(value).__name__}; "
@@ -202,7 +207,7 @@ def make_tag_attributes(tags: Iterable[str]) -> dict[str, Any]:
     """Attributes that tag a span (``agentlightning.tag.<i>``)."""
     tag_list = list(tags)
     for tag in tag_list:
-        if not isinstance(tag, str):
+        if not isinstance(tag, str):  # pyright: ignore[reportUnnecessaryIsInstance]  # untyped callers' data
             raise ValueError(f"tags must be strings, got {tag!r}")
     return flatten_attributes({LightningSpanAttributes.TAG.value: tag_list}, expand_leaf_lists=True)
 
@@ -211,16 +216,13 @@ def extract_tags_from_attributes(attributes: Mapping[str, Any]) -> list[str]:
     """Tags written by :func:`make_tag_attributes` (also accepts a plain list value)."""
     prefix = LightningSpanAttributes.TAG.value
     value = attributes.get(prefix)
-    if isinstance(value, (list, tuple)):
-        return [str(v) for v in value]
-    tags = (
-        filter_and_unflatten_attributes(filter_attributes(attributes, prefix), prefix)
-        if value is None
-        else []
-    )
-    if isinstance(tags, list):
-        return [str(t) for t in tags]
-    return []
+    listed = as_list(value)
+    if listed is not None:
+        return [str(v) for v in listed]
+    if value is not None:
+        return []
+    tags = filter_and_unflatten_attributes(filter_attributes(attributes, prefix), prefix)
+    return [str(t) for t in cast("list[Any]", tags)] if isinstance(tags, list) else []
 
 
 def make_link_attributes(links: Mapping[str, str]) -> dict[str, Any]:
@@ -228,9 +230,9 @@ def make_link_attributes(links: Mapping[str, str]) -> dict[str, Any]:
 
     ``trace_id`` and ``span_id`` are reserved keys matching the target span's own ids.
     """
-    items = []
+    items: list[dict[str, str]] = []
     for key, value in links.items():
-        if not isinstance(value, str):
+        if not isinstance(value, str):  # pyright: ignore[reportUnnecessaryIsInstance]  # untyped callers' data
             raise ValueError(f"link value for {key!r} must be a string, got {type(value).__name__}")
         items.append({"key_match": key, "value_match": value})
     return flatten_attributes({LightningSpanAttributes.LINK.value: items}, expand_leaf_lists=True)
@@ -242,7 +244,8 @@ def extract_links_from_attributes(attributes: Mapping[str, Any]) -> list[LinkPyd
     raw = filter_and_unflatten_attributes(filter_attributes(attributes, prefix), prefix)
     if not isinstance(raw, list):
         return []
-    return [LinkPydanticModel.model_validate(item) for item in raw if isinstance(item, dict)]
+    items = cast("list[Any]", raw)  # unflattened attribute values
+    return [LinkPydanticModel.model_validate(link) for item in items if (link := as_dict(item)) is not None]
 
 
 def _span_ids_and_attributes(span: Any) -> tuple[str, str, Mapping[str, Any]]:
@@ -254,7 +257,7 @@ def _span_ids_and_attributes(span: Any) -> tuple[str, str, Mapping[str, Any]]:
 
 def query_linked_spans(spans: Iterable[Any], links: Sequence[LinkPydanticModel]) -> list[Any]:
     """The spans matching every link (``Span`` or OpenTelemetry ``ReadableSpan``)."""
-    matched = []
+    matched: list[Any] = []
     for span in spans:
         trace_id, span_id, attributes = _span_ids_and_attributes(span)
         ok = True

@@ -20,7 +20,7 @@ import logging
 import time
 import warnings
 from abc import abstractmethod
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, Generator, Mapping
 from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
@@ -143,7 +143,7 @@ class Tracer(ParallelWorkerBase):
         return self._pipeline
 
     @contextlib.contextmanager
-    def lifespan(self, store: LightningStore | None = None) -> Iterator[Tracer]:
+    def lifespan(self, store: LightningStore | None = None) -> Generator[Tracer, None, None]:
         """``init``, ``init_worker(0, store)``, then the matching teardowns: handy in scripts and tests."""
         self.init()
         self.init_worker(0, store)
@@ -213,7 +213,7 @@ class Tracer(ParallelWorkerBase):
         store: LightningStore | None = None,
         rollout_id: str | None = None,
         attempt_id: str | None = None,
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncGenerator[Any, None]:
         """Record the spans of one rollout attempt (or, without ids, just record them locally).
 
         ``rollout_id`` and ``attempt_id`` go together and need a store (from :meth:`init_worker`). On exit,
@@ -240,7 +240,7 @@ class Tracer(ParallelWorkerBase):
         *,
         rollout_id: str | None = None,
         attempt_id: str | None = None,
-    ) -> Iterator[Any]:
+    ) -> Generator[Any, None, None]:
         """Blocking twin of :meth:`trace_context` for code without an event loop."""
         session, tracer_token, session_token = self._open(name, None, rollout_id, attempt_id, None)
         try:
@@ -253,7 +253,7 @@ class Tracer(ParallelWorkerBase):
                 self._close(session, tracer_token, session_token)
 
     @contextlib.contextmanager
-    def _session_body(self, session: TraceSession) -> Iterator[Any]:
+    def _session_body(self, session: TraceSession) -> Generator[Any, None, None]:
         """What both trace contexts do around their body: the backend's start, and its end told of the
         body's exception (if any), before the spans are flushed."""
         handle = self._on_session_start(session)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from typing import Any
 
 from agl.types import SpanCoreFields, SpanRecordingContext, TraceStatus
@@ -39,7 +39,7 @@ class DummyTracer(Tracer):
     @contextlib.contextmanager
     def _operation_context(
         self, name: str, attributes: Mapping[str, Any], start_time: float | None, end_time: float | None
-    ) -> Iterator[SpanRecordingContext]:
+    ) -> Generator[SpanRecordingContext, None, None]:
         span = RecordedSpan(name, attributes, start_time=start_time, on_end=self._submit)
         try:
             yield span

@@ -20,6 +20,7 @@ from contextlib import ExitStack
 from typing import Any, TypeVar, overload
 
 from agl.types import LightningSpanAttributes, SpanCoreFields, SpanRecordingContext, TraceStatus
+from agl.types._narrow import as_list
 from agl.types.semconv import AGL_ANNOTATION, AGL_EXCEPTION, AGL_MESSAGE, AGL_OBJECT, AGL_OPERATION
 
 from .attributes import (
@@ -71,7 +72,7 @@ def _tracer(propagate: bool) -> Tracer:
 def _extra_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     if attributes is None:
         return {}
-    if not isinstance(attributes, Mapping):
+    if not isinstance(attributes, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]  # public API: checks untyped callers
         raise TypeError(f"attributes must be a mapping of str to values, got {type(attributes).__name__}")
     return sanitize_attributes(flatten_attributes(dict(attributes)))
 
@@ -82,7 +83,7 @@ def emit_annotation(annotation: Mapping[str, Any], propagate: bool = True) -> Sp
     Nested dicts are flattened with dotted keys; every leaf must be a str, bool, int, float or a list of one
     of those (``ValueError`` otherwise).
     """
-    if not isinstance(annotation, Mapping):
+    if not isinstance(annotation, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]  # public API: checks untyped callers
         raise TypeError(f"annotation must be a dict, got {type(annotation).__name__}")
     flat = flatten_attributes(dict(annotation))
     if "" in flat:
@@ -122,7 +123,7 @@ def emit_reward(
             raise ValueError(f"primary_key {primary_key!r} is not among the reward's keys {list(reward)}")
         dims: list[tuple[str, float]] = []
         for key, value in reward.items():
-            if not isinstance(key, str) or not key:
+            if not isinstance(key, str) or not key:  # pyright: ignore[reportUnnecessaryIsInstance]  # public API: checks untyped callers
                 raise ValueError(f"reward dimension names must be non-empty strings, got {key!r}")
             dims.append((key, _reward_number(value, f"reward[{key!r}]", ValueError)))
         dims.sort(key=lambda d: d[0] != primary_key)  # stable: primary first, then dict order
@@ -148,14 +149,14 @@ def emit_message(
     message: str, attributes: Mapping[str, Any] | None = None, propagate: bool = True
 ) -> SpanCoreFields:
     """Record a text message (span ``agentlightning.message``)."""
-    if not isinstance(message, str):
+    if not isinstance(message, str):  # pyright: ignore[reportUnnecessaryIsInstance]  # public API: checks untyped callers
         raise TypeError(f"message must be a str, got {type(message).__name__}")
     span_attributes = {**_extra_attributes(attributes), LightningSpanAttributes.MESSAGE_BODY.value: message}
     return _tracer(propagate).create_span(AGL_MESSAGE, span_attributes, status=TraceStatus(status_code="OK"))
 
 
 def emit_object(
-    obj: Any, attributes: Mapping[str, Any] | None = None, propagate: bool = True
+    obj: object, attributes: Mapping[str, Any] | None = None, propagate: bool = True
 ) -> SpanCoreFields:
     """Record a value (span ``agentlightning.object``): a literal, bytes (base64) or anything JSON can encode.
 
@@ -189,7 +190,7 @@ def emit_exception(
 
     The span's status is OK: recording succeeded, the exception is its content.
     """
-    if not isinstance(exception, BaseException):
+    if not isinstance(exception, BaseException):  # pyright: ignore[reportUnnecessaryIsInstance]  # public API: checks untyped callers
         raise TypeError(f"emit_exception needs an exception, got {type(exception).__name__}")
     span_attributes = {**_extra_attributes(attributes), **format_exception_attributes(exception)}
     return _tracer(propagate).create_span(
@@ -223,7 +224,9 @@ def _bound_inputs(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[st
         }
     out: dict[str, Any] = {}
     for name, value in bound.arguments.items():
-        out.update(_flatten_under(f"{_OP_INPUT}.{name}", list(value) if isinstance(value, tuple) else value))
+        out.update(
+            _flatten_under(f"{_OP_INPUT}.{name}", as_list(value) if isinstance(value, tuple) else value)
+        )
     return out
 
 

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import threading
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agl.types import (
@@ -62,11 +62,16 @@ class LightningSpanProcessor(SpanProcessor):
         self._owners: dict[int, TraceSession] = {}
         self._lock = threading.Lock()
 
+    @property
+    def tracer(self) -> Tracer:
+        """The tracer whose trace contexts this processor serves."""
+        return self._tracer
+
     def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
         try:
             session = _context.session_for(self._tracer)
             ctx = span.get_span_context()
-            if session is None or ctx is None:
+            if session is None:
                 return
             with self._lock:
                 if len(self._owners) > _OWNER_PURGE_THRESHOLD:  # spans that never ended
@@ -253,7 +258,7 @@ class OtelTracer(Tracer):
     @contextlib.contextmanager
     def _operation_context(
         self, name: str, attributes: Mapping[str, Any], start_time: float | None, end_time: float | None
-    ) -> Iterator[SpanRecordingContext]:
+    ) -> Generator[SpanRecordingContext, None, None]:
         if end_time is not None:
             warnings.warn(
                 "OtelTracer.operation_context ignores end_time: the span ends with the block", stacklevel=3

@@ -11,10 +11,11 @@ import json
 import logging
 import math
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, cast
 
 from agl.types import UNSET, Attempt, AttemptedRollout, LightningSpanAttributes, RewardPydanticModel, Unset
+from agl.types._narrow import as_mapping
 from agl.types.semconv import AGL_ANNOTATION, AGL_REWARD, FINAL_REWARD_METADATA_KEY
 
 from .attributes import filter_and_unflatten_attributes, filter_attributes
@@ -51,12 +52,14 @@ def get_rewards_from_span(span: Any) -> list[RewardPydanticModel]:
         dims = filter_and_unflatten_attributes(flat, _REWARD)
     except ValueError:
         return []
-    if isinstance(dims, Mapping):  # indices not exactly 0..n-1: keep numeric order
-        numeric = sorted((k for k in dims if k.isdigit()), key=int)
-        dims = [dims[k] for k in numeric]
-    rewards = []
-    for dim in dims if isinstance(dims, list) else []:
-        if not isinstance(dim, Mapping) or "value" not in dim:
+    by_index = as_mapping(dims)
+    if by_index is not None:  # indices not exactly 0..n-1: keep numeric order
+        numeric = sorted((k for k in by_index if k.isdigit()), key=int)
+        dims = [by_index[k] for k in numeric]
+    rewards: list[RewardPydanticModel] = []
+    for item in cast("list[Any]", dims) if isinstance(dims, list) else []:  # unflattened attribute values
+        dim = as_mapping(item)
+        if dim is None or "value" not in dim:
             continue
         try:
             rewards.append(
@@ -77,8 +80,9 @@ def _agentops_reward(attributes: Mapping[str, Any]) -> float | None:
                 payload = json.loads(payload)
             except json.JSONDecodeError:
                 continue
-        if isinstance(payload, Mapping) and payload.get("type") == "reward":
-            value = payload.get("value")
+        output = as_mapping(payload)
+        if output is not None and output.get("type") == "reward":
+            value = output.get("value")
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 warnings.warn(
                     "a reward in an AgentOps operation output is a legacy format; use emit_reward()",
@@ -147,9 +151,10 @@ def recorded_final_reward(source: Any) -> float | Unset | None:
         source = source.attempt
     if isinstance(source, Attempt):
         source = source.metadata
-    if not isinstance(source, Mapping) or FINAL_REWARD_METADATA_KEY not in source:
+    metadata = as_mapping(source)
+    if metadata is None or FINAL_REWARD_METADATA_KEY not in metadata:
         return UNSET
-    value = source[FINAL_REWARD_METADATA_KEY]
+    value = metadata[FINAL_REWARD_METADATA_KEY]
     if value is None:
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
@@ -181,7 +186,7 @@ def get_message_value(span: Any) -> str | None:
     return value
 
 
-_LITERAL_DECODERS: dict[str, Any] = {
+_LITERAL_DECODERS: dict[str, Callable[[str], Any]] = {
     "str": str,
     "int": int,
     "float": float,

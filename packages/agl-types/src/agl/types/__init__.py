@@ -1,36 +1,13 @@
 """Data model of agl: rollouts, attempts, spans, resources, triplets, queries and semantic conventions.
 
+One module per concept: ``statuses``, ``rollouts``, ``workers``, ``triplets``, ``datasets``, ``spans``,
+``resources``, ``query``, ``semconv``, ``errors``, ``ids``; all their public names are importable from here.
+
 Everything here is a pydantic model (or a plain type) with no dependency beyond pydantic.
 """
 
 from ._unset import UNSET, Unset, is_set
-from .core import (
-    ATTEMPT_STATUSES,
-    FINISHED_STATUSES,
-    LIVE_ATTEMPT_STATUSES,
-    QUEUED_STATUSES,
-    ROLLOUT_STATUSES,
-    RUNNING_STATUSES,
-    Attempt,
-    AttemptedRollout,
-    AttemptStatus,
-    AttemptUpdate,
-    Dataset,
-    EnqueueRolloutRequest,
-    Rollout,
-    RolloutConfig,
-    RolloutMode,
-    RolloutStatus,
-    RolloutUpdate,
-    StatusCounts,
-    TaskInput,
-    Triplet,
-    Worker,
-    WorkerStatus,
-    is_finished,
-    is_queued,
-    is_running,
-)
+from .datasets import Dataset
 from .errors import AglError, ConflictError, InvalidRequestError, NotFoundError
 from .ids import generate_id, new_attempt_id, new_resources_id, new_rollout_id, new_span_id, new_trace_id
 from .lifecycle import ParallelWorkerBase
@@ -53,6 +30,17 @@ from .query import (
     WorkerQuery,
 )
 from .resources import LLM, NamedResources, PromptTemplate, ProxyLLM, ResourcesUpdate, ResourceUnion
+from .rollouts import (
+    Attempt,
+    AttemptedRollout,
+    AttemptUpdate,
+    EnqueueRolloutRequest,
+    Rollout,
+    RolloutConfig,
+    RolloutMode,
+    RolloutUpdate,
+    TaskInput,
+)
 from .semconv import (
     LightningResourceAttributes,
     LightningSpanAttributes,
@@ -73,6 +61,23 @@ from .spans import (
     TraceStatus,
     normalize_timestamp,
 )
+from .statuses import (
+    ATTEMPT_STATUSES,
+    FINISHED_STATUSES,
+    LIVE_ATTEMPT_STATUSES,
+    QUEUED_STATUSES,
+    ROLLOUT_STATUSES,
+    RUNNING_STATUSES,
+    AttemptStatus,
+    RolloutStatus,
+    StatusCounts,
+    WorkerStatus,
+    is_finished,
+    is_queued,
+    is_running,
+)
+from .triplets import Triplet
+from .workers import Worker
 
 __version__ = "0.1.0"
 

@@ -9,7 +9,7 @@ bare ``No module named 'torch'``. The extra is looked up in the distribution's o
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import contextmanager
 from functools import cache
 from importlib import metadata
@@ -67,7 +67,7 @@ def _message(error: ModuleNotFoundError, distribution: str, feature: str) -> str
 
 
 @contextmanager
-def requires_extra(distribution: str, feature: str) -> Iterator[None]:
+def requires_extra(distribution: str, feature: str) -> Generator[None, None, None]:
     """Turn a ``ModuleNotFoundError`` for a third-party module inside the block into a :class:`MissingExtraError`.
 
     ``feature`` names what needed it, for the message: ``with requires_extra("agl-algorithms", "LocalGRPO"):``.

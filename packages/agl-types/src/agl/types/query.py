@@ -22,6 +22,7 @@ from typing import (
     NamedTuple,
     TypeVar,
     Union,
+    cast,
     get_args,
     get_origin,
     overload,
@@ -30,10 +31,12 @@ from typing import (
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from typing_extensions import Self, TypedDict
 
-from .core import Attempt, Rollout, RolloutMode, RolloutStatus, Worker, WorkerStatus
 from .errors import InvalidRequestError
 from .resources import ResourcesUpdate
+from .rollouts import Attempt, Rollout, RolloutMode
 from .spans import Span
+from .statuses import RolloutStatus, WorkerStatus
+from .workers import Worker
 
 __all__ = [
     "MAX_PAGE",
@@ -158,13 +161,14 @@ class Where(NamedTuple):
 def _as_list(value: Any) -> Any:
     """Tuples, sets and other collections of values become lists; a string stays a string (it is rejected
     where a list is expected, instead of being read as a list of characters)."""
-    if isinstance(value, (list, str, bytes, dict)) or value is None:
-        return value
-    if isinstance(value, (tuple, set, frozenset)) or (
-        isinstance(value, Iterable) and not isinstance(value, BaseModel)
-    ):
-        return list(value)
-    return value
+    return list(value) if _is_collection(value) else value
+
+
+def _is_collection(value: Any) -> bool:
+    """A tuple, set or other iterable that is not already a list, a string, a mapping or a model."""
+    if isinstance(value, (list, str, bytes, dict, BaseModel)):
+        return False
+    return isinstance(value, Iterable)
 
 
 def _json_integer(value: Any) -> Any:
@@ -266,7 +270,7 @@ class StoreQuery(BaseModel):
                 continue
             op = spec.op
             if op == "within" or (op == "exact" and type(value) is list):
-                op, value = "within", frozenset(value)
+                op, value = "within", frozenset(cast("Iterable[Any]", value))
             if spec.must:
                 must.append(Condition(spec.attribute, op, value))
             else:
@@ -276,7 +280,7 @@ class StoreQuery(BaseModel):
 
 def describe_errors(model: type[BaseModel], exc: ValidationError) -> str:
     """One line per bad argument: where, what is wrong, what was given."""
-    parts = []
+    parts: list[str] = []
     for error in exc.errors(include_url=False):
         loc = error.get("loc", ())
         # the field, then list positions; union members' internal tags are left out

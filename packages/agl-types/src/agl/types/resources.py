@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, cast
 
 from pydantic import BaseModel, Field
 
 from .extras import requires_extra
 
 if TYPE_CHECKING:
-    from .core import AttemptedRollout
+    from .rollouts import AttemptedRollout
 
 __all__ = ["LLM", "NamedResources", "PromptTemplate", "ProxyLLM", "ResourceUnion", "ResourcesUpdate"]
 
@@ -91,12 +91,17 @@ class PromptTemplate(BaseModel):
 
 def _render_poml(template: str, context: dict[str, Any]) -> str:
     with requires_extra("agl-types", "PromptTemplate(engine='poml')"):
-        import poml
-    rendered: Any = poml.poml(template, context=context, format="openai_chat")
-    messages = rendered.get("messages", rendered) if isinstance(rendered, dict) else rendered
+        import poml  # pyright: ignore[reportMissingTypeStubs]  # poml ships no type information
+    # poml is untyped: its result is read as plain JSON-like data below.
+    rendered: Any = cast(Any, poml).poml(template, context=context, format="openai_chat")
+    messages: Any = (
+        cast("dict[str, Any]", rendered).get("messages", rendered) if isinstance(rendered, dict) else rendered
+    )
     parts: list[str] = []
     for message in messages:
-        content = message.get("content", "") if isinstance(message, dict) else str(message)
+        content: Any = (
+            cast("dict[str, Any]", message).get("content", "") if isinstance(message, dict) else str(message)
+        )
         parts.append(content if isinstance(content, str) else str(content))
     return "\n\n".join(parts)
 

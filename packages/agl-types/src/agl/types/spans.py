@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, Union
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Union, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -121,8 +121,8 @@ class Span(BaseModel):
     name: str
     status: TraceStatus = Field(default_factory=TraceStatus)
     attributes: Attributes = Field(default_factory=dict)
-    events: list[Event] = Field(default_factory=list)
-    links: list[Link] = Field(default_factory=list)
+    events: list[Event] = Field(default_factory=list[Event])
+    links: list[Link] = Field(default_factory=list[Link])
     start_time: float | None = None
     end_time: float | None = None
     context: SpanContext | None = None
@@ -278,7 +278,7 @@ def _jsonable_attributes(attributes: Mapping[str, Any] | None) -> Attributes:
         if isinstance(value, (str, bool, int, float)) or value is None:
             out[key] = value
         elif isinstance(value, (tuple, list)):
-            out[key] = list(value)
+            out[key] = list(cast("Sequence[Any]", value))
         else:
             try:
                 out[key] = json.loads(json.dumps(value))

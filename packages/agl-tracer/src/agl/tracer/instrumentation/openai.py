@@ -26,10 +26,11 @@ import importlib.util
 import logging
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
+from agl.types._narrow import as_int_list, as_list, as_mapping
 from agl.types.semconv import LLMCall, LLMCallFormat, LLMChoice, LLMUsage
 
 from ..base import OpenSpan, get_active_tracer
@@ -182,7 +183,7 @@ def _finish(span: OpenSpan, response: Any) -> None:
 
 
 @contextlib.contextmanager
-def _failing(span: Any) -> Iterator[None]:
+def _failing(span: Any) -> Generator[None, None, None]:
     """Record an exception of the wrapped call on its span, then let it propagate."""
     try:
         yield
@@ -243,10 +244,10 @@ class _ChunkAccumulator:
         self.model = self.model or getattr(chunk, "model", None)
         if getattr(chunk, "usage", None) is not None:
             self.usage = chunk.usage
-        prompt_ids = _extra(chunk, "prompt_token_ids")
-        if _is_int_list(prompt_ids):
-            self.prompt_token_ids = list(prompt_ids)
-        for choice in getattr(chunk, "choices", None) or []:
+        prompt_ids = as_int_list(_extra(chunk, "prompt_token_ids"))
+        if prompt_ids is not None:
+            self.prompt_token_ids = prompt_ids
+        for choice in getattr(chunk, "choices", None) or ():
             acc = self.choices.setdefault(
                 getattr(choice, "index", 0) or 0,
                 {"role": None, "content": "", "finish_reason": None, "tool_calls": {}, "token_ids": []},
@@ -255,7 +256,7 @@ class _ChunkAccumulator:
             if delta is not None:
                 acc["role"] = getattr(delta, "role", None) or acc["role"]
                 acc["content"] += getattr(delta, "content", None) or ""
-                for call in getattr(delta, "tool_calls", None) or []:
+                for call in getattr(delta, "tool_calls", None) or ():
                     slot = acc["tool_calls"].setdefault(
                         getattr(call, "index", 0) or 0, {"id": None, "name": "", "arguments": ""}
                     )
@@ -266,8 +267,8 @@ class _ChunkAccumulator:
                         slot["arguments"] += getattr(function, "arguments", None) or ""
             if getattr(choice, "finish_reason", None):
                 acc["finish_reason"] = choice.finish_reason
-            ids = _extra(choice, "token_ids")
-            if _is_int_list(ids):
+            ids = as_int_list(_extra(choice, "token_ids"))
+            if ids is not None:
                 acc["token_ids"].extend(ids)
 
     def attributes(self) -> dict[str, Any]:
@@ -412,20 +413,21 @@ def _base_url(resource: Any) -> str | None:
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:
-    if isinstance(obj, Mapping):
-        return dict(obj)
+    mapping = as_mapping(obj)
+    if mapping is not None:
+        return dict(mapping)
     dump = getattr(obj, "model_dump", None)
     if callable(dump):
         try:
-            dumped = dump(exclude_none=True)
+            dumped = as_mapping(dump(exclude_none=True))
         except Exception:
             return {}
-        return dict(dumped) if isinstance(dumped, Mapping) else {}
+        return dict(dumped) if dumped is not None else {}
     return {}
 
 
 def _plain_tool_calls(tool_calls: Sequence[Any]) -> list[dict[str, Any]]:
-    calls = []
+    calls: list[dict[str, Any]] = []
     for call in tool_calls:
         call_dict = _as_dict(call)
         function = _as_dict(call_dict.get("function") or {})
@@ -454,10 +456,10 @@ def request_call(kwargs: Mapping[str, Any], base_url: str | None = None) -> LLMC
             continue
         if isinstance(value, (str, bool, int, float)):
             params[key] = value
-        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
-            params[key] = list(value)
-    extra_body = kwargs.get("extra_body")
-    if isinstance(extra_body, Mapping):
+        elif (strings := as_list(value)) and all(isinstance(v, str) for v in strings):
+            params[key] = strings
+    extra_body = as_mapping(kwargs.get("extra_body"))
+    if extra_body is not None:
         for key, value in extra_body.items():
             if isinstance(value, (str, bool, int, float)):
                 params[str(key)] = value
@@ -468,8 +470,8 @@ def request_call(kwargs: Mapping[str, Any], base_url: str | None = None) -> LLMC
         model=model if isinstance(model, str) else None,
         stream=stream if isinstance(stream, bool) else None,
         params=params,
-        messages=[_plain_message(m) for m in kwargs.get("messages") or []] or None,
-        tools=[_plain_tool(t) for t in kwargs.get("tools") or []] or None,
+        messages=[_plain_message(m) for m in kwargs.get("messages") or ()] or None,
+        tools=[_plain_tool(t) for t in kwargs.get("tools") or ()] or None,
         api_base=base_url or None,
     )
 
@@ -482,16 +484,10 @@ def request_attributes(kwargs: Mapping[str, Any], base_url: str | None = None) -
 def _extra(obj: Any, name: str) -> Any:
     value = getattr(obj, name, None)
     if value is None:
-        extra = getattr(obj, "model_extra", None)
-        if isinstance(extra, Mapping):
+        extra = as_mapping(getattr(obj, "model_extra", None))
+        if extra is not None:
             value = extra.get(name)
     return value
-
-
-def _is_int_list(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) and all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
-    )
 
 
 def _usage(usage: Any) -> LLMUsage | None:
@@ -508,13 +504,11 @@ def _usage(usage: Any) -> LLMUsage | None:
 
 
 def _choice_token_ids(choice: Any) -> list[int] | None:
-    ids = _extra(choice, "token_ids")
-    if _is_int_list(ids):
-        return list(ids)
-    provider = _extra(choice, "provider_specific_fields")
-    if isinstance(provider, Mapping) and _is_int_list(provider.get("token_ids")):
-        return list(provider["token_ids"])
-    return None
+    ids = as_int_list(_extra(choice, "token_ids"))
+    if ids is not None:
+        return ids
+    provider = as_mapping(_extra(choice, "provider_specific_fields"))
+    return as_int_list(provider.get("token_ids")) if provider is not None else None
 
 
 def response_call(response: Any) -> LLMCall | None:
@@ -554,13 +548,13 @@ def response_call(response: Any) -> LLMCall | None:
                 entry.logprobs_content = [_as_dict(lp) for lp in content_logprobs]
                 entry.logprobs = [float(e["logprob"]) for e in entry.logprobs_content if "logprob" in e]
         call.choices.append(entry)
-    prompt_ids = _extra(response, "prompt_token_ids")
-    if _is_int_list(prompt_ids):
-        call.prompt_token_ids = list(prompt_ids)
+    prompt_ids = as_int_list(_extra(response, "prompt_token_ids"))
+    if prompt_ids is not None:
+        call.prompt_token_ids = prompt_ids
     if first_ids is None:  # older vLLM patches: response_token_ids as a list per choice
-        legacy = _extra(response, "response_token_ids")
-        if isinstance(legacy, (list, tuple)) and legacy and _is_int_list(legacy[0]):
-            first_ids = list(legacy[0])
+        legacy = as_list(_extra(response, "response_token_ids"))
+        if legacy:
+            first_ids = as_int_list(legacy[0])
     call.response_token_ids = first_ids
     call.usage = _usage(getattr(response, "usage", None))
     return call

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from agl.store import LightningStore
     from agl.types import Span
 
-    from ._record import CallRecord
+    from ._call_record import CallRecord
 
 __all__ = ["SpanRecorder"]
 
