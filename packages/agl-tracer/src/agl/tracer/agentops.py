@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 from agl.types.env import AGENTOPS_SERVICE
@@ -38,7 +39,12 @@ _LOCAL_API_KEY = "00000000-0000-0000-0000-000000000000"
 
 
 def _import_agentops(module: str = "agentops") -> Any:
-    """``agentops`` (or one of its modules). AgentOps is untyped: callers treat what it offers as ``Any``."""
+    """``agentops`` (or one of its modules). AgentOps is untyped: callers treat what it offers as ``Any``.
+
+    AgentOps writes ``agentops.log`` into the working directory unless told otherwise; a worker's tracer should
+    not litter the user's folder, so that is off unless ``AGENTOPS_LOGGING_TO_FILE`` says so.
+    """
+    os.environ.setdefault("AGENTOPS_LOGGING_TO_FILE", "False")
     with requires_extra("agl-tracer", "AgentOpsTracer"):
         return importlib.import_module(module)
 
