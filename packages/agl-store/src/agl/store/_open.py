@@ -67,7 +67,7 @@ def open_store(
             raise ValueError(
                 "scan_debounce_seconds applies to local stores; the server's store runs the watchdog"
             )
-        from .client import LightningStoreClient
+        from .http.client.store import LightningStoreClient
 
         return LightningStoreClient(text, token=token, **options)
     if token is not None:
@@ -75,7 +75,7 @@ def open_store(
             f"token= is only for a store server URL (http:// or https://), not {_redact(text)!r}"
         )
     if text in ("", "memory"):
-        from .memory import InMemoryLightningStore
+        from .memory.store import InMemoryLightningStore
 
         return InMemoryLightningStore(**local, **options)
     if "://" not in text and text.lower().endswith(_SQLITE_SUFFIXES):

@@ -1,7 +1,7 @@
 """Read operations of the SQL store: filtered, sorted, paginated queries run by ``Database.read``.
 
 Filters are those the query objects declare (:meth:`agl.types.StoreQuery.where`), each on the column of
-the same name. Semantics shared with the in-memory store (:mod:`agl.store._query`): predicates are pooled
+the same name. Semantics shared with the in-memory store (:mod:`agl.store.memory._query`): predicates are pooled
 with ``filter_logic`` and no predicate matches everything; ``contains`` is a case-sensitive substring test;
 ``None`` sorts last ascending and first descending; ties and unsorted results keep creation order (the
 ``seq`` column), reversed for an unsorted descending query (spans of several rollouts: by rollout id, then creation);

@@ -4,7 +4,7 @@ parsed by ``httptools`` (llhttp), idle connections pooled per event loop.
 It does only what the store's API needs: ``GET``/``POST`` with a JSON body, ``Content-Length`` or chunked
 answers, keep-alive. Measured against aiohttp on a localhost round trip it costs a fraction of the CPU per
 request (``benchmarks/client_floor_bench.py``). Retries, back-off and error mapping stay in
-:mod:`._http_transport`; this module raises ``OSError`` (``ConnectionError``) for a broken connection and
+:mod:`._transport`; this module raises ``OSError`` (``ConnectionError``) for a broken connection and
 ``TimeoutError`` when an answer does not come in time.
 """
 

@@ -1,6 +1,6 @@
 """``LightningStoreClient``: a :class:`~agl.store.LightningStore` that talks HTTP to a ``LightningStoreServer``.
 
-- Keep-alive connections pooled per event loop (a lean HTTP/1.1 client, :mod:`._http_conn`), so one client
+- Keep-alive connections pooled per event loop (a lean HTTP/1.1 client, :mod:`._conn`), so one client
   can be shared by threads that each run a loop.
 - Retries only what is safe: network errors, 5xx and 408, with back-off and a health probe before each
   retry; never 4xx. Every write carries a fresh ``Idempotency-Key`` (the same on its retries), so a retry
@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 from urllib.parse import quote
 
 from agl.types import (
@@ -37,10 +37,10 @@ from agl.types import (
 from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, StoreQuery, WorkerQuery
 from pydantic import Discriminator, Tag, TypeAdapter
 
-from ._http_models import WAIT_COMPLETE_HEADER, AddSpansInOrderResponse, AddSpansResponse, ClaimResponse
-from ._http_transport import HttpTransport
-from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
-from .errors import *  # noqa: F403  (compatibility: the errors were importable from here)
+from ...base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
+from ...errors import *  # noqa: F403  (compatibility: the errors were importable from here)
+from .._models import WAIT_COMPLETE_HEADER, AddSpansInOrderResponse, AddSpansResponse, ClaimResponse
+from ._transport import HttpTransport
 
 __all__ = ["LightningStoreClient"]
 
@@ -49,7 +49,7 @@ logger = logging.getLogger("agl.store.client")
 
 def _rollout_kind(value: Any) -> str:
     if isinstance(value, dict):
-        return "attempted" if value.get("attempt") is not None else "plain"
+        return "attempted" if cast("dict[str, Any]", value).get("attempt") is not None else "plain"
     return "attempted" if isinstance(value, AttemptedRollout) else "plain"
 
 

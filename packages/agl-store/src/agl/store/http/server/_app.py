@@ -2,7 +2,7 @@
 
 Routes return pre-serialised JSON (pydantic's Rust serializer) instead of letting FastAPI validate and
 copy each response model again; the ``response_model`` declarations still drive the OpenAPI schema. The
-hot routes share their implementation with the ASGI fast path in :mod:`._http_ops`.
+hot routes share their implementation with the ASGI fast path in :mod:`._ops`.
 """
 
 from __future__ import annotations
@@ -29,18 +29,8 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ._http_hot import HotPathMiddleware
-from ._http_middleware import (
-    ASGIApp,
-    BearerTokenMiddleware,
-    BodySizeLimitMiddleware,
-    IdempotencyMiddleware,
-    Message,
-    Receive,
-    Scope,
-    Send,
-)
-from ._http_models import (
+from ...base import LightningStore
+from .._models import (
     API_PREFIX,
     WAIT_COMPLETE_HEADER,
     AddSpansInOrderResponse,
@@ -70,7 +60,18 @@ from ._http_models import (
     WaitRequest,
     WorkerQueryParams,
 )
-from ._http_ops import (
+from ._hot import HotPathMiddleware
+from ._middleware import (
+    ASGIApp,
+    BearerTokenMiddleware,
+    BodySizeLimitMiddleware,
+    IdempotencyMiddleware,
+    Message,
+    Receive,
+    Scope,
+    Send,
+)
+from ._ops import (
     FastPathMiddleware,
     HotOps,
     Reply,
@@ -81,9 +82,8 @@ from ._http_ops import (
     send_reply,
     validation_reply,
 )
-from ._http_options import AppOptions
-from ._http_replay import MemoryReplayCache
-from .base import LightningStore
+from ._options import AppOptions
+from ._replay import MemoryReplayCache
 
 __all__ = ["AppOptions", "create_app", "create_asgi_app"]
 
@@ -144,7 +144,7 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[FastAPI, ASGIApp]:
     """The FastAPI app over ``store`` (routes, OpenAPI schema) and the ASGI app to serve.
 
-    Served stack, outermost first: CORS → hot path (the hot routes, in one pass: :mod:`._http_hot`) →
+    Served stack, outermost first: CORS → hot path (the hot routes, in one pass: :mod:`._hot`) →
     metrics (``/metrics``, request counts) → dashboard (static files) → bearer token → size cap →
     idempotent replay → fault barrier → fast path for the hot routes → FastAPI.
     """
@@ -194,7 +194,7 @@ def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[FastAPI
 
 def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
     """The FastAPI application: every route, validation and the OpenAPI schema (no middleware)."""
-    from . import __version__
+    from ... import __version__
 
     app = FastAPI(
         title="agl LightningStore",

@@ -98,8 +98,8 @@ def _worker_main(settings: WorkerSettings, sock: socket.socket | None, index: in
         level=settings.log_level.upper(),
         format=f"%(asctime)s %(levelname)s %(name)s[worker {index}]: %(message)s",
     )
-    from ._open import open_store
-    from .server import LightningStoreServer
+    from ..._open import open_store
+    from .store import LightningStoreServer
 
     store = open_store(settings.backend, scan_debounce_seconds=settings.watchdog_interval)
     server = LightningStoreServer(
@@ -150,7 +150,7 @@ def _bind(host: str, port: int, *, listen: bool = True, reuse_port: bool = False
 
 def _prepare_database(settings: WorkerSettings) -> None:
     """Create or migrate the schema once, before any worker serves."""
-    from ._open import open_store
+    from ..._open import open_store
 
     async def prepare() -> None:
         store = open_store(settings.backend)

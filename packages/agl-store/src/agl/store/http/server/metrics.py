@@ -27,11 +27,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ._http_middleware import ASGIApp, Message, Receive, Scope, Send, json_error
-from ._http_models import API_PREFIX
+from .._models import API_PREFIX
+from ._middleware import ASGIApp, Message, Receive, Scope, Send, json_error
 
 if TYPE_CHECKING:
-    from .base import LightningStore
+    from ...base import LightningStore
 
 __all__ = [
     "METRICS_PATH",

@@ -30,12 +30,12 @@ from agl.types import (
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from .errors import OTLPIngestError
+from ...errors import OTLPIngestError
 
 if TYPE_CHECKING:
     from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-    from .base import LightningStore
+    from ...base import LightningStore
 
 __all__ = ["OTLPIngestError", "ingest_otlp_traces", "install_otlp_routes", "spans_from_proto"]
 

@@ -26,19 +26,19 @@ from typing import TYPE_CHECKING, Any, cast
 from agl.types import InvalidRequestError
 from agl.types.env import DEFAULT_STORE_PORT, STORE_TOKEN
 
-from ._forwarding import ForwardingStore
-from ._http_models import API_PREFIX
+from ..._forwarding import ForwardingStore
+from ...base import LightningStore, LightningStoreCapabilities
+from ...loop_bound import as_thread_safe
+from .._models import API_PREFIX
 from ._uvicorn import ConnectionLimits, server_protocol_class
-from .base import LightningStore, LightningStoreCapabilities
-from .loop_bound import as_thread_safe
 
 if TYPE_CHECKING:
     import uvicorn
     from fastapi import FastAPI
 
-    from ._http_app import AppOptions
-    from .client import LightningStoreClient
-    from .sql import SqlLightningStore
+    from ...sql import SqlLightningStore
+    from ..client.store import LightningStoreClient
+    from ._app import AppOptions
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_PORT", "LightningStoreServer"]
 
@@ -142,7 +142,7 @@ class LightningStoreServer(ForwardingStore):
         self._client: LightningStoreClient | None = None
         self._client_lock = threading.Lock()
         self._local: LightningStore | None = None
-        # Set by `agl store --workers N` in each worker process (see agl.store._workers).
+        # Set by `agl store --workers N` in each worker process (see agl.store.http.server._workers).
         self._prebound: socket.socket | None = None
         self._worker_index: int | None = None
         self._run_id = uuid.uuid4().hex
@@ -176,7 +176,7 @@ class LightningStoreServer(ForwardingStore):
                 raise RuntimeError(
                     "this LightningStoreServer was unpickled in another process; it has no app"
                 )
-            from ._http_app import AppOptions, create_asgi_app
+            from ._app import AppOptions, create_asgi_app
 
             self._shutdown = None
             options = AppOptions(
@@ -198,7 +198,7 @@ class LightningStoreServer(ForwardingStore):
         sql = sys.modules.get("agl.store.sql.store")  # not imported: not a SQL store (and no import cost)
         if sql is None or not isinstance(store, sql.SqlLightningStore):
             return None
-        from .sql._replay import SqlReplayCache
+        from ...sql._replay import SqlReplayCache
 
         return SqlReplayCache(cast("SqlLightningStore", store), self._run_id)
 
@@ -413,7 +413,7 @@ class LightningStoreServer(ForwardingStore):
     def _remote(self) -> LightningStoreClient:
         with self._client_lock:
             if self._client is None:
-                from .client import LightningStoreClient
+                from ..client.store import LightningStoreClient
 
                 self._client = LightningStoreClient(self.endpoint, token=self.token)
             return self._client
