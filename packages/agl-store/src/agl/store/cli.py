@@ -16,7 +16,8 @@ from importlib.metadata import entry_points
 
 from agl.types.env import STORE_BACKEND
 
-from ._open import _redact, open_store
+from ._open import open_store
+from ._open import redact_url as _redact
 from .base import LightningStore
 
 __all__ = [

@@ -11,7 +11,7 @@ with ``filter_logic`` and no predicate matches everything; ``contains`` is a cas
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from agl.types import (
@@ -37,6 +37,9 @@ from agl.types.query import (
 
 from . import _codec, schema
 from ._steps import Ctx, execute, prepared
+
+if TYPE_CHECKING:
+    from ._steps import AnySelect
 
 R = schema.rollouts
 A = schema.attempts
@@ -102,7 +105,7 @@ def _order_by(
 
 def _paginate(
     conn: sa.Connection,
-    query: sa.Select,
+    query: AnySelect,
     where: sa.ColumnElement[bool] | None,
     count_from: sa.FromClause,
     page: StoreQuery,
@@ -154,7 +157,7 @@ _WITH_LATEST_ATTEMPT = R.outerjoin(
 )
 
 
-def _rollouts_select() -> sa.Select:
+def _rollouts_select() -> AnySelect:
     return sa.select(*_ROLLOUT_COLUMNS, *_codec.attempt_columns(_codec.ATTEMPT_PREFIX)).select_from(
         _WITH_LATEST_ATTEMPT
     )

@@ -60,7 +60,8 @@ def _no_flush_wait(conn: sa.Connection) -> None:
 
 
 def _answer(row: dict[str, Any]) -> RecordedAnswer:
-    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in (row["headers"] or [])]
+    stored: list[tuple[str, str]] = row["headers"] or []  # a JSON column: [[name, value], ...]
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in stored]
     return RecordedAnswer(int(row["status"]), headers, bytes(row["body"] or b""))
 
 

@@ -10,7 +10,7 @@ import re
 import sqlite3
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from agl.types import FINISHED_STATUSES, QUEUED_STATUSES, Attempt, NotFoundError, RolloutConfig, Worker
@@ -20,6 +20,14 @@ from . import _codec, schema
 from ._codec import json_dumps, json_loads
 
 __all__ = ["Ctx", "Effects", "prepared"]
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from typing_extensions import Unpack
+
+    AnySelect: TypeAlias = "sa.Select[Unpack[tuple[Any, ...]]]"
+    """A ``SELECT`` of any columns (SQLAlchemy types a statement by its column types)."""
 
 R = schema.rollouts
 A = schema.attempts
@@ -64,10 +72,10 @@ class _Plan:
             assert found, self.sql
         self.names: tuple[str, ...] = tuple(compiled.positiontup or ())
         self.defaults: dict[str, Any] = dict(compiled.params)
-        self.json_params = frozenset(
+        self.json_params: frozenset[str] = frozenset(
             n for n in self.names if n in compiled.binds and isinstance(compiled.binds[n].type, sa.JSON)
         )
-        self.json_columns = frozenset(
+        self.json_columns: frozenset[str] = frozenset(
             c.name for c in getattr(stmt, "selected_columns", ()) if isinstance(c.type, sa.JSON)
         ) | frozenset(c.name for c in getattr(stmt, "_returning", ()) if isinstance(c.type, sa.JSON))
         # every parameter given by the caller and none JSON: a tuple in one step
@@ -77,7 +85,7 @@ class _Plan:
     def values(self, params: dict[str, Any]) -> tuple[Any, ...]:
         if self.plain:
             return tuple([params[name] for name in self.names])
-        out = []
+        out: list[Any] = []
         for name in self.names:
             value = params[name] if name in params else self.defaults[name]
             if name in self.json_params and value is not None:
@@ -159,7 +167,7 @@ class Effects:
     """What a committed write changed, so the store can wake its waiters."""
 
     queued: bool = False
-    finished: set[str] = field(default_factory=set)
+    finished: set[str] = field(default_factory=set[str])
 
 
 def upsert(ctx: Ctx, table: sa.Table) -> Any:
@@ -193,7 +201,7 @@ def lock_rollout_with_attempt(
     """The locked rollout row and one of its attempt rows (``"latest"``: the latest), in one statement."""
     latest = attempt_id == "latest"
 
-    def build() -> sa.Select:
+    def build() -> AnySelect:
         which = A.c.sequence_id == R.c.num_attempts if latest else A.c.attempt_id == sa.bindparam("aid")
         joined = R.outerjoin(A, sa.and_(A.c.rollout_id == R.c.rollout_id, which))
         return (

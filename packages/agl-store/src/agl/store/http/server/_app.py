@@ -26,7 +26,6 @@ from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuer
 from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ...base import LightningStore
@@ -207,6 +206,13 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
     _install_schema_fixups(app)
 
     ops = HotOps(store, options)
+    # The query routes validate their query object themselves and hand it to the backend's hook, as the
+    # public query_* methods do after validating their keyword arguments.
+    query_rollouts_hook = store._query_rollouts  # pyright: ignore[reportPrivateUsage]
+    query_attempts_hook = store._query_attempts  # pyright: ignore[reportPrivateUsage]
+    query_resources_hook = store._query_resources  # pyright: ignore[reportPrivateUsage]
+    query_spans_hook = store._query_spans  # pyright: ignore[reportPrivateUsage]
+    query_workers_hook = store._query_workers  # pyright: ignore[reportPrivateUsage]
 
     prefix = API_PREFIX
 
@@ -242,13 +248,13 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
 
     @app.get(prefix + "/rollouts", response_model=PaginatedResult[RolloutOrAttempted], tags=["rollouts"])
     async def query_rollouts(q: Annotated[RolloutQueryParams, Query()]) -> Response:
-        return _json(await store._query_rollouts(q))
+        return _json(await query_rollouts_hook(q))
 
     @app.post(
         prefix + "/rollouts/search", response_model=PaginatedResult[RolloutOrAttempted], tags=["rollouts"]
     )
     async def search_rollouts(q: RolloutQuery) -> Response:
-        return _json(await store._query_rollouts(q))
+        return _json(await query_rollouts_hook(q))
 
     @app.get(prefix + "/rollouts/{rollout_id}", response_model=RolloutOrAttempted | None, tags=["rollouts"])
     async def get_rollout(rollout_id: str) -> Response:
@@ -276,9 +282,11 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
         worker_id = body.worker_id if body is not None else None
         return _json(await store.start_attempt(rollout_id, worker_id=worker_id), 201)
 
-    async def _query_attempts(rollout_id: str, page: BaseModel) -> Response:
+    async def _query_attempts(
+        rollout_id: str, page: Any
+    ) -> Response:  # AttemptQueryParams/Body (made at run time)
         query = AttemptQuery.model_construct(rollout_id=rollout_id, **dict(page))
-        return _json(await store._query_attempts(query))
+        return _json(await query_attempts_hook(query))
 
     @app.get(
         prefix + "/rollouts/{rollout_id}/attempts", response_model=PaginatedResult[Attempt], tags=["attempts"]
@@ -328,13 +336,13 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
 
     @app.get(prefix + "/resources", response_model=PaginatedResult[ResourcesUpdate], tags=["resources"])
     async def query_resources(q: Annotated[ResourcesQueryParams, Query()]) -> Response:
-        return _json(await store._query_resources(q))
+        return _json(await query_resources_hook(q))
 
     @app.post(
         prefix + "/resources/search", response_model=PaginatedResult[ResourcesUpdate], tags=["resources"]
     )
     async def search_resources(q: ResourcesQuery) -> Response:
-        return _json(await store._query_resources(q))
+        return _json(await query_resources_hook(q))
 
     @app.post(prefix + "/resources", status_code=201, response_model=ResourcesUpdate, tags=["resources"])
     async def add_resources(resources: Annotated[NamedResources, Body()]) -> Response:
@@ -368,12 +376,12 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
     @app.get(prefix + "/spans", response_model=PaginatedResult[Span], tags=["spans"])
     async def query_spans(q: Annotated[SpanQueryParams, Query()]) -> Response:
         """Spans of one rollout, or of several (``rollout_id`` repeated)."""
-        return _json(await store._query_spans(q))
+        return _json(await query_spans_hook(q))
 
     @app.post(prefix + "/spans/search", response_model=PaginatedResult[Span], tags=["spans"])
     async def search_spans(q: SpanQuery) -> Response:
         """Spans of one rollout, or of several (``rollout_id`` a list): one request for a training step."""
-        return _json(await store._query_spans(q))
+        return _json(await query_spans_hook(q))
 
     @app.post(
         prefix + "/spans/in-order", status_code=201, response_model=AddSpansInOrderResponse, tags=["spans"]
@@ -395,11 +403,11 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
 
     @app.get(prefix + "/workers", response_model=PaginatedResult[Worker], tags=["workers"])
     async def query_workers(q: Annotated[WorkerQueryParams, Query()]) -> Response:
-        return _json(await store._query_workers(q))
+        return _json(await query_workers_hook(q))
 
     @app.post(prefix + "/workers/search", response_model=PaginatedResult[Worker], tags=["workers"])
     async def search_workers(q: WorkerQuery) -> Response:
-        return _json(await store._query_workers(q))
+        return _json(await query_workers_hook(q))
 
     @app.get(prefix + "/workers/{worker_id:path}", response_model=Worker | None, tags=["workers"])
     async def get_worker(worker_id: str) -> Response:
@@ -408,11 +416,7 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
     @app.post(prefix + "/workers/{worker_id:path}", response_model=Worker, tags=["workers"])
     async def update_worker(worker_id: str, body: UpdateWorkerRequest | None = None) -> Response:
         stats: Any = UNSET
-        if body is not None and "heartbeat_stats" in body.model_fields_set:
-            if body.heartbeat_stats is None:
-                raise InvalidRequestError(
-                    "heartbeat_stats may not be null; leave it out to keep the current stats"
-                )
+        if body is not None and "heartbeat_stats" in body.model_fields_set:  # (the model refuses a null)
             stats = body.heartbeat_stats
         return _json(await store.update_worker(worker_id, heartbeat_stats=stats))
 

@@ -58,7 +58,7 @@ class WorkerSettings:
     host: str = "127.0.0.1"
     port: int = 0
     token: str | None = None
-    cors_allow_origins: list[str] = field(default_factory=list)
+    cors_allow_origins: list[str] = field(default_factory=list[str])
     max_body_bytes: int = 64 * 1024 * 1024
     debug: bool = False
     metrics_public: bool = False
@@ -188,9 +188,10 @@ def _mark_dead(pid: int | None) -> None:
     if pid is None:
         return
     with contextlib.suppress(Exception):
-        from prometheus_client import multiprocess
+        # prometheus_client leaves this function's parameters unannotated.
+        from prometheus_client.multiprocess import mark_process_dead  # pyright: ignore[reportUnknownVariableType]
 
-        multiprocess.mark_process_dead(pid)
+        mark_process_dead(pid)
 
 
 def serve_workers(

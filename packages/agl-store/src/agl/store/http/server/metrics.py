@@ -189,10 +189,10 @@ class _Forward(Collector):
 
 @dataclass
 class _Snapshot:
-    rollouts: dict[str, int] = field(default_factory=dict)
-    attempts: dict[str, int] = field(default_factory=dict)
-    workers: dict[str, int] = field(default_factory=dict)
-    totals: dict[str, int] = field(default_factory=dict)
+    rollouts: dict[str, int] = field(default_factory=dict[str, int])
+    attempts: dict[str, int] = field(default_factory=dict[str, int])
+    workers: dict[str, int] = field(default_factory=dict[str, int])
+    totals: dict[str, int] = field(default_factory=dict[str, int])
     scrape_seconds: float = 0.0
 
 
@@ -245,7 +245,7 @@ class StoreFigures(Collector):
                 if attempt.sequence_id <= 1:
                     snap.attempts[attempt.status] = snap.attempts.get(attempt.status, 0) + 1
                     continue
-                counts = self._finished_attempts.get(rollout.rollout_id)
+                counts: dict[str, int] | None = self._finished_attempts.get(rollout.rollout_id)
                 if counts is None:
                     counts = {}
                     for a in await store.query_attempts(rollout.rollout_id):

@@ -21,6 +21,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
+from types import FrameType
 from typing import TYPE_CHECKING, Any, cast
 
 from agl.types import InvalidRequestError
@@ -51,9 +52,10 @@ TOKEN_ENV = STORE_TOKEN.name
 
 def _fast_http_impl() -> str:
     try:
-        import httptools  # noqa: F401  # the C parser roughly doubles requests/s over h11
+        import httptools  # the C parser roughly doubles requests/s over h11
     except ImportError:
         return "h11"
+    del httptools  # (only whether it imports matters here)
     return "httptools"
 
 
@@ -103,7 +105,7 @@ class LightningStoreServer(ForwardingStore):
         metrics_public: bool = False,
         connection_limits: ConnectionLimits | None = None,
     ) -> None:
-        if not isinstance(store, LightningStore):
+        if not isinstance(cast(object, store), LightningStore):  # callers may pass anything
             raise InvalidRequestError(
                 f"LightningStoreServer serves a LightningStore (e.g. InMemoryLightningStore()), not {store!r}"
             )
@@ -126,7 +128,9 @@ class LightningStoreServer(ForwardingStore):
         self.max_wait_seconds = max_wait_seconds
         self.debug = debug
         self.metrics_public = metrics_public
-        if connection_limits is not None and not isinstance(connection_limits, ConnectionLimits):
+        if connection_limits is not None and not isinstance(
+            cast(object, connection_limits), ConnectionLimits
+        ):
             raise TypeError("connection_limits must be an agl.store.ConnectionLimits")
         self.connection_limits = connection_limits or ConnectionLimits()
         self.access_host = access_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
@@ -267,6 +271,9 @@ class LightningStoreServer(ForwardingStore):
             self._loop = None
             self._local = None
 
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._request_exit()
+
     def _request_exit(self) -> None:
         server, loop, shutdown = self._uvicorn, self._loop, self._shutdown
         if server is not None:
@@ -343,7 +350,7 @@ class LightningStoreServer(ForwardingStore):
         previous: dict[int, Any] = {}
         if in_main:
             for sig in (signal.SIGINT, signal.SIGTERM):
-                previous[sig] = signal.signal(sig, lambda *_: self._request_exit())
+                previous[sig] = signal.signal(sig, self._on_signal)
         loop = _new_event_loop()
         self._thread = threading.current_thread()
         try:
