@@ -122,14 +122,14 @@ def execute(
         result = conn.execute(stmt, params or {})
         return [dict(row) for row in result.mappings()] if result.returns_rows else []
     many = isinstance(params, list)
-    first: dict[str, Any] = (params[0] if params else {}) if many else (params or {})  # type: ignore[index,assignment]
+    first: dict[str, Any] = (params[0] if params else {}) if many else (params or {})
     keys = tuple(sorted(first))
     plan = _SQLITE_PLANS.get((id(stmt), keys))
     if plan is None:
         plan = _SQLITE_PLANS[(id(stmt), keys)] = _Plan(stmt, conn, keys)
     cursor = sqlite_cursor(conn)
     if many:
-        cursor.executemany(plan.sql, [plan.values(p) for p in params])  # type: ignore[union-attr]
+        cursor.executemany(plan.sql, [plan.values(p) for p in params])
         return []
     cursor.execute(plan.sql, plan.values(first))
     description = cursor.description

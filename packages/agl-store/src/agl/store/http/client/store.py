@@ -63,22 +63,22 @@ _ROLLOUT = TypeAdapter(Rollout)
 _ROLLOUTS = TypeAdapter(list[Rollout])
 _ATTEMPTED = TypeAdapter(AttemptedRollout)
 _ATTEMPTED_LIST = TypeAdapter(list[AttemptedRollout])
-_ANY_ROLLOUT_OR_NONE: TypeAdapter[Rollout | AttemptedRollout | None] = TypeAdapter(_AnyRollout | None)  # type: ignore[arg-type]
+_ANY_ROLLOUT_OR_NONE: TypeAdapter[Rollout | AttemptedRollout | None] = TypeAdapter(_AnyRollout | None)
 _ROLLOUT_PAGE: TypeAdapter[PaginatedResult[Rollout | AttemptedRollout]] = TypeAdapter(
     PaginatedResult[_AnyRollout]
-)  # type: ignore[arg-type]
+)
 _ATTEMPT = TypeAdapter(Attempt)
-_ATTEMPT_OR_NONE: TypeAdapter[Attempt | None] = TypeAdapter(Attempt | None)  # type: ignore[arg-type]
+_ATTEMPT_OR_NONE: TypeAdapter[Attempt | None] = TypeAdapter(Attempt | None)
 _ATTEMPT_PAGE = TypeAdapter(PaginatedResult[Attempt])
 _RESOURCES = TypeAdapter(ResourcesUpdate)
-_RESOURCES_OR_NONE: TypeAdapter[ResourcesUpdate | None] = TypeAdapter(ResourcesUpdate | None)  # type: ignore[arg-type]
+_RESOURCES_OR_NONE: TypeAdapter[ResourcesUpdate | None] = TypeAdapter(ResourcesUpdate | None)
 _RESOURCES_PAGE = TypeAdapter(PaginatedResult[ResourcesUpdate])
 _CLAIM = TypeAdapter(ClaimResponse)
 _STORED = TypeAdapter(AddSpansResponse)
 _STORED_IN_ORDER = TypeAdapter(AddSpansInOrderResponse)
 _SPAN_PAGE = TypeAdapter(PaginatedResult[Span])
 _WORKER = TypeAdapter(Worker)
-_WORKER_OR_NONE: TypeAdapter[Worker | None] = TypeAdapter(Worker | None)  # type: ignore[arg-type]
+_WORKER_OR_NONE: TypeAdapter[Worker | None] = TypeAdapter(Worker | None)
 _WORKER_PAGE = TypeAdapter(PaginatedResult[Worker])
 
 _KNOWN_RESOURCES = 16

@@ -445,7 +445,7 @@ def _install_schema_fixups(app: FastAPI) -> None:
             app.openapi_schema = schema
         return app.openapi_schema
 
-    app.openapi = openapi  # type: ignore[method-assign]
+    app.openapi = openapi
 
 
 def _allowed_methods(request: Request) -> str:
