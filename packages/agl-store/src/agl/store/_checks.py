@@ -11,7 +11,7 @@ arguments and the cost is one call.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, cast
 
 from agl.types import UNSET, InvalidRequestError, RolloutConfig, Span
@@ -111,7 +111,7 @@ def _update_worker(store: Any, worker_id: Any, heartbeat_stats: Any = UNSET) -> 
 def _ids(values: Any, what: str) -> None:
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence | set | frozenset):
         raise InvalidRequestError(f"{what} must be a list of ids, not {type(values).__name__}")
-    for value in values:  # pyright: ignore[reportUnknownVariableType]
+    for value in cast("Iterable[object]", values):
         check_id(value, what[:-1])
 
 
@@ -146,7 +146,7 @@ def checked(
         check(self, *args, **kwargs)
         return await method(self, *args, **kwargs)
 
-    wrapper.__agl_checked__ = True  # type: ignore[attr-defined]
+    wrapper.__agl_checked__ = True  # pyright: ignore[reportAttributeAccessIssue]  (a marker, read by checked())
     return wrapper
 
 

@@ -40,7 +40,7 @@ from .._watchdog import ScanDebouncer
 from ..errors import StoreFullError
 from ._cap import ATTEMPT_BYTES, MemoryCap, rollout_size
 from ._query import filter_where
-from ._records import RolloutRecord, copy_rollout, new_metadata
+from ._records import RolloutRecord, copy_attempted, new_metadata
 from ._spans import SpanCache
 
 __all__ = ["MemoryCore", "by_creation"]
@@ -244,7 +244,7 @@ class MemoryCore:
             elif mark_idle:
                 worker = self._workers.get(worker_id) or Worker(worker_id=worker_id)
                 self._workers[worker_id] = _rules.worker_after_empty_dequeue(worker, now)
-        return [copy_rollout(record) for record, _ in claimed]  # type: ignore[misc]
+        return [copy_attempted(record) for record, _ in claimed]
 
     def _heartbeat(self, record: RolloutRecord, attempt: Attempt, now: float) -> None:
         before = attempt.status

@@ -13,7 +13,7 @@ each :class:`~agl.types.Condition` into a test on a row, given how to read an at
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from agl.types import Condition, InvalidRequestError, PaginatedResult, Where
 
@@ -22,7 +22,6 @@ from .._rules import sort_key_none_last
 __all__ = [
     "Predicate",
     "Reader",
-    "Sorted",
     "contains",
     "filter_rows",
     "filter_where",
@@ -30,7 +29,6 @@ __all__ = [
     "paginate",
     "predicate",
     "select_by_key",
-    "sort_field",
     "sort_rows",
     "without",
 ]
@@ -133,16 +131,3 @@ def page_of(items: list[T], limit: int, offset: int, total: int) -> PaginatedRes
         "PaginatedResult[T]",
         PaginatedResult.model_construct(items=items, limit=limit, offset=offset, total=total),
     )
-
-
-class Sorted(Protocol):
-    """A query object, as far as sorting goes."""
-
-    @property
-    def sort_by(self) -> str | None: ...
-
-
-def sort_field(query: Sorted) -> str | None:
-    """The field ``query`` sorts by. (Each query class declares ``sort_by`` as a ``Literal`` of its rows' fields,
-    built when :mod:`agl.types.query` is imported, which a type checker cannot read; this is its typed view.)"""
-    return query.sort_by

@@ -20,6 +20,7 @@ from ._spans import StoredSpan
 __all__ = [
     "RolloutRecord",
     "copy_attempt",
+    "copy_attempted",
     "copy_rollout",
     "new_metadata",
     "resources_update",
@@ -62,6 +63,11 @@ def copy_rollout(record: RolloutRecord, *, with_attempt: bool = True) -> Rollout
     if with_attempt and record.attempts:
         return AttemptedRollout.model_construct(attempt=copy_attempt(record.attempts[-1]), **fields)
     return Rollout.model_construct(**fields)
+
+
+def copy_attempted(record: RolloutRecord) -> AttemptedRollout:
+    """:func:`copy_rollout` of a rollout that has an attempt (one just started or claimed)."""
+    return cast(AttemptedRollout, copy_rollout(record))
 
 
 def new_metadata(metadata: Any) -> dict[str, Any]:

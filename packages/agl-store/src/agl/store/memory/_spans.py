@@ -18,7 +18,7 @@ import itertools
 import threading
 from collections.abc import Callable, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 from agl.types import PaginatedResult, Span, Where
 from agl.types.validation import span_json
@@ -111,7 +111,7 @@ class SpanCache:
             for i, span in zip(missing, fresh, strict=True):
                 spans[i] = span
             self.put(fresh_rows, fresh)
-        return spans  # type: ignore[return-value]  # no None left
+        return cast("list[Span]", spans)  # no None left
 
 
 def query_stored_spans(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 from agl.types import (
     FINISHED_STATUSES,
@@ -41,13 +41,15 @@ from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuer
 
 from .._checks import spans_of
 from .._notify import Notifier, Waiter
+from .._rules import sort_field
 from ..base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
 from ._cap import SPAN_BYTES, rollout_size
 from ._core import MemoryCore, by_creation
-from ._query import filter_where, page_of, paginate, select_by_key, sort_field, sort_rows, without
+from ._query import filter_where, page_of, paginate, select_by_key, sort_rows, without
 from ._records import (
     RolloutRecord,
     copy_attempt,
+    copy_attempted,
     copy_rollout,
     resources_update,
     write_fields,
@@ -134,7 +136,7 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
             attempt = self._new_attempt(record, worker_id, now)
             if worker_id:
                 self._sync_worker(attempt, now)
-            return copy_rollout(record)  # type: ignore[return-value]
+            return copy_attempted(record)
 
     async def _enqueue_rollouts(self, requests: list[EnqueueRolloutRequest]) -> list[Rollout]:
         with self._lock:
@@ -183,7 +185,7 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
             attempt = self._new_attempt(record, worker_id, now)
             if worker_id:
                 self._sync_worker(attempt, now)
-            return copy_rollout(record)  # type: ignore[return-value]
+            return copy_attempted(record)
 
     async def _query_rollouts(self, query: RolloutQuery) -> PaginatedResult[Rollout | AttemptedRollout]:
         where, limit, offset, sort_by = query.where(), query.limit, query.offset, sort_field(query)
@@ -441,7 +443,10 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
             worker = self._workers.get(worker_id) or Worker(worker_id=worker_id)
             update: dict[str, Any] = {"last_heartbeat_time": now}
             if heartbeat_stats is not UNSET:
-                update["heartbeat_stats"] = None if heartbeat_stats is None else dict(heartbeat_stats)  # type: ignore[arg-type]
+                stats = cast(
+                    "dict[str, Any] | None", heartbeat_stats
+                )  # (None, accepted at run time, clears them)
+                update["heartbeat_stats"] = None if stats is None else dict(stats)
             worker = worker.model_copy(update=update)
             self._workers[worker_id] = worker
             return worker.model_copy()

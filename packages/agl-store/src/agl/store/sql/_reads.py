@@ -35,6 +35,7 @@ from agl.types.query import (
     WorkerQuery,
 )
 
+from .. import _rules
 from . import _codec, schema
 from ._steps import Ctx, execute, prepared
 
@@ -87,12 +88,14 @@ def where_clause(ctx: Ctx, table: sa.Table, where: Where) -> sa.ColumnElement[bo
 
 
 def _order_by(
-    table: sa.Table, page: StoreQuery, ties: Sequence[sa.ColumnElement[Any]] = ()
+    table: sa.Table,
+    page: RolloutQuery | AttemptQuery | ResourcesQuery | SpanQuery | WorkerQuery,
+    ties: Sequence[sa.ColumnElement[Any]] = (),
 ) -> list[sa.ColumnElement[Any]]:
     """The sort column (``None`` last ascending, first descending), then ``ties``, then creation order;
     an unsorted descending query reverses all of it."""
     seq = table.c.seq
-    sort_by: str | None = page.sort_by  # type: ignore[attr-defined]
+    sort_by = _rules.sort_field(page)
     if sort_by is None:
         if page.sort_order == "desc":
             return [*(t.desc() for t in ties), seq.desc()]

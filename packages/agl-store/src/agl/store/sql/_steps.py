@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
-from agl.types import FINISHED_STATUSES, QUEUED_STATUSES, Attempt, NotFoundError, RolloutConfig, Worker
+from agl.types import (
+    FINISHED_STATUSES,
+    QUEUED_STATUSES,
+    Attempt,
+    NotFoundError,
+    RolloutConfig,
+    RolloutStatus,
+    Worker,
+)
 
 from .. import _rules
 from . import _codec, schema
@@ -275,7 +283,7 @@ def update_rows(conn: sa.Connection, table: sa.Table, rows: Iterable[tuple[int, 
 
 
 def set_rollout_status(
-    conn: sa.Connection, r: dict[str, Any], status: str, now: float, eff: Effects
+    conn: sa.Connection, r: dict[str, Any], status: RolloutStatus, now: float, eff: Effects
 ) -> dict[str, Any]:
     """Columns to write when a rollout's status is set: end time and queue entry. Updates ``r``.
 
@@ -284,7 +292,7 @@ def set_rollout_status(
     """
     values: dict[str, Any] = {
         "status": status,
-        "end_time": _rules.rollout_end_time(status, r["status"], r["end_time"], now),  # type: ignore[arg-type]
+        "end_time": _rules.rollout_end_time(status, r["status"], r["end_time"], now),
     }
     if status in FINISHED_STATUSES:
         eff.finished.add(r["rollout_id"])

@@ -23,6 +23,7 @@ from agl.types import (
     ResourcesUpdate,
     Rollout,
     RolloutConfig,
+    RolloutStatus,
     Worker,
     new_attempt_id,
     new_resources_id,
@@ -79,14 +80,16 @@ def _invalid(exc: ValidationError) -> InvalidRequestError:
 # -- rollouts and the queue ----------------------------------------------------------------------
 
 
-def _new_rollout(request: EnqueueRolloutRequest, status: str, now: float, latest: str | None) -> Rollout:
+def _new_rollout(
+    request: EnqueueRolloutRequest, status: RolloutStatus, now: float, latest: str | None
+) -> Rollout:
     return Rollout(
         rollout_id=new_rollout_id(),
         input=request.input,
         start_time=now,
         mode=request.mode,
         resources_id=request.resources_id if request.resources_id is not None else latest,
-        status=status,  # type: ignore[arg-type]
+        status=status,
         config=request.config.model_copy(deep=True) if request.config is not None else RolloutConfig(),
         metadata=dict(request.metadata) if request.metadata is not None else {},
     )

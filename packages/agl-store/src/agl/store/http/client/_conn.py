@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import ssl as ssl_module
 from collections.abc import Iterator, Mapping
-from typing import cast
+from typing import TypeVar, cast, overload
 from urllib.parse import urlsplit
 
 import httptools
 
 __all__ = ["ConnectionPool", "Headers", "Response"]
+
+T = TypeVar("T")
 
 
 class Headers(Mapping[str, str]):
@@ -32,7 +34,11 @@ class Headers(Mapping[str, str]):
     def __getitem__(self, key: str) -> str:
         return self._items[key.lower()]
 
-    def get(self, key: str, default: str | None = None) -> str | None:  # type: ignore[override]
+    @overload
+    def get(self, key: str, /) -> str | None: ...
+    @overload
+    def get(self, key: str, /, default: str | T) -> str | T: ...
+    def get(self, key: str, /, default: object = None) -> object:
         return self._items.get(key.lower(), default)
 
     def __iter__(self) -> Iterator[str]:

@@ -293,7 +293,7 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
     )
     async def query_attempts(
         rollout_id: str,
-        q: Annotated[AttemptQueryParams, Query()],  # type: ignore[valid-type]
+        q: Annotated[AttemptQueryParams, Query()],  # pyright: ignore[reportInvalidTypeForm, reportUnknownParameterType]  (a model made by create_model)
     ) -> Response:
         return await _query_attempts(rollout_id, q)
 
@@ -302,7 +302,10 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
         response_model=PaginatedResult[Attempt],
         tags=["attempts"],
     )
-    async def search_attempts(rollout_id: str, q: AttemptQueryBody) -> Response:  # type: ignore[valid-type]
+    async def search_attempts(
+        rollout_id: str,
+        q: AttemptQueryBody,  # pyright: ignore[reportInvalidTypeForm, reportUnknownParameterType]  (made by create_model)
+    ) -> Response:
         return await _query_attempts(rollout_id, q)
 
     @app.get(

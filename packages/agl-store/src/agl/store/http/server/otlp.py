@@ -24,6 +24,7 @@ from agl.types import (
     OtelResource,
     Span,
     SpanContext,
+    StatusCode,
     TraceStatus,
     normalize_timestamp,
 )
@@ -45,7 +46,7 @@ _PROTOBUF = "application/x-protobuf"
 _ROLLOUT = LightningResourceAttributes.ROLLOUT_ID.value
 _ATTEMPT = LightningResourceAttributes.ATTEMPT_ID.value
 _SEQUENCE = LightningResourceAttributes.SPAN_SEQUENCE_ID.value
-_STATUS_CODES = {0: "UNSET", 1: "OK", 2: "ERROR"}
+_STATUS_CODES: dict[int, StatusCode] = {0: "UNSET", 1: "OK", 2: "ERROR"}
 # google.rpc.Code values used in error bodies.
 _RPC_CODE = {400: 3, 404: 5, 409: 6, 413: 8, 415: 3, 500: 13}
 
@@ -130,7 +131,7 @@ def spans_from_proto(request: Any) -> tuple[list[tuple[Span, bool]], int]:
                     parent_id=parent_id,
                     name=pb.name,
                     status=TraceStatus(
-                        status_code=_STATUS_CODES.get(pb.status.code, "UNSET"),  # type: ignore[arg-type]
+                        status_code=_STATUS_CODES.get(pb.status.code, "UNSET"),
                         description=pb.status.message or None,
                     ),
                     attributes=attrs,

@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any, cast
 
@@ -228,8 +228,9 @@ class LightningStoreServer(ForwardingStore):
 
         class _Server(uvicorn.Server):
             # Signals are handled by run_forever (so that Ctrl-C/SIGTERM end with a clean return).
-            def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
-                return contextlib.nullcontext()
+            @contextlib.contextmanager
+            def capture_signals(self) -> Generator[None, None, None]:
+                yield
 
             async def startup(self, sockets: list[socket.socket] | None = None) -> None:
                 await super().startup(sockets)
