@@ -137,7 +137,7 @@ async def _httpx_client(port: int) -> tuple[Callable[[], Awaitable[Any]], Callab
 
 
 async def _pool_client(port: int) -> tuple[Callable[[], Awaitable[Any]], Callable[[], Awaitable[None]]]:
-    from agl.store._http_conn import ConnectionPool
+    from agl.store.http.client._conn import ConnectionPool
 
     pool = ConnectionPool(f"http://127.0.0.1:{port}", connection_timeout=5.0)
     headers = {"Content-Type": "application/json"}

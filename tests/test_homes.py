@@ -220,23 +220,31 @@ def test_exceptions_keep_the_bases_users_catch() -> None:
 
 
 MOVED = [
-    ("agl.store.errors", "StoreClientError", ["agl.store", "agl.store.client", "agl.store._http_transport"]),
+    (
+        "agl.store.errors",
+        "StoreClientError",
+        ["agl.store", "agl.store.client", "agl.store.http.client._transport"],
+    ),
     (
         "agl.store.errors",
         "StoreNotFoundError",
-        ["agl.store", "agl.store.client", "agl.store._http_transport"],
+        ["agl.store", "agl.store.client", "agl.store.http.client._transport"],
     ),
     (
         "agl.store.errors",
         "StoreConnectionError",
-        ["agl.store", "agl.store.client", "agl.store._http_transport"],
+        ["agl.store", "agl.store.client", "agl.store.http.client._transport"],
     ),
-    ("agl.store.errors", "StoreServerError", ["agl.store", "agl.store.client", "agl.store._http_transport"]),
+    (
+        "agl.store.errors",
+        "StoreServerError",
+        ["agl.store", "agl.store.client", "agl.store.http.client._transport"],
+    ),
     ("agl.store.errors", "StoreAuthenticationError", ["agl.store", "agl.store.client"]),
     ("agl.store.errors", "StoreConflictError", ["agl.store", "agl.store.client"]),
     ("agl.store.errors", "StoreInvalidRequestError", ["agl.store", "agl.store.client"]),
     ("agl.store.errors", "OTLPIngestError", ["agl.store", "agl.store.otlp"]),
-    ("agl.store._http_options", "AppOptions", ["agl.store._http_app"]),
+    ("agl.store.http.server._options", "AppOptions", ["agl.store.http.server._app"]),
     ("agl.runner.events", "ExecutionEvent", ["agl.runner", "agl.runner.runner"]),
     ("agl.types.env", "LightningEnvVar", ["agl.runner", "agl.runner.env"]),
     ("agl.types.env", "resolve_bool_env_var", ["agl.runner", "agl.runner.env"]),

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from _store_http_helpers import call, http_session, running_server
 from agl.store import InMemoryLightningStore, LightningStoreServer, SqlLightningStore
-from agl.store._http_ops import error_reply
+from agl.store.http.server._ops import error_reply
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from sqlalchemy import exc as sa_exc

@@ -278,7 +278,7 @@ def test_pickling_keeps_the_configuration() -> None:
 
 
 async def test_idempotency_cache_is_bounded_in_bytes() -> None:
-    from agl.store._http_middleware import IdempotencyMiddleware
+    from agl.store.http.server._middleware import IdempotencyMiddleware
 
     calls = 0
 

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 from agl.store import LightningStoreClient, StoreConnectionError
-from agl.store._http_conn import ConnectionPool
+from agl.store.http.client._conn import ConnectionPool
 
 
 @asynccontextmanager

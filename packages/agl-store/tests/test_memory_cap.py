@@ -9,7 +9,7 @@ import pytest
 from _store_helpers import make_span
 from _store_http_helpers import call, http_session, running_server
 from agl.store import InMemoryLightningStore, StoreFullError
-from agl.store._memory_cap import ROLLOUT_BYTES, SPAN_BYTES
+from agl.store.memory._cap import ROLLOUT_BYTES, SPAN_BYTES
 from agl.types import InvalidRequestError
 
 

@@ -45,8 +45,8 @@ def _ids(prefix: str) -> Callable[[], str]:
 @pytest.fixture
 def deterministic_ids(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     """Reset the id generators of both stores to the same sequence."""
-    import agl.store._memory_core as core
-    import agl.store.memory as memory
+    import agl.store.memory._core as core
+    import agl.store.memory.store as memory
     import agl.store.sql._writes as writes
 
     def reset() -> None:

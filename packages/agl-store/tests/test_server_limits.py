@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 from agl.store import ConnectionLimits, InMemoryLightningStore, LightningStoreServer
-from agl.store._http_middleware import IdempotencyMiddleware
-from agl.store._http_replay import MemoryReplayCache, RecordedAnswer
+from agl.store.http.server._middleware import IdempotencyMiddleware
+from agl.store.http.server._replay import MemoryReplayCache, RecordedAnswer
 
 from ._store_http_helpers import running_server
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agl.store import InMemoryLightningStore
-from agl.store._spans import SpanCache, decode_span, encode_span
+from agl.store.memory._spans import SpanCache, decode_span, encode_span
 from agl.types import Span
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -11,10 +11,10 @@ arguments and the cost is one call.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from typing import Any, cast
 
-from agl.types import UNSET, InvalidRequestError, Span
+from agl.types import UNSET, InvalidRequestError, RolloutConfig, Span
 from agl.types.errors import validated
 from agl.types.validation import (
     check_id,
@@ -24,7 +24,9 @@ from agl.types.validation import (
     span_json,
 )
 
-__all__ = ["CHECKS", "checked", "spans_of"]
+__all__ = ["CHECKS", "check_metadata", "check_mode", "check_status", "checked", "new_config", "spans_of"]
+
+_MODES = ("train", "val", "test")
 
 
 def _rollout_id(store: Any, rollout_id: Any) -> None:
@@ -64,7 +66,7 @@ def _add_span(store: Any, span: Any) -> None:
 def _spans(store: Any, spans: Any) -> None:
     if isinstance(spans, (str, bytes)) or not isinstance(spans, Sequence):
         raise InvalidRequestError(f"spans must be a list of Span objects, not {type(spans).__name__}")
-    for span in spans:  # pyright: ignore[reportUnknownVariableType]
+    for span in cast("Sequence[object]", spans):
         if isinstance(span, Span):
             if not store.serialises_spans:
                 span_json(span)  # the backend does not check them itself (the HTTP client)
@@ -82,10 +84,11 @@ def _sequence_id(store: Any, rollout_id: Any, attempt_id: Any) -> None:
 def _sequence_ids(store: Any, rollout_attempt_ids: Any) -> None:
     if isinstance(rollout_attempt_ids, (str, bytes)) or not isinstance(rollout_attempt_ids, Sequence):
         raise InvalidRequestError("rollout_attempt_ids must be a list of (rollout_id, attempt_id) pairs")
-    for pair in rollout_attempt_ids:
-        if not isinstance(pair, (tuple, list)) or len(pair) != 2:  # pyright: ignore[reportUnknownArgumentType]
+    for pair in cast("Sequence[object]", rollout_attempt_ids):
+        items = cast("Sequence[object]", pair) if isinstance(pair, (tuple, list)) else ()
+        if len(items) != 2:
             raise InvalidRequestError(f"each item must be a (rollout_id, attempt_id) pair, not {pair!r}")
-        _sequence_id(store, *pair)  # pyright: ignore[reportUnknownArgumentType]
+        _sequence_id(store, *items)
 
 
 def _worker_id(store: Any, worker_id: Any) -> None:
@@ -108,7 +111,7 @@ def _update_worker(store: Any, worker_id: Any, heartbeat_stats: Any = UNSET) -> 
 def _ids(values: Any, what: str) -> None:
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence | set | frozenset):
         raise InvalidRequestError(f"{what} must be a list of ids, not {type(values).__name__}")
-    for value in values:  # pyright: ignore[reportUnknownVariableType]
+    for value in cast("Iterable[object]", values):
         check_id(value, what[:-1])
 
 
@@ -143,10 +146,41 @@ def checked(
         check(self, *args, **kwargs)
         return await method(self, *args, **kwargs)
 
-    wrapper.__agl_checked__ = True  # type: ignore[attr-defined]
+    wrapper.__agl_checked__ = True  # pyright: ignore[reportAttributeAccessIssue]  (a marker, read by checked())
     return wrapper
 
 
 def spans_of(spans: Sequence[Any]) -> list[Span]:
     """``spans`` as ``Span`` objects (dicts validated into spans)."""
     return [s if isinstance(s, Span) else validated(Span.model_validate, s, "span") for s in spans]
+
+
+# The checks of arguments that ``LightningStore`` takes itself (enqueue, updates), also used by backends.
+
+
+def check_status(status: Any, allowed: Sequence[str], what: str) -> None:
+    if status not in allowed:
+        raise InvalidRequestError(f"{what} {status!r} is invalid; use one of {list(allowed)}")
+
+
+def check_mode(mode: Any) -> None:
+    if mode is not None and mode not in _MODES:
+        raise InvalidRequestError(f"mode {mode!r} is invalid; use one of {list(_MODES)} or None")
+
+
+def check_metadata(metadata: Any) -> None:
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidRequestError(f"metadata must be a dict or None, not {type(metadata).__name__}")
+
+
+def new_config(config: Any) -> RolloutConfig:
+    if config is None:
+        return RolloutConfig()
+    if isinstance(config, RolloutConfig):
+        return config.model_copy(deep=True)
+    if isinstance(config, dict):
+        try:
+            return RolloutConfig.model_validate(config)
+        except ValueError as exc:
+            raise InvalidRequestError(f"invalid rollout config: {exc}") from exc
+    raise InvalidRequestError(f"config must be a RolloutConfig, a dict or None, not {type(config).__name__}")

@@ -1,4 +1,8 @@
-"""``ForwardingStore``: a :class:`LightningStore` whose every method forwards to one ``_call`` hook."""
+"""``ForwardingStore``: a :class:`LightningStore` whose every method forwards to one ``_call`` hook.
+
+Shared by :class:`~agl.store.LoopBoundStore` (hops onto the wrapped store's loop) and
+:class:`~agl.store.LightningStoreServer` (calls the wrapped store, or the HTTP client after pickling).
+"""
 
 from __future__ import annotations
 

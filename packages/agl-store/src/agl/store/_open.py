@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .base import LightningStore
 
-__all__ = ["STORE_URL_FORMS", "is_store_url", "open_store"]
+__all__ = ["STORE_URL_FORMS", "is_store_url", "open_store", "redact_url"]
 
 STORE_URL_FORMS = (
     "'memory' (or empty)",
@@ -67,15 +67,15 @@ def open_store(
             raise ValueError(
                 "scan_debounce_seconds applies to local stores; the server's store runs the watchdog"
             )
-        from .client import LightningStoreClient
+        from .http.client.store import LightningStoreClient
 
         return LightningStoreClient(text, token=token, **options)
     if token is not None:
         raise ValueError(
-            f"token= is only for a store server URL (http:// or https://), not {_redact(text)!r}"
+            f"token= is only for a store server URL (http:// or https://), not {redact_url(text)!r}"
         )
     if text in ("", "memory"):
-        from .memory import InMemoryLightningStore
+        from .memory.store import InMemoryLightningStore
 
         return InMemoryLightningStore(**local, **options)
     if "://" not in text and text.lower().endswith(_SQLITE_SUFFIXES):
@@ -84,10 +84,10 @@ def open_store(
         from .sql import SqlLightningStore
 
         return SqlLightningStore(text, **local, **options)
-    raise ValueError(f"unknown store backend {_redact(text)!r}: use one of {', '.join(STORE_URL_FORMS)}")
+    raise ValueError(f"unknown store backend {redact_url(text)!r}: use one of {', '.join(STORE_URL_FORMS)}")
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
     """``url`` without its password (for messages and logs)."""
     from urllib.parse import urlsplit, urlunsplit
 

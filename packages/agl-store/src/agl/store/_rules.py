@@ -7,7 +7,7 @@ the in-memory and SQL stores behave identically.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from agl.types import (
     FINISHED_STATUSES,
@@ -21,12 +21,15 @@ from agl.types import (
 )
 
 __all__ = [
+    "Sorted",
     "attempt_end_time",
     "attempt_status_after_span",
     "rollout_end_time",
     "rollout_promoted_by_span",
     "rollout_status_after_attempt",
     "rollout_status_from_attempt",
+    "sort_field",
+    "sort_key_none_last",
     "watchdog_verdict",
     "worker_after_attempt",
     "worker_after_empty_dequeue",
@@ -157,6 +160,19 @@ def worker_after_empty_dequeue(worker: Worker, now: float) -> Worker:
 
 def is_finished_rollout(status: RolloutStatus) -> bool:
     return status in FINISHED_STATUSES
+
+
+class Sorted(Protocol):
+    """A query object, as far as sorting goes."""
+
+    @property
+    def sort_by(self) -> str | None: ...
+
+
+def sort_field(query: Sorted) -> str | None:
+    """The field ``query`` sorts by. (Each query class declares ``sort_by`` as a ``Literal`` of its rows' fields,
+    built when :mod:`agl.types.query` is imported, which a type checker cannot read; this is its typed view.)"""
+    return query.sort_by
 
 
 def sort_key_none_last(value: Any) -> tuple[int, Any]:

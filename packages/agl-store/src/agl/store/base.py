@@ -58,8 +58,7 @@ from agl.types.query import (
 from agl.types.validation import check_id, check_optional_id, check_timeout, json_bytes
 from typing_extensions import TypedDict
 
-from ._checks import CHECKS, checked
-from ._records import check_metadata, check_mode, check_status, new_config
+from ._checks import CHECKS, check_metadata, check_mode, check_status, checked, new_config
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan

@@ -16,7 +16,8 @@ from importlib.metadata import entry_points
 
 from agl.types.env import STORE_BACKEND
 
-from ._open import _redact, open_store
+from ._open import open_store
+from ._open import redact_url as _redact
 from .base import LightningStore
 
 __all__ = [
@@ -79,7 +80,7 @@ def open_store_backend(backend: str, *, watchdog_interval: float | None = None) 
 
 
 def _store_parser() -> argparse.ArgumentParser:
-    from .server import DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT
+    from .http.server.store import DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT
 
     parser = argparse.ArgumentParser(
         prog="agl store",
@@ -175,7 +176,7 @@ def store_command(argv: list[str]) -> int:
     configure_logging(args)
     if args.workers != 1:
         return _serve_workers(args)
-    from .server import LightningStoreServer
+    from .http.server.store import LightningStoreServer
 
     try:
         token = read_token(args)
@@ -219,7 +220,7 @@ def store_command(argv: list[str]) -> int:
 
 
 def _serve_workers(args: argparse.Namespace) -> int:
-    from ._workers import WorkerSettings, check_backend, serve_workers
+    from .http.server._workers import WorkerSettings, check_backend, serve_workers
 
     try:
         check_backend(args.backend, args.workers)

@@ -51,9 +51,9 @@ class LoopBoundStore(ForwardingStore):
 
     @property
     def capabilities(self) -> LightningStoreCapabilities:
-        return LightningStoreCapabilities(
-            **{**self.store.capabilities, "thread_safe": True, "async_safe": True}
-        )
+        capabilities = LightningStoreCapabilities(**self.store.capabilities)
+        capabilities.update(thread_safe=True, async_safe=True)
+        return capabilities
 
     def otlp_traces_endpoint(self) -> str:
         return self.store.otlp_traces_endpoint()

@@ -150,7 +150,7 @@ class Database:
 
     def __init__(self, url: str, engine_kwargs: dict[str, Any]) -> None:
         self.dialect, self._url, self._synchronous = parse_url(url)
-        self._engine_kwargs = {
+        self._engine_kwargs: dict[str, Any] = {
             "json_serializer": json_dumps,
             "json_deserializer": json_loads,
             **engine_kwargs,

@@ -20,16 +20,16 @@ from .schema import leases
 
 __all__ = ["Lease", "process_holder"]
 
-_HOLDER: tuple[int, str] | None = None
+_holder: tuple[int, str] | None = None
 
 
 def process_holder() -> str:
     """This process's holder name: host, pid and a random part (a new one after a fork)."""
-    global _HOLDER
+    global _holder
     pid = os.getpid()
-    if _HOLDER is None or _HOLDER[0] != pid:
-        _HOLDER = (pid, f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:8]}")
-    return _HOLDER[1]
+    if _holder is None or _holder[0] != pid:
+        _holder = (pid, f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:8]}")
+    return _holder[1]
 
 
 def _insert(dialect: str) -> Any:  # the dialect's insert, with ON CONFLICT

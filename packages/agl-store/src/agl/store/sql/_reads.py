@@ -1,7 +1,7 @@
 """Read operations of the SQL store: filtered, sorted, paginated queries run by ``Database.read``.
 
 Filters are those the query objects declare (:meth:`agl.types.StoreQuery.where`), each on the column of
-the same name. Semantics shared with the in-memory store (:mod:`agl.store._query`): predicates are pooled
+the same name. Semantics shared with the in-memory store (:mod:`agl.store.memory._query`): predicates are pooled
 with ``filter_logic`` and no predicate matches everything; ``contains`` is a case-sensitive substring test;
 ``None`` sorts last ascending and first descending; ties and unsorted results keep creation order (the
 ``seq`` column), reversed for an unsorted descending query (spans of several rollouts: by rollout id, then creation);
@@ -11,7 +11,7 @@ with ``filter_logic`` and no predicate matches everything; ``contains`` is a cas
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from agl.types import (
@@ -35,8 +35,12 @@ from agl.types.query import (
     WorkerQuery,
 )
 
+from .. import _rules
 from . import _codec, schema
 from ._steps import Ctx, execute, prepared
+
+if TYPE_CHECKING:
+    from ._steps import AnySelect
 
 R = schema.rollouts
 A = schema.attempts
@@ -84,12 +88,14 @@ def where_clause(ctx: Ctx, table: sa.Table, where: Where) -> sa.ColumnElement[bo
 
 
 def _order_by(
-    table: sa.Table, page: StoreQuery, ties: Sequence[sa.ColumnElement[Any]] = ()
+    table: sa.Table,
+    page: RolloutQuery | AttemptQuery | ResourcesQuery | SpanQuery | WorkerQuery,
+    ties: Sequence[sa.ColumnElement[Any]] = (),
 ) -> list[sa.ColumnElement[Any]]:
     """The sort column (``None`` last ascending, first descending), then ``ties``, then creation order;
     an unsorted descending query reverses all of it."""
     seq = table.c.seq
-    sort_by: str | None = page.sort_by  # type: ignore[attr-defined]
+    sort_by = _rules.sort_field(page)
     if sort_by is None:
         if page.sort_order == "desc":
             return [*(t.desc() for t in ties), seq.desc()]
@@ -102,7 +108,7 @@ def _order_by(
 
 def _paginate(
     conn: sa.Connection,
-    query: sa.Select,
+    query: AnySelect,
     where: sa.ColumnElement[bool] | None,
     count_from: sa.FromClause,
     page: StoreQuery,
@@ -154,7 +160,7 @@ _WITH_LATEST_ATTEMPT = R.outerjoin(
 )
 
 
-def _rollouts_select() -> sa.Select:
+def _rollouts_select() -> AnySelect:
     return sa.select(*_ROLLOUT_COLUMNS, *_codec.attempt_columns(_codec.ATTEMPT_PREFIX)).select_from(
         _WITH_LATEST_ATTEMPT
     )

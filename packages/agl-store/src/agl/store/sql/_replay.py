@@ -1,6 +1,6 @@
 """``SqlReplayCache``: idempotent replays kept in the SQL store's database (table ``agl_replays``).
 
-The :class:`~agl.store._http_replay.ReplayCache` of a server over a :class:`SqlLightningStore`: every
+The :class:`~agl.store.http.server._replay.ReplayCache` of a server over a :class:`SqlLightningStore`: every
 worker of ``agl store --workers N`` sees the same keys, and so does the server after a restart, so a
 retried write is applied once whichever worker it reaches and whenever it comes (within ``ttl_seconds``).
 
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 
-from .._http_replay import RecordedAnswer
+from ..http.server._replay import RecordedAnswer
 from . import schema
 from ._steps import execute, prepared
 
@@ -60,7 +60,8 @@ def _no_flush_wait(conn: sa.Connection) -> None:
 
 
 def _answer(row: dict[str, Any]) -> RecordedAnswer:
-    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in (row["headers"] or [])]
+    stored: list[tuple[str, str]] = row["headers"] or []  # a JSON column: [[name, value], ...]
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in stored]
     return RecordedAnswer(int(row["status"]), headers, bytes(row["body"] or b""))
 
 
@@ -174,7 +175,7 @@ def _prune(conn: sa.Connection, before: float, max_entries: int) -> None:
 
 
 class SqlReplayCache:
-    """A :class:`~agl.store._http_replay.ReplayCache` in the database of ``store``.
+    """A :class:`~agl.store.http.server._replay.ReplayCache` in the database of ``store``.
 
     Args:
         store: The SQL store the server serves.

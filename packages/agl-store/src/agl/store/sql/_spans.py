@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from agl.types import NotFoundError, Span
@@ -24,6 +24,9 @@ from ._steps import (
     upsert,
 )
 
+if TYPE_CHECKING:
+    from ._steps import AnySelect
+
 R = schema.rollouts
 A = schema.attempts
 S = schema.spans
@@ -42,7 +45,7 @@ def _lock_for_spans(
     change or read, no JSON to decode), the attempt's row (None: no such attempt) and the rollout's
     sequence counter (0 if none yet)."""
 
-    def build() -> sa.Select:
+    def build() -> AnySelect:
         joined = R.outerjoin(
             A, sa.and_(A.c.rollout_id == R.c.rollout_id, A.c.attempt_id == sa.bindparam("aid"))
         ).outerjoin(C, C.c.rollout_id == R.c.rollout_id)

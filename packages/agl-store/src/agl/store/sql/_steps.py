@@ -10,16 +10,32 @@ import re
 import sqlite3
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
-from agl.types import FINISHED_STATUSES, QUEUED_STATUSES, Attempt, NotFoundError, RolloutConfig, Worker
+from agl.types import (
+    FINISHED_STATUSES,
+    QUEUED_STATUSES,
+    Attempt,
+    NotFoundError,
+    RolloutConfig,
+    RolloutStatus,
+    Worker,
+)
 
 from .. import _rules
 from . import _codec, schema
 from ._codec import json_dumps, json_loads
 
 __all__ = ["Ctx", "Effects", "prepared"]
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from typing_extensions import Unpack
+
+    AnySelect: TypeAlias = "sa.Select[Unpack[tuple[Any, ...]]]"
+    """A ``SELECT`` of any columns (SQLAlchemy types a statement by its column types)."""
 
 R = schema.rollouts
 A = schema.attempts
@@ -64,10 +80,10 @@ class _Plan:
             assert found, self.sql
         self.names: tuple[str, ...] = tuple(compiled.positiontup or ())
         self.defaults: dict[str, Any] = dict(compiled.params)
-        self.json_params = frozenset(
+        self.json_params: frozenset[str] = frozenset(
             n for n in self.names if n in compiled.binds and isinstance(compiled.binds[n].type, sa.JSON)
         )
-        self.json_columns = frozenset(
+        self.json_columns: frozenset[str] = frozenset(
             c.name for c in getattr(stmt, "selected_columns", ()) if isinstance(c.type, sa.JSON)
         ) | frozenset(c.name for c in getattr(stmt, "_returning", ()) if isinstance(c.type, sa.JSON))
         # every parameter given by the caller and none JSON: a tuple in one step
@@ -77,7 +93,7 @@ class _Plan:
     def values(self, params: dict[str, Any]) -> tuple[Any, ...]:
         if self.plain:
             return tuple([params[name] for name in self.names])
-        out = []
+        out: list[Any] = []
         for name in self.names:
             value = params[name] if name in params else self.defaults[name]
             if name in self.json_params and value is not None:
@@ -114,14 +130,14 @@ def execute(
         result = conn.execute(stmt, params or {})
         return [dict(row) for row in result.mappings()] if result.returns_rows else []
     many = isinstance(params, list)
-    first: dict[str, Any] = (params[0] if params else {}) if many else (params or {})  # type: ignore[index,assignment]
+    first: dict[str, Any] = (params[0] if params else {}) if many else (params or {})
     keys = tuple(sorted(first))
     plan = _SQLITE_PLANS.get((id(stmt), keys))
     if plan is None:
         plan = _SQLITE_PLANS[(id(stmt), keys)] = _Plan(stmt, conn, keys)
     cursor = sqlite_cursor(conn)
     if many:
-        cursor.executemany(plan.sql, [plan.values(p) for p in params])  # type: ignore[union-attr]
+        cursor.executemany(plan.sql, [plan.values(p) for p in params])
         return []
     cursor.execute(plan.sql, plan.values(first))
     description = cursor.description
@@ -159,7 +175,7 @@ class Effects:
     """What a committed write changed, so the store can wake its waiters."""
 
     queued: bool = False
-    finished: set[str] = field(default_factory=set)
+    finished: set[str] = field(default_factory=set[str])
 
 
 def upsert(ctx: Ctx, table: sa.Table) -> Any:
@@ -193,7 +209,7 @@ def lock_rollout_with_attempt(
     """The locked rollout row and one of its attempt rows (``"latest"``: the latest), in one statement."""
     latest = attempt_id == "latest"
 
-    def build() -> sa.Select:
+    def build() -> AnySelect:
         which = A.c.sequence_id == R.c.num_attempts if latest else A.c.attempt_id == sa.bindparam("aid")
         joined = R.outerjoin(A, sa.and_(A.c.rollout_id == R.c.rollout_id, which))
         return (
@@ -267,7 +283,7 @@ def update_rows(conn: sa.Connection, table: sa.Table, rows: Iterable[tuple[int, 
 
 
 def set_rollout_status(
-    conn: sa.Connection, r: dict[str, Any], status: str, now: float, eff: Effects
+    conn: sa.Connection, r: dict[str, Any], status: RolloutStatus, now: float, eff: Effects
 ) -> dict[str, Any]:
     """Columns to write when a rollout's status is set: end time and queue entry. Updates ``r``.
 
@@ -276,7 +292,7 @@ def set_rollout_status(
     """
     values: dict[str, Any] = {
         "status": status,
-        "end_time": _rules.rollout_end_time(status, r["status"], r["end_time"], now),  # type: ignore[arg-type]
+        "end_time": _rules.rollout_end_time(status, r["status"], r["end_time"], now),
     }
     if status in FINISHED_STATUSES:
         eff.finished.add(r["rollout_id"])

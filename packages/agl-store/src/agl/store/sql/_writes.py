@@ -8,7 +8,7 @@ write it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from agl.types import (
@@ -23,6 +23,7 @@ from agl.types import (
     ResourcesUpdate,
     Rollout,
     RolloutConfig,
+    RolloutStatus,
     Worker,
     new_attempt_id,
     new_resources_id,
@@ -52,6 +53,9 @@ from ._steps import (
     upsert,
 )
 
+if TYPE_CHECKING:
+    from ._steps import AnySelect
+
 R = schema.rollouts
 A = schema.attempts
 W = schema.workers
@@ -76,21 +80,23 @@ def _invalid(exc: ValidationError) -> InvalidRequestError:
 # -- rollouts and the queue ----------------------------------------------------------------------
 
 
-def _new_rollout(request: EnqueueRolloutRequest, status: str, now: float, latest: str | None) -> Rollout:
+def _new_rollout(
+    request: EnqueueRolloutRequest, status: RolloutStatus, now: float, latest: str | None
+) -> Rollout:
     return Rollout(
         rollout_id=new_rollout_id(),
         input=request.input,
         start_time=now,
         mode=request.mode,
         resources_id=request.resources_id if request.resources_id is not None else latest,
-        status=status,  # type: ignore[arg-type]
+        status=status,
         config=request.config.model_copy(deep=True) if request.config is not None else RolloutConfig(),
         metadata=dict(request.metadata) if request.metadata is not None else {},
     )
 
 
 def _latest_resources_and_queue_tail(conn: sa.Connection) -> tuple[str | None, int]:
-    def build() -> sa.Select:
+    def build() -> AnySelect:
         latest = sa.select(RS.c.resources_id).order_by(RS.c.touch.desc()).limit(1).scalar_subquery()
         tail = sa.select(sa.func.coalesce(sa.func.max(R.c.queue_pos), 0) + 1).scalar_subquery()
         return sa.select(latest.label("latest"), tail.label("tail"))
@@ -143,7 +149,7 @@ def _claimable(conn: sa.Connection, limit: int) -> list[dict[str, Any]]:
     """The first ``limit`` queued rollouts in queue order, locked; rows another transaction holds are
     skipped (``SKIP LOCKED``: concurrent dequeuers pass each other instead of waiting)."""
 
-    def build() -> sa.Select:
+    def build() -> AnySelect:
         return (
             sa.select(R)
             .execution_options(**_BY_QUEUE)
@@ -160,7 +166,7 @@ def _discard_stale_entries(conn: sa.Connection, up_to: int | None) -> None:
     """Drop queue entries of rollouts that left the queue while queued (started, cancelled...), up to
     ``up_to`` (a queue position; None: all), as a dequeue that walked past them would."""
 
-    def build(bounded: bool) -> sa.Select:
+    def build(bounded: bool) -> AnySelect:
         stmt = (
             sa.select(R.c.seq)
             .execution_options(**_BY_QUEUE)
@@ -300,7 +306,7 @@ def update_attempt(
 def find_unhealthy(conn: sa.Connection, ctx: Ctx) -> list[str]:
     """Ids of running rollouts whose latest attempt broke its limits (read-only)."""
 
-    def build() -> sa.Select:
+    def build() -> AnySelect:
         latest = sa.and_(A.c.rollout_id == R.c.rollout_id, A.c.sequence_id == R.c.num_attempts)
         return (
             sa.select(R.c.config, *_codec.attempt_columns())

@@ -45,7 +45,7 @@ metadata = sa.MetaData()
 # Python compares strings by code point; so do SQLite's BINARY collation and PostgreSQL's "C" collation.
 _Text = sa.String().with_variant(sa.String(collation="C"), "postgresql")
 _Seq = sa.BigInteger().with_variant(sa.Integer(), "sqlite")  # INTEGER PRIMARY KEY is SQLite's rowid
-_Float = sa.Double()
+_Float: sa.Double[float] = sa.Double()
 _Json = sa.JSON(none_as_null=True)
 
 

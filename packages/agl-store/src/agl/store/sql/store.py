@@ -167,7 +167,7 @@ class SqlLightningStore(LightningStore):
         counts = await self._query(_reads.counts)
         return LightningStoreStatistics(
             name=type(self).__name__, uptime=time.monotonic() - self._started, **counts
-        )  # type: ignore[typeddict-item]
+        )
 
     async def ensure_schema(self) -> None:
         """Create or migrate the database's schema now instead of on first use (a server does it before

@@ -1,10 +1,10 @@
 """Records and small helpers of the in-memory store: what it keeps per rollout, the copies it hands out and
-the checks on its inputs."""
+the checks on its inputs that only it needs."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 from agl.types import (
     Attempt,
@@ -13,25 +13,19 @@ from agl.types import (
     NamedResources,
     ResourcesUpdate,
     Rollout,
-    RolloutConfig,
 )
 
 from ._spans import StoredSpan
 
 __all__ = [
     "RolloutRecord",
-    "check_metadata",
-    "check_mode",
-    "check_status",
     "copy_attempt",
+    "copy_attempted",
     "copy_rollout",
-    "new_config",
     "new_metadata",
     "resources_update",
     "write_fields",
 ]
-
-_MODES = ("train", "val", "test")
 
 
 class RolloutRecord:
@@ -71,27 +65,9 @@ def copy_rollout(record: RolloutRecord, *, with_attempt: bool = True) -> Rollout
     return Rollout.model_construct(**fields)
 
 
-def check_status(status: Any, allowed: Sequence[str], what: str) -> None:
-    if status not in allowed:
-        raise InvalidRequestError(f"{what} {status!r} is invalid; use one of {list(allowed)}")
-
-
-def check_mode(mode: Any) -> None:
-    if mode is not None and mode not in _MODES:
-        raise InvalidRequestError(f"mode {mode!r} is invalid; use one of {list(_MODES)} or None")
-
-
-def new_config(config: Any) -> RolloutConfig:
-    if config is None:
-        return RolloutConfig()
-    if isinstance(config, RolloutConfig):
-        return config.model_copy(deep=True)
-    if isinstance(config, dict):
-        try:
-            return RolloutConfig.model_validate(config)
-        except ValueError as exc:
-            raise InvalidRequestError(f"invalid rollout config: {exc}") from exc
-    raise InvalidRequestError(f"config must be a RolloutConfig, a dict or None, not {type(config).__name__}")
+def copy_attempted(record: RolloutRecord) -> AttemptedRollout:
+    """:func:`copy_rollout` of a rollout that has an attempt (one just started or claimed)."""
+    return cast(AttemptedRollout, copy_rollout(record))
 
 
 def new_metadata(metadata: Any) -> dict[str, Any]:
@@ -99,7 +75,7 @@ def new_metadata(metadata: Any) -> dict[str, Any]:
         return {}
     if not isinstance(metadata, dict):
         raise InvalidRequestError(f"metadata must be a dict or None, not {type(metadata).__name__}")
-    return dict(metadata)
+    return dict(cast("dict[str, Any]", metadata))
 
 
 def resources_update(
@@ -115,11 +91,6 @@ def resources_update(
         )
     except ValueError as exc:
         raise InvalidRequestError(f"invalid resources: {exc}") from exc
-
-
-def check_metadata(metadata: Any) -> None:
-    if metadata is not None and not isinstance(metadata, dict):
-        raise InvalidRequestError(f"metadata must be a dict or None, not {type(metadata).__name__}")
 
 
 def write_fields(record: Rollout | Attempt, changes: Mapping[str, Any]) -> None:

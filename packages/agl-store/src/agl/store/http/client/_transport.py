@@ -9,15 +9,13 @@ import threading
 import uuid
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 from urllib.parse import urlencode
 
 from agl.types.env import STORE_TOKEN
 from pydantic import TypeAdapter
 
-from ._http_conn import ConnectionPool
-from ._http_models import API_PREFIX, IDEMPOTENCY_HEADER
-from .errors import (
+from ...errors import (
     StoreAuthenticationError,
     StoreClientError,
     StoreConflictError,
@@ -27,12 +25,15 @@ from .errors import (
     StoreNotFoundError,
     StoreServerError,
 )
+from .._models import API_PREFIX, IDEMPOTENCY_HEADER
+from ._conn import ConnectionPool
 
 __all__ = ["HttpTransport"]
 
 logger = logging.getLogger("agl.store.client")
 
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)
+T = TypeVar("T")
 
 
 _STATUS_ERRORS: dict[int, type[StoreClientError]] = {
@@ -166,8 +167,9 @@ class HttpTransport:
         try:
             body = json.loads(data)
             if isinstance(body, dict):
-                detail = str(body.get("detail", "")) or None
-                error_type = body.get("error_type")
+                fields = cast("dict[str, Any]", body)
+                detail = str(fields.get("detail", "")) or None
+                error_type = fields.get("error_type")
         except ValueError:
             pass
         if detail is None:
@@ -234,11 +236,11 @@ class HttpTransport:
         op: str,
         verb: Literal["GET", "POST"],
         path: str,
-        adapter: TypeAdapter[Any],
+        adapter: TypeAdapter[T],
         body: Any = None,
         *,
         params: Mapping[str, Any] | None = None,
         wait: float = 0.0,
-    ) -> Any:
+    ) -> T:
         payload, _ = await self._request(op, verb, path, body, params=params, wait=wait)
         return adapter.validate_json(payload)

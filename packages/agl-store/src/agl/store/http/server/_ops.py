@@ -21,8 +21,9 @@ from agl.types import ConflictError, InvalidRequestError, NotFoundError, Span
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from sqlalchemy import exc as sa_exc
 
-from ._http_middleware import ASGIApp, Receive, Scope, Send
-from ._http_models import (
+from ...base import LightningStore
+from ...errors import StoreFullError
+from .._models import (
     API_PREFIX,
     AddSpansRequest,
     ClaimRequest,
@@ -34,11 +35,10 @@ from ._http_models import (
     StartRolloutRequest,
     UpdateAttemptRequest,
 )
-from .base import LightningStore
-from .errors import StoreFullError
+from ._middleware import ASGIApp, Receive, Scope, Send
 
 if TYPE_CHECKING:
-    from ._http_options import AppOptions
+    from ._options import AppOptions
 
 __all__ = [
     "FastPathMiddleware",
@@ -77,7 +77,8 @@ def error_body(status: int, detail: str, error_type: str, **extra: Any) -> Reply
 
 def validation_reply(errors: Sequence[Any]) -> Reply:
     """422 naming each offending field (same shape for FastAPI's and the fast path's validation)."""
-    parts, listed = [], []
+    parts: list[str] = []
+    listed: list[dict[str, Any]] = []
     for err in errors:
         loc = [str(p) for p in err.get("loc", ())]
         msg = str(err.get("msg", "invalid"))

@@ -13,11 +13,11 @@ each :class:`~agl.types.Condition` into a test on a row, given how to read an at
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from agl.types import Condition, InvalidRequestError, PaginatedResult, Where
 
-from ._rules import sort_key_none_last
+from .._rules import sort_key_none_last
 
 __all__ = [
     "Predicate",
@@ -25,6 +25,7 @@ __all__ = [
     "contains",
     "filter_rows",
     "filter_where",
+    "page_of",
     "paginate",
     "predicate",
     "select_by_key",
@@ -104,7 +105,11 @@ def sort_rows(
     if sort_by is None:
         return rows if sort_order == "asc" else rows[::-1]
     field = sort_by
-    read = get if get is not None else (lambda row: getattr(row, field, None))
+
+    def attribute(row: Any) -> Any:
+        return getattr(row, field, None)
+
+    read = get if get is not None else attribute
     try:
         return sorted(rows, key=lambda row: sort_key_none_last(read(row)), reverse=sort_order == "desc")
     except TypeError as exc:
@@ -116,4 +121,13 @@ def sort_rows(
 def paginate(rows: list[T], limit: int, offset: int) -> PaginatedResult[T]:
     total = len(rows)
     items = rows[offset:] if limit < 0 else rows[offset : offset + limit]
-    return PaginatedResult.model_construct(items=items, limit=limit, offset=offset, total=total)
+    return page_of(items, limit, offset, total)
+
+
+def page_of(items: list[T], limit: int, offset: int, total: int) -> PaginatedResult[T]:
+    """A page built without validation (the rows are the store's own)."""
+    # model_construct of the unparametrised class (no PaginatedResult[T] class is made), typed here.
+    return cast(
+        "PaginatedResult[T]",
+        PaginatedResult.model_construct(items=items, limit=limit, offset=offset, total=total),
+    )

@@ -18,13 +18,13 @@ import itertools
 import threading
 from collections.abc import Callable, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 from agl.types import PaginatedResult, Span, Where
 from agl.types.validation import span_json
 from pydantic import TypeAdapter
 
-from ._query import filter_where, paginate, sort_rows
+from ._query import filter_where, page_of, paginate, sort_rows
 
 __all__ = ["ATTEMPT_ID", "SpanCache", "StoredSpan", "decode_span", "encode_span", "query_stored_spans"]
 
@@ -111,7 +111,7 @@ class SpanCache:
             for i, span in zip(missing, fresh, strict=True):
                 spans[i] = span
             self.put(fresh_rows, fresh)
-        return spans  # type: ignore[return-value]  # no None left
+        return cast("list[Span]", spans)  # no None left
 
 
 def query_stored_spans(
@@ -130,7 +130,7 @@ def query_stored_spans(
         ordered = sort_rows(matched, sort_by, sort_order, get)
         page = paginate(ordered, limit, offset)
         items = cache.decode(page.items) if cache is not None else _decode_all(page.items)
-        return PaginatedResult.model_construct(items=items, limit=limit, offset=offset, total=page.total)
+        return page_of(items, limit, offset, page.total)
     decoded = sort_rows(
         cache.decode(matched) if cache is not None else _decode_all(matched), sort_by, sort_order
     )

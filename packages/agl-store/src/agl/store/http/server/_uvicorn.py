@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 __all__ = ["ConnectionLimits", "coalescing_protocol_class", "server_protocol_class"]
 
@@ -83,6 +83,34 @@ class ConnectionLimits:
 _IDLE, _HEAD, _BODY, _APP = range(4)
 
 
+class _Cycle(Protocol):
+    """The parts of uvicorn's ``RequestResponseCycle`` read here."""
+
+    response_started: bool
+    response_complete: bool
+    more_body: bool
+
+
+class _Flow(Protocol):
+    """The parts of uvicorn's ``FlowControl`` read here."""
+
+    read_paused: bool
+
+
+if TYPE_CHECKING:
+
+    class _UvicornHttp(asyncio.Protocol):
+        """The parts of uvicorn's HTTP protocols (``HttpToolsProtocol``, ``H11Protocol``) used here: the two
+        share them, but not a base class that declares them."""
+
+        loop: asyncio.AbstractEventLoop
+        transport: asyncio.Transport
+        cycle: _Cycle | None
+        flow: _Flow
+
+        def on_response_complete(self) -> None: ...
+
+
 def _plain_answer(status: bytes, text: bytes) -> bytes:
     return (
         b"HTTP/1.1 " + status + b"\r\ncontent-type: text/plain; charset=utf-8\r\n"
@@ -96,23 +124,31 @@ _HEAD_431 = _plain_answer(
 )
 
 
-def server_protocol_class(http: str, *, coalesce: bool = True, limits: ConnectionLimits | None = None) -> Any:
+def server_protocol_class(
+    http: str, *, coalesce: bool = True, limits: ConnectionLimits | None = None
+) -> type[asyncio.Protocol]:
     """uvicorn's protocol class for ``http`` (``"httptools"`` or ``"h11"``) with stall deadlines (``limits``)
     and, with ``coalesce``, each answer's header block written together with its body."""
+    base: type[_UvicornHttp]
     if http == "httptools":
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+        base = cast("type[_UvicornHttp]", HttpToolsProtocol)
     else:
-        from uvicorn.protocols.http.h11_impl import H11Protocol as Base
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        base = cast("type[_UvicornHttp]", H11Protocol)
     lim = limits or ConnectionLimits()
 
-    class GuardedProtocol(Base):  # type: ignore[valid-type,misc]
+    class GuardedProtocol(base):
         # The connection's phase is read off uvicorn's request cycle after each read: no cycle in progress
         # means waiting for (the rest of) a head; a cycle whose body is still arriving means a body; else the
         # app has the request and no deadline applies (long polls last as long as the app says).
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
-            if coalesce:
-                transport = _CoalescingTransport(transport, self.loop)  # type: ignore[arg-type]
-            super().connection_made(transport)  # type: ignore[arg-type]
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            if coalesce:  # the wrapper stands in for the socket's transport, forwarding what it does not do
+                wrapper = _CoalescingTransport(cast(asyncio.Transport, transport), self.loop)
+                transport = cast(asyncio.Transport, wrapper)
+            super().connection_made(transport)
             self._agl_phase = _IDLE
             self._agl_head_bytes = 0
             self._agl_timer: asyncio.TimerHandle | None = None
@@ -128,7 +164,7 @@ def server_protocol_class(http: str, *, coalesce: bool = True, limits: Connectio
                 self._agl_timer.cancel()
                 self._agl_timer = None
 
-        def _agl_busy_cycle(self) -> Any:
+        def _agl_busy_cycle(self) -> _Cycle | None:
             """The request cycle still receiving its body or being answered, if any."""
             cycle = self.cycle
             if cycle is None or (cycle.response_complete and not cycle.more_body):
@@ -196,6 +232,6 @@ def server_protocol_class(http: str, *, coalesce: bool = True, limits: Connectio
     return GuardedProtocol
 
 
-def coalescing_protocol_class(http: str) -> Any:
+def coalescing_protocol_class(http: str) -> type[asyncio.Protocol]:
     """uvicorn's protocol class for ``http`` writing headers with the body (and the default stall limits)."""
     return server_protocol_class(http)

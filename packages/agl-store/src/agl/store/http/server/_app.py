@@ -2,7 +2,7 @@
 
 Routes return pre-serialised JSON (pydantic's Rust serializer) instead of letting FastAPI validate and
 copy each response model again; the ``response_model`` declarations still drive the OpenAPI schema. The
-hot routes share their implementation with the ASGI fast path in :mod:`._http_ops`.
+hot routes share their implementation with the ASGI fast path in :mod:`._ops`.
 """
 
 from __future__ import annotations
@@ -26,21 +26,10 @@ from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuer
 from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ._http_hot import HotPathMiddleware
-from ._http_middleware import (
-    ASGIApp,
-    BearerTokenMiddleware,
-    BodySizeLimitMiddleware,
-    IdempotencyMiddleware,
-    Message,
-    Receive,
-    Scope,
-    Send,
-)
-from ._http_models import (
+from ...base import LightningStore
+from .._models import (
     API_PREFIX,
     WAIT_COMPLETE_HEADER,
     AddSpansInOrderResponse,
@@ -70,7 +59,18 @@ from ._http_models import (
     WaitRequest,
     WorkerQueryParams,
 )
-from ._http_ops import (
+from ._hot import HotPathMiddleware
+from ._middleware import (
+    ASGIApp,
+    BearerTokenMiddleware,
+    BodySizeLimitMiddleware,
+    IdempotencyMiddleware,
+    Message,
+    Receive,
+    Scope,
+    Send,
+)
+from ._ops import (
     FastPathMiddleware,
     HotOps,
     Reply,
@@ -81,9 +81,8 @@ from ._http_ops import (
     send_reply,
     validation_reply,
 )
-from ._http_options import AppOptions
-from ._http_replay import MemoryReplayCache
-from .base import LightningStore
+from ._options import AppOptions
+from ._replay import MemoryReplayCache
 
 __all__ = ["AppOptions", "create_app", "create_asgi_app"]
 
@@ -144,7 +143,7 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[FastAPI, ASGIApp]:
     """The FastAPI app over ``store`` (routes, OpenAPI schema) and the ASGI app to serve.
 
-    Served stack, outermost first: CORS → hot path (the hot routes, in one pass: :mod:`._http_hot`) →
+    Served stack, outermost first: CORS → hot path (the hot routes, in one pass: :mod:`._hot`) →
     metrics (``/metrics``, request counts) → dashboard (static files) → bearer token → size cap →
     idempotent replay → fault barrier → fast path for the hot routes → FastAPI.
     """
@@ -194,7 +193,7 @@ def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[FastAPI
 
 def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
     """The FastAPI application: every route, validation and the OpenAPI schema (no middleware)."""
-    from . import __version__
+    from ... import __version__
 
     app = FastAPI(
         title="agl LightningStore",
@@ -207,6 +206,13 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
     _install_schema_fixups(app)
 
     ops = HotOps(store, options)
+    # The query routes validate their query object themselves and hand it to the backend's hook, as the
+    # public query_* methods do after validating their keyword arguments.
+    query_rollouts_hook = store._query_rollouts  # pyright: ignore[reportPrivateUsage]
+    query_attempts_hook = store._query_attempts  # pyright: ignore[reportPrivateUsage]
+    query_resources_hook = store._query_resources  # pyright: ignore[reportPrivateUsage]
+    query_spans_hook = store._query_spans  # pyright: ignore[reportPrivateUsage]
+    query_workers_hook = store._query_workers  # pyright: ignore[reportPrivateUsage]
 
     prefix = API_PREFIX
 
@@ -242,13 +248,13 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
 
     @app.get(prefix + "/rollouts", response_model=PaginatedResult[RolloutOrAttempted], tags=["rollouts"])
     async def query_rollouts(q: Annotated[RolloutQueryParams, Query()]) -> Response:
-        return _json(await store._query_rollouts(q))
+        return _json(await query_rollouts_hook(q))
 
     @app.post(
         prefix + "/rollouts/search", response_model=PaginatedResult[RolloutOrAttempted], tags=["rollouts"]
     )
     async def search_rollouts(q: RolloutQuery) -> Response:
-        return _json(await store._query_rollouts(q))
+        return _json(await query_rollouts_hook(q))
 
     @app.get(prefix + "/rollouts/{rollout_id}", response_model=RolloutOrAttempted | None, tags=["rollouts"])
     async def get_rollout(rollout_id: str) -> Response:
@@ -276,16 +282,18 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
         worker_id = body.worker_id if body is not None else None
         return _json(await store.start_attempt(rollout_id, worker_id=worker_id), 201)
 
-    async def _query_attempts(rollout_id: str, page: BaseModel) -> Response:
+    async def _query_attempts(
+        rollout_id: str, page: Any
+    ) -> Response:  # AttemptQueryParams/Body (made at run time)
         query = AttemptQuery.model_construct(rollout_id=rollout_id, **dict(page))
-        return _json(await store._query_attempts(query))
+        return _json(await query_attempts_hook(query))
 
     @app.get(
         prefix + "/rollouts/{rollout_id}/attempts", response_model=PaginatedResult[Attempt], tags=["attempts"]
     )
     async def query_attempts(
         rollout_id: str,
-        q: Annotated[AttemptQueryParams, Query()],  # type: ignore[valid-type]
+        q: Annotated[AttemptQueryParams, Query()],  # pyright: ignore[reportInvalidTypeForm, reportUnknownParameterType]  (a model made by create_model)
     ) -> Response:
         return await _query_attempts(rollout_id, q)
 
@@ -294,7 +302,10 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
         response_model=PaginatedResult[Attempt],
         tags=["attempts"],
     )
-    async def search_attempts(rollout_id: str, q: AttemptQueryBody) -> Response:  # type: ignore[valid-type]
+    async def search_attempts(
+        rollout_id: str,
+        q: AttemptQueryBody,  # pyright: ignore[reportInvalidTypeForm, reportUnknownParameterType]  (made by create_model)
+    ) -> Response:
         return await _query_attempts(rollout_id, q)
 
     @app.get(
@@ -328,13 +339,13 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
 
     @app.get(prefix + "/resources", response_model=PaginatedResult[ResourcesUpdate], tags=["resources"])
     async def query_resources(q: Annotated[ResourcesQueryParams, Query()]) -> Response:
-        return _json(await store._query_resources(q))
+        return _json(await query_resources_hook(q))
 
     @app.post(
         prefix + "/resources/search", response_model=PaginatedResult[ResourcesUpdate], tags=["resources"]
     )
     async def search_resources(q: ResourcesQuery) -> Response:
-        return _json(await store._query_resources(q))
+        return _json(await query_resources_hook(q))
 
     @app.post(prefix + "/resources", status_code=201, response_model=ResourcesUpdate, tags=["resources"])
     async def add_resources(resources: Annotated[NamedResources, Body()]) -> Response:
@@ -368,12 +379,12 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
     @app.get(prefix + "/spans", response_model=PaginatedResult[Span], tags=["spans"])
     async def query_spans(q: Annotated[SpanQueryParams, Query()]) -> Response:
         """Spans of one rollout, or of several (``rollout_id`` repeated)."""
-        return _json(await store._query_spans(q))
+        return _json(await query_spans_hook(q))
 
     @app.post(prefix + "/spans/search", response_model=PaginatedResult[Span], tags=["spans"])
     async def search_spans(q: SpanQuery) -> Response:
         """Spans of one rollout, or of several (``rollout_id`` a list): one request for a training step."""
-        return _json(await store._query_spans(q))
+        return _json(await query_spans_hook(q))
 
     @app.post(
         prefix + "/spans/in-order", status_code=201, response_model=AddSpansInOrderResponse, tags=["spans"]
@@ -395,11 +406,11 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
 
     @app.get(prefix + "/workers", response_model=PaginatedResult[Worker], tags=["workers"])
     async def query_workers(q: Annotated[WorkerQueryParams, Query()]) -> Response:
-        return _json(await store._query_workers(q))
+        return _json(await query_workers_hook(q))
 
     @app.post(prefix + "/workers/search", response_model=PaginatedResult[Worker], tags=["workers"])
     async def search_workers(q: WorkerQuery) -> Response:
-        return _json(await store._query_workers(q))
+        return _json(await query_workers_hook(q))
 
     @app.get(prefix + "/workers/{worker_id:path}", response_model=Worker | None, tags=["workers"])
     async def get_worker(worker_id: str) -> Response:
@@ -408,11 +419,7 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
     @app.post(prefix + "/workers/{worker_id:path}", response_model=Worker, tags=["workers"])
     async def update_worker(worker_id: str, body: UpdateWorkerRequest | None = None) -> Response:
         stats: Any = UNSET
-        if body is not None and "heartbeat_stats" in body.model_fields_set:
-            if body.heartbeat_stats is None:
-                raise InvalidRequestError(
-                    "heartbeat_stats may not be null; leave it out to keep the current stats"
-                )
+        if body is not None and "heartbeat_stats" in body.model_fields_set:  # (the model refuses a null)
             stats = body.heartbeat_stats
         return _json(await store.update_worker(worker_id, heartbeat_stats=stats))
 
@@ -441,7 +448,7 @@ def _install_schema_fixups(app: FastAPI) -> None:
             app.openapi_schema = schema
         return app.openapi_schema
 
-    app.openapi = openapi  # type: ignore[method-assign]
+    app.openapi = openapi
 
 
 def _allowed_methods(request: Request) -> str:

@@ -11,8 +11,8 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from ._http_models import API_PREFIX, IDEMPOTENCY_HEADER
-from ._http_replay import MemoryReplayCache, RecordedAnswer, ReplayCache
+from .._models import API_PREFIX, IDEMPOTENCY_HEADER
+from ._replay import MemoryReplayCache, RecordedAnswer, ReplayCache
 
 __all__ = [
     "BearerTokenMiddleware",

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._http_replay import ReplayCache
+    from ._replay import ReplayCache
 
 __all__ = ["AppOptions"]
 

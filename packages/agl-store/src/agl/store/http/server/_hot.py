@@ -14,7 +14,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from ._http_middleware import (
+from .._models import API_PREFIX
+from ._middleware import (
     ASGIApp,
     Message,
     Receive,
@@ -27,9 +28,8 @@ from ._http_middleware import (
     too_large,
     unauthorized,
 )
-from ._http_models import API_PREFIX
-from ._http_ops import FastPathMiddleware, error_reply, fault_reply, send_reply
-from ._http_replay import RecordedAnswer, ReplayCache
+from ._ops import FastPathMiddleware, error_reply, fault_reply, send_reply
+from ._replay import RecordedAnswer, ReplayCache
 
 if TYPE_CHECKING:
     from .metrics import MetricsMiddleware

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from .._http_middleware import ASGIApp, Receive, Scope, Send
+from .._middleware import ASGIApp, Receive, Scope, Send
 
 __all__ = ["DASHBOARD_PATH", "DashboardMiddleware", "dashboard_files"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._http_middleware import ASGIApp, Message, Receive, Scope, Send
+from ._middleware import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = ["WORKER_HEADER", "tag_worker"]
 

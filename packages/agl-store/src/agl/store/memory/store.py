@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 from agl.types import (
     FINISHED_STATUSES,
@@ -39,20 +39,22 @@ from agl.types import (
 )
 from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
 
-from ._checks import spans_of
-from ._memory_cap import SPAN_BYTES, rollout_size
-from ._memory_core import MemoryCore, by_creation
-from ._notify import Notifier, Waiter
-from ._query import filter_where, paginate, select_by_key, sort_rows, without
+from .._checks import spans_of
+from .._notify import Notifier, Waiter
+from .._rules import sort_field
+from ..base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
+from ._cap import SPAN_BYTES, rollout_size
+from ._core import MemoryCore, by_creation
+from ._query import filter_where, page_of, paginate, select_by_key, sort_rows, without
 from ._records import (
     RolloutRecord,
     copy_attempt,
+    copy_attempted,
     copy_rollout,
     resources_update,
     write_fields,
 )
 from ._spans import ATTEMPT_ID, StoredSpan, encode_span, query_stored_spans
-from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
 
 __all__ = ["InMemoryLightningStore"]
 
@@ -134,7 +136,7 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
             attempt = self._new_attempt(record, worker_id, now)
             if worker_id:
                 self._sync_worker(attempt, now)
-            return copy_rollout(record)  # type: ignore[return-value]
+            return copy_attempted(record)
 
     async def _enqueue_rollouts(self, requests: list[EnqueueRolloutRequest]) -> list[Rollout]:
         with self._lock:
@@ -183,10 +185,10 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
             attempt = self._new_attempt(record, worker_id, now)
             if worker_id:
                 self._sync_worker(attempt, now)
-            return copy_rollout(record)  # type: ignore[return-value]
+            return copy_attempted(record)
 
     async def _query_rollouts(self, query: RolloutQuery) -> PaginatedResult[Rollout | AttemptedRollout]:
-        where, limit, offset, sort_by = query.where(), query.limit, query.offset, query.sort_by
+        where, limit, offset, sort_by = query.where(), query.limit, query.offset, sort_field(query)
         with self._lock:
             now = self._clock()
             self._watch(now)
@@ -203,7 +205,7 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
                 ]
             picked = picked[offset:] if limit < 0 else picked[offset : offset + limit]
             items = [copy_rollout(r) for r in picked]
-        return PaginatedResult.model_construct(items=items, limit=limit, offset=offset, total=total)
+        return page_of(items, limit, offset, total)
 
     async def get_rollout_by_id(self, rollout_id: str) -> Rollout | AttemptedRollout | None:
         with self._lock:
@@ -217,7 +219,7 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
             self._watch(self._clock())
             record = self._rollouts.get(query.rollout_id)
             rows = [] if record is None else filter_where(record.attempts, where, attrgetter)
-            page = paginate(sort_rows(rows, query.sort_by, query.sort_order), query.limit, query.offset)
+            page = paginate(sort_rows(rows, sort_field(query), query.sort_order), query.limit, query.offset)
             page.items = [copy_attempt(a) for a in page.items]
             return page
 
@@ -319,7 +321,7 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
     async def _query_resources(self, query: ResourcesQuery) -> PaginatedResult[ResourcesUpdate]:
         with self._lock:
             rows = select_by_key(self._resources, "resources_id", query.where(), attrgetter)
-            page = paginate(sort_rows(rows, query.sort_by, query.sort_order), query.limit, query.offset)
+            page = paginate(sort_rows(rows, sort_field(query), query.sort_order), query.limit, query.offset)
             page.items = [r.model_copy() for r in page.items]
             return page
 
@@ -415,7 +417,7 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
                 else:
                     rows.extend(s for s in record.spans if s[ATTEMPT_ID] == wanted)
         return query_stored_spans(
-            rows, where, query.sort_by, query.sort_order, query.limit, query.offset, self._span_cache
+            rows, where, sort_field(query), query.sort_order, query.limit, query.offset, self._span_cache
         )
 
     # -- workers --------------------------------------------------------------------------------
@@ -424,7 +426,7 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
         with self._lock:
             self._watch(self._clock())
             rows = select_by_key(self._workers, "worker_id", query.where(), attrgetter)
-        page = paginate(sort_rows(rows, query.sort_by, query.sort_order), query.limit, query.offset)
+        page = paginate(sort_rows(rows, sort_field(query), query.sort_order), query.limit, query.offset)
         page.items = [w.model_copy() for w in page.items]
         return page
 
@@ -434,14 +436,17 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
             return None if worker is None else worker.model_copy()
 
     async def update_worker(self, worker_id: str, heartbeat_stats: dict[str, Any] | Unset = UNSET) -> Worker:
-        if not isinstance(worker_id, str) or not worker_id:
+        if not worker_id:  # (its type was checked by the wrapper of every backend's update_worker)
             raise InvalidRequestError(f"worker_id must be a non-empty string, got {worker_id!r}")
         with self._lock:
             now = self._clock()
             worker = self._workers.get(worker_id) or Worker(worker_id=worker_id)
             update: dict[str, Any] = {"last_heartbeat_time": now}
             if heartbeat_stats is not UNSET:
-                update["heartbeat_stats"] = None if heartbeat_stats is None else dict(heartbeat_stats)  # type: ignore[arg-type]
+                stats = cast(
+                    "dict[str, Any] | None", heartbeat_stats
+                )  # (None, accepted at run time, clears them)
+                update["heartbeat_stats"] = None if stats is None else dict(stats)
             worker = worker.model_copy(update=update)
             self._workers[worker_id] = worker
             return worker.model_copy()

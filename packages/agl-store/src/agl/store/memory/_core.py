@@ -33,14 +33,15 @@ from agl.types import (
     new_rollout_id,
 )
 
-from . import _rules
-from ._memory_cap import ATTEMPT_BYTES, MemoryCap, rollout_size
-from ._notify import Notifier
+from .. import _rules
+from .._checks import new_config
+from .._notify import Notifier
+from .._watchdog import ScanDebouncer
+from ..errors import StoreFullError
+from ._cap import ATTEMPT_BYTES, MemoryCap, rollout_size
 from ._query import filter_where
-from ._records import RolloutRecord, copy_rollout, new_config, new_metadata
+from ._records import RolloutRecord, copy_attempted, new_metadata
 from ._spans import SpanCache
-from ._watchdog import ScanDebouncer
-from .errors import StoreFullError
 
 __all__ = ["MemoryCore", "by_creation"]
 
@@ -73,8 +74,8 @@ class MemoryCore:
         self._resources: dict[str, ResourcesUpdate] = {}
         self._latest_resources_id: str | None = None
         self._workers: dict[str, Worker] = {}
-        self._total_attempts = 0
-        self._total_spans = 0
+        self._total_attempts: int = 0
+        self._total_spans: int = 0
         self._span_cache = SpanCache()
         self._queue_changed = Notifier()
         self._rollout_finished = Notifier()
@@ -243,7 +244,7 @@ class MemoryCore:
             elif mark_idle:
                 worker = self._workers.get(worker_id) or Worker(worker_id=worker_id)
                 self._workers[worker_id] = _rules.worker_after_empty_dequeue(worker, now)
-        return [copy_rollout(record) for record, _ in claimed]  # type: ignore[misc]
+        return [copy_attempted(record) for record, _ in claimed]
 
     def _heartbeat(self, record: RolloutRecord, attempt: Attempt, now: float) -> None:
         before = attempt.status

@@ -4,7 +4,7 @@ parsed by ``httptools`` (llhttp), idle connections pooled per event loop.
 It does only what the store's API needs: ``GET``/``POST`` with a JSON body, ``Content-Length`` or chunked
 answers, keep-alive. Measured against aiohttp on a localhost round trip it costs a fraction of the CPU per
 request (``benchmarks/client_floor_bench.py``). Retries, back-off and error mapping stay in
-:mod:`._http_transport`; this module raises ``OSError`` (``ConnectionError``) for a broken connection and
+:mod:`._transport`; this module raises ``OSError`` (``ConnectionError``) for a broken connection and
 ``TimeoutError`` when an answer does not come in time.
 """
 
@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import ssl as ssl_module
 from collections.abc import Iterator, Mapping
-from typing import cast
+from typing import TypeVar, cast, overload
 from urllib.parse import urlsplit
 
 import httptools
 
 __all__ = ["ConnectionPool", "Headers", "Response"]
+
+T = TypeVar("T")
 
 
 class Headers(Mapping[str, str]):
@@ -32,7 +34,11 @@ class Headers(Mapping[str, str]):
     def __getitem__(self, key: str) -> str:
         return self._items[key.lower()]
 
-    def get(self, key: str, default: str | None = None) -> str | None:  # type: ignore[override]
+    @overload
+    def get(self, key: str, /) -> str | None: ...
+    @overload
+    def get(self, key: str, /, default: str | T) -> str | T: ...
+    def get(self, key: str, /, default: object = None) -> object:
         return self._items.get(key.lower(), default)
 
     def __iter__(self) -> Iterator[str]:

@@ -58,7 +58,7 @@ class WorkerSettings:
     host: str = "127.0.0.1"
     port: int = 0
     token: str | None = None
-    cors_allow_origins: list[str] = field(default_factory=list)
+    cors_allow_origins: list[str] = field(default_factory=list[str])
     max_body_bytes: int = 64 * 1024 * 1024
     debug: bool = False
     metrics_public: bool = False
@@ -98,8 +98,8 @@ def _worker_main(settings: WorkerSettings, sock: socket.socket | None, index: in
         level=settings.log_level.upper(),
         format=f"%(asctime)s %(levelname)s %(name)s[worker {index}]: %(message)s",
     )
-    from ._open import open_store
-    from .server import LightningStoreServer
+    from ..._open import open_store
+    from .store import LightningStoreServer
 
     store = open_store(settings.backend, scan_debounce_seconds=settings.watchdog_interval)
     server = LightningStoreServer(
@@ -150,7 +150,7 @@ def _bind(host: str, port: int, *, listen: bool = True, reuse_port: bool = False
 
 def _prepare_database(settings: WorkerSettings) -> None:
     """Create or migrate the schema once, before any worker serves."""
-    from ._open import open_store
+    from ..._open import open_store
 
     async def prepare() -> None:
         store = open_store(settings.backend)
@@ -188,9 +188,10 @@ def _mark_dead(pid: int | None) -> None:
     if pid is None:
         return
     with contextlib.suppress(Exception):
-        from prometheus_client import multiprocess
+        # prometheus_client leaves this function's parameters unannotated.
+        from prometheus_client.multiprocess import mark_process_dead  # pyright: ignore[reportUnknownVariableType]
 
-        multiprocess.mark_process_dead(pid)
+        mark_process_dead(pid)
 
 
 def serve_workers(

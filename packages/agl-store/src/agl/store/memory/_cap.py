@@ -34,7 +34,8 @@ class MemoryCap:
     """``max_rollouts`` and ``max_bytes`` (either may be ``None``: no limit)."""
 
     def __init__(self, max_rollouts: int | None, max_bytes: int | None) -> None:
-        for name, value in (("max_rollouts", max_rollouts), ("max_bytes", max_bytes)):
+        given: list[tuple[str, object]] = [("max_rollouts", max_rollouts), ("max_bytes", max_bytes)]
+        for name, value in given:  # checked at run time: callers may pass anything
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
                 raise InvalidRequestError(f"{name} must be a positive integer or None, not {value!r}")
         self.max_rollouts = max_rollouts
@@ -53,7 +54,7 @@ class MemoryCap:
         return max(rollouts, 0) + extra_rollouts, max(size, 0) + extra_bytes
 
     def full_message(self, rollouts: int, size: int, evictable: int) -> str:
-        limits = []
+        limits: list[str] = []
         if self.max_rollouts is not None:
             limits.append(f"max_rollouts={self.max_rollouts} (holding {rollouts})")
         if self.max_bytes is not None:

@@ -1,0 +1,435 @@
+"""``LightningStoreServer``: serve any :class:`~agl.store.LightningStore` over HTTP.
+
+The server is itself a ``LightningStore``. In the process that created it, its methods call the wrapped
+store directly (hopping onto the server's event loop when the wrapped store is not thread-safe); after
+being pickled into another process (or forked), the same methods talk HTTP to the parent through a
+:class:`~agl.store.LightningStoreClient`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Generator, Sequence
+from types import FrameType
+from typing import TYPE_CHECKING, Any, cast
+
+from agl.types import InvalidRequestError
+from agl.types.env import DEFAULT_STORE_PORT, STORE_TOKEN
+
+from ..._forwarding import ForwardingStore
+from ...base import LightningStore, LightningStoreCapabilities
+from ...loop_bound import as_thread_safe
+from .._models import API_PREFIX
+from ._uvicorn import ConnectionLimits, server_protocol_class
+
+if TYPE_CHECKING:
+    import uvicorn
+    from fastapi import FastAPI
+
+    from ...sql import SqlLightningStore
+    from ..client.store import LightningStoreClient
+    from ._app import AppOptions
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_PORT", "LightningStoreServer"]
+
+logger = logging.getLogger("agl.store.server")
+
+DEFAULT_PORT = DEFAULT_STORE_PORT
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+TOKEN_ENV = STORE_TOKEN.name
+
+
+def _fast_http_impl() -> str:
+    try:
+        import httptools  # the C parser roughly doubles requests/s over h11
+    except ImportError:
+        return "h11"
+    del httptools  # (only whether it imports matters here)
+    return "httptools"
+
+
+def _new_event_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class LightningStoreServer(ForwardingStore):
+    """Serve ``store`` at ``http://host:port/v1/agl`` (and OTLP/HTTP traces at ``/v1/traces``).
+
+    Args:
+        store: The store to serve. The server never closes it; its owner does.
+        host: Interface to bind; ``127.0.0.1`` unless you mean to accept other machines.
+        port: TCP port; ``0`` picks a free one (read it back from :attr:`port` after :meth:`start`).
+        token: Bearer token required on every route but ``/v1/agl/health``. ``None`` reads
+            ``AGL_STORE_TOKEN``; empty or unset means no authentication.
+        cors_allow_origins: Origins allowed by CORS (``"*"`` for any); none by default.
+        max_body_bytes: Largest accepted request body (also the cap on decompressed OTLP bodies).
+        max_wait_seconds: Longest a single long poll (dequeue with a timeout, ``wait_for_rollouts``)
+            is held by the server; clients loop for longer waits.
+        debug: Put tracebacks of server faults into 500 answers.
+        access_host: Host name that clients should use (defaults to ``host``, or 127.0.0.1 when
+            binding all interfaces).
+        metrics_public: Serve Prometheus metrics at ``/metrics`` without the token (for a scraper that
+            cannot send one); otherwise ``/metrics`` needs the same token as the API.
+        connection_limits: How long a client may leave a connection idle or a request's head or body
+            half-sent before the server closes it (see :class:`~agl.store.ConnectionLimits`).
+
+    The dashboard is served at ``/`` and ``/dashboard`` (its page asks for the token).
+    """
+
+    def __init__(
+        self,
+        store: LightningStore,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        token: str | None = None,
+        cors_allow_origins: str | Sequence[str] | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_wait_seconds: float = 30.0,
+        debug: bool = False,
+        access_host: str | None = None,
+        metrics_public: bool = False,
+        connection_limits: ConnectionLimits | None = None,
+    ) -> None:
+        if not isinstance(cast(object, store), LightningStore):  # callers may pass anything
+            raise InvalidRequestError(
+                f"LightningStoreServer serves a LightningStore (e.g. InMemoryLightningStore()), not {store!r}"
+            )
+        if isinstance(store, LightningStoreServer):
+            raise ValueError(
+                "LightningStoreServer cannot serve another LightningStoreServer; pass its inner store"
+            )
+        if max_body_bytes <= 0:
+            raise ValueError(f"max_body_bytes must be positive, got {max_body_bytes}")
+        if max_wait_seconds <= 0:
+            raise ValueError(f"max_wait_seconds must be positive, got {max_wait_seconds}")
+        self.store: LightningStore | None = store
+        self.host = host
+        self.port = port
+        self.token = STORE_TOKEN.get(token)
+        if isinstance(cors_allow_origins, str):
+            cors_allow_origins = [cors_allow_origins]
+        self.cors_allow_origins = [o.strip() for o in (cors_allow_origins or []) if o and o.strip()]
+        self.max_body_bytes = max_body_bytes
+        self.max_wait_seconds = max_wait_seconds
+        self.debug = debug
+        self.metrics_public = metrics_public
+        if connection_limits is not None and not isinstance(
+            cast(object, connection_limits), ConnectionLimits
+        ):
+            raise TypeError("connection_limits must be an agl.store.ConnectionLimits")
+        self.connection_limits = connection_limits or ConnectionLimits()
+        self.access_host = access_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
+        self._owner_pid = os.getpid()
+        self._app: FastAPI | None = None
+        self._options: AppOptions | None = None
+        self._asgi: Any = None
+        self._uvicorn: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._shutdown: asyncio.Event | None = None
+        self._thread_error: BaseException | None = None
+        self._client: LightningStoreClient | None = None
+        self._client_lock = threading.Lock()
+        self._local: LightningStore | None = None
+        # Set by `agl store --workers N` in each worker process (see agl.store.http.server._workers).
+        self._prebound: socket.socket | None = None
+        self._worker_index: int | None = None
+        self._run_id = uuid.uuid4().hex
+
+    # -- addresses --------------------------------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str:
+        """Root URL of the server, e.g. ``http://127.0.0.1:4747``."""
+        host = f"[{self.access_host}]" if ":" in self.access_host else self.access_host
+        return f"http://{host}:{self.port}"
+
+    def otlp_traces_endpoint(self) -> str:
+        return self.endpoint + "/v1/traces"
+
+    @property
+    def capabilities(self) -> LightningStoreCapabilities:
+        return LightningStoreCapabilities(thread_safe=True, async_safe=True, zero_copy=True, otlp_traces=True)
+
+    @property
+    def is_running(self) -> bool:
+        return self._uvicorn is not None and self._uvicorn.started and not self._uvicorn.should_exit
+
+    # -- the app ---------------------------------------------------------------------------------
+
+    @property
+    def app(self) -> FastAPI:
+        """The FastAPI application (built on first use)."""
+        if self._app is None:
+            if self.store is None:
+                raise RuntimeError(
+                    "this LightningStoreServer was unpickled in another process; it has no app"
+                )
+            from ._app import AppOptions, create_asgi_app
+
+            self._shutdown = None
+            options = AppOptions(
+                token=self.token,
+                cors_allow_origins=self.cors_allow_origins,
+                max_body_bytes=self.max_body_bytes,
+                max_wait_seconds=self.max_wait_seconds,
+                debug=self.debug,
+                metrics_public=self.metrics_public,
+                replay_cache=self._replay_cache(self.store),
+            )
+            self._options = options
+            self._app, self._asgi = create_asgi_app(self.store, options)
+        return self._app
+
+    def _replay_cache(self, store: LightningStore) -> Any:
+        """Idempotent answers of a SQL store are kept in its database (shared by workers, kept across
+        restarts); of other stores, in this process's memory (``None``)."""
+        sql = sys.modules.get("agl.store.sql.store")  # not imported: not a SQL store (and no import cost)
+        if sql is None or not isinstance(store, sql.SqlLightningStore):
+            return None
+        from ...sql._replay import SqlReplayCache
+
+        return SqlReplayCache(cast("SqlLightningStore", store), self._run_id)
+
+    def _bind(self) -> socket.socket:
+        if self._prebound is not None:  # a worker: the parent bound the socket every worker accepts on
+            self.port = self._prebound.getsockname()[1]
+            return self._prebound
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((self.host, self.port))
+        except OSError as exc:
+            sock.close()
+            raise OSError(exc.errno, f"cannot listen on {self.host}:{self.port}: {exc.strerror}") from exc
+        sock.listen(2048)
+        sock.set_inheritable(True)
+        self.port = sock.getsockname()[1]
+        return sock
+
+    def _make_uvicorn(self, on_started: Callable[[], None] | None = None) -> uvicorn.Server:
+        import uvicorn
+
+        class _Server(uvicorn.Server):
+            # Signals are handled by run_forever (so that Ctrl-C/SIGTERM end with a clean return).
+            @contextlib.contextmanager
+            def capture_signals(self) -> Generator[None, None, None]:
+                yield
+
+            async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+                await super().startup(sockets)
+                if self.started and on_started is not None:
+                    on_started()
+
+        _ = self.app
+        asgi = self._asgi
+        if self._worker_index is not None:
+            from ._worker_tag import tag_worker
+
+            asgi = tag_worker(asgi, self._worker_index)
+        config = uvicorn.Config(
+            asgi,
+            log_level="warning",
+            access_log=False,
+            http=server_protocol_class(_fast_http_impl(), limits=self.connection_limits),
+            lifespan="off",
+            proxy_headers=False,  # nothing reads X-Forwarded-*; uvicorn's check cost ~4% of a request
+            timeout_graceful_shutdown=2,
+            timeout_keep_alive=max(1, round(self.connection_limits.idle_seconds)),
+        )
+        return _Server(config)
+
+    async def _serve(self, sock: socket.socket) -> None:
+        server = self._uvicorn
+        assert server is not None and self._options is not None
+        self._loop = asyncio.get_running_loop()
+        if self.store is not None:
+            self._local = as_thread_safe(self.store, self._loop)
+        self._shutdown = asyncio.Event()
+        self._options.shutdown = self._shutdown
+        prepare = getattr(self.store, "ensure_schema", None)  # SQL stores: schema ready before serving
+        try:
+            if prepare is not None:
+                await prepare()
+            await server.serve(sockets=[sock])
+        finally:
+            self._loop = None
+            self._local = None
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._request_exit()
+
+    def _request_exit(self) -> None:
+        server, loop, shutdown = self._uvicorn, self._loop, self._shutdown
+        if server is not None:
+            server.should_exit = True
+        if loop is not None and shutdown is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(shutdown.set)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Serve in a background thread; return once ``/v1/agl/health`` answers."""
+        self._check_owner("start")
+        if self._thread is not None and self._thread.is_alive():
+            raise RuntimeError(f"the store server is already running at {self.endpoint}")
+        _ = self.app
+        sock = self._bind()
+        self._uvicorn = self._make_uvicorn()
+        self._thread_error = None
+
+        def run() -> None:
+            loop = _new_event_loop()
+            try:
+                loop.run_until_complete(self._serve(sock))
+            except BaseException as exc:  # reported by start() / stop()
+                self._thread_error = exc
+            finally:
+                loop.close()
+                sock.close()
+
+        self._thread = threading.Thread(target=run, name=f"agl-store-server:{self.port}", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self._thread.is_alive():
+                raise RuntimeError(f"the store server failed to start: {self._thread_error!r}")
+            if self._uvicorn.started and self._health_ok():
+                logger.info("store server listening at %s", self.endpoint)
+                return
+            time.sleep(0.002)
+        self.stop()
+        raise TimeoutError(f"the store server did not answer {API_PREFIX}/health within {timeout} s")
+
+    def _health_ok(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.endpoint + API_PREFIX + "/health", timeout=1.0) as response:
+                return response.status == 200
+        except (OSError, urllib.error.URLError):
+            return False
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop serving (in-flight long polls end early); the wrapped store stays open."""
+        thread = self._thread
+        if thread is None:
+            return
+        self._request_exit()
+        thread.join(timeout)
+        if thread.is_alive() and self._uvicorn is not None:
+            self._uvicorn.force_exit = True
+            thread.join(timeout)
+        self._thread = None
+        self._uvicorn = None
+
+    def run_forever(self, on_started: Callable[[], None] | None = None) -> None:
+        """Serve in this thread until SIGINT/SIGTERM (or :meth:`stop` from another thread); then return.
+
+        ``on_started`` is called (in the server's loop) once the server accepts requests.
+        """
+        self._check_owner("run_forever")
+        _ = self.app
+        sock = self._bind()
+        self._uvicorn = self._make_uvicorn(on_started)
+        in_main = threading.current_thread() is threading.main_thread()
+        previous: dict[int, Any] = {}
+        if in_main:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, self._on_signal)
+        loop = _new_event_loop()
+        self._thread = threading.current_thread()
+        try:
+            loop.run_until_complete(self._serve(sock))
+        finally:
+            loop.close()
+            sock.close()
+            self._thread = None
+            self._uvicorn = None
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    async def close(self) -> None:
+        """Stop serving (in the owner process) or close the HTTP client (in a child process)."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+        if (
+            os.getpid() == self._owner_pid
+            and self._thread is not None
+            and self._thread is not threading.current_thread()
+        ):
+            await asyncio.to_thread(self.stop)
+
+    def _check_owner(self, what: str) -> None:
+        if os.getpid() != self._owner_pid or self.store is None:
+            raise RuntimeError(
+                f"LightningStoreServer.{what}() can only be called in the process that created it"
+            )
+
+    # -- pickling: a child process talks HTTP to the parent ----------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "port": self.port,
+            "token": self.token,
+            "access_host": self.access_host,
+            "cors_allow_origins": self.cors_allow_origins,
+            "max_body_bytes": self.max_body_bytes,
+            "max_wait_seconds": self.max_wait_seconds,
+            "debug": self.debug,
+            "metrics_public": self.metrics_public,
+            "connection_limits": self.connection_limits,
+            "_owner_pid": self._owner_pid,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for key, value in state.items():
+            setattr(self, key, value)
+        self.store = None
+        self._app = None
+        self._asgi = None
+        self._options = None
+        self._uvicorn = None
+        self._thread = None
+        self._loop = None
+        self._shutdown = None
+        self._thread_error = None
+        self._client = None
+        self._client_lock = threading.Lock()
+        self._local = None
+        self._prebound = None
+        self._worker_index = None
+        self._run_id = uuid.uuid4().hex
+
+    def _remote(self) -> LightningStoreClient:
+        with self._client_lock:
+            if self._client is None:
+                from ..client.store import LightningStoreClient
+
+                self._client = LightningStoreClient(self.endpoint, token=self.token)
+            return self._client
+
+    async def _call(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
+        store = self.store
+        if store is None or os.getpid() != self._owner_pid:
+            return await getattr(self._remote(), method)(*args, **kwargs)
+        # While serving, a store made for one loop is only ever used from the server's loop.
+        local = self._local if self._local is not None else store
+        return await getattr(local, method)(*args, **kwargs)
