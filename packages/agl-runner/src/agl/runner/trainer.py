@@ -70,13 +70,14 @@ class Trainer:
             ``AGL_SERVER_HOST:AGL_SERVER_PORT`` (e.g. ``agl store``).
         tracer: Default ``OtelTracer``.
         adapter: Given to the algorithm (default ``TracerTraceToTriplet`` when available).
-        strategy: ``"cs"`` (default: runner processes, store served over HTTP) or ``"shm"`` (threads).
+        strategy: ``"cs"`` / ``"client_server"`` (default: runner processes, store served over HTTP) or
+            ``"shm"`` / ``"shared_memory"`` (threads), or anything :func:`build_component` accepts.
         initial_resources: Resources the algorithm publishes first (LLM endpoints, prompt templates).
         hooks: A :class:`Hook` or several, called around each rollout.
         llm_proxy: An ``agl.proxy.LLMProxy`` (it gets the store injected).
         runner: Default ``LitAgentRunner(tracer, max_rollouts)``.
         max_rollouts: Per runner, stop after this many rollouts.
-        port: Store server port for the ``cs`` strategy (0: any free port).
+        port: Store server port for the client-server strategy (0: any free port).
         progress: Show progress (a bar in a terminal, log lines otherwise); default on.
     """
 

@@ -1,4 +1,5 @@
-"""``cs``: the algorithm's process serves the store over HTTP; runners are processes with store clients."""
+"""``client_server`` (alias ``cs``): the algorithm's process serves the store over HTTP; runners are processes
+with store clients."""
 
 from __future__ import annotations
 
