@@ -1,10 +1,13 @@
 """``client_server`` (alias ``cs``): the algorithm's process serves the store over HTTP; runners are processes
-with store clients."""
+with store clients.
+
+The runner processes are started and stopped by :mod:`._processes`, run :mod:`._runner_process` inside,
+and are watched by :mod:`._supervise` (a lost runner is replaced; a crash fails the run).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -12,64 +15,33 @@ import os
 import signal
 import socket
 import sys
-import threading
-import time
-import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from agl.types.env import DEFAULT_STORE_PORT
 
 from ..env import LightningEnvVar, resolve_bool_env_var, resolve_int_env_var, resolve_str_env_var
-from ._signals import ChildStopEvent, ParentStopEvent
-from ._supervise import RestartPolicy, release_attempts_of, runner_worker_name
-from .base import AlgorithmBundle, ExecutionStrategy, RunnerBundle, StrategyError, run_until_stopped
+from ._processes import RunnerProcess, shutdown_runner_processes, start_runner_process
+from ._runner_process import preload_for_children, run_runner_here
+from ._signals import ParentStopEvent
+from ._supervise import LostRunner, RestartPolicy, RunnerSupervisor
+from .base import AlgorithmBundle, ExecutionStrategy, RunnerBundle, StrategyError
 
 if TYPE_CHECKING:
-    from multiprocessing.process import BaseProcess
+    from types import FrameType
 
     from agl.store import LightningStore
 
     from ..events import ExecutionEvent
 
-__all__ = ["ClientServerExecutionStrategy", "LostRunner"]
+# LostRunner lives with the supervision that records it; it is public here, where lost_runners is.
+__all__ = ["DEFAULT_PORT", "ClientServerExecutionStrategy", "LostRunner"]
 
 logger = logging.getLogger(__name__)
 
 Role = Literal["algorithm", "runner", "both"]
 DEFAULT_PORT = DEFAULT_STORE_PORT
-
-
-@dataclass
-class LostRunner:
-    """A runner process that died without reporting an exception (a signal such as SIGKILL or the OOM
-    killer's, ``os._exit`` in an agent, a crash in native code) while the run went on.
-
-    ``replaced_by`` names the process started in its place (``None``: its slot used up its restarts).
-    """
-
-    name: str
-    pid: int | None
-    exitcode: int
-    worker_id: str | None = None
-    released: list[str] = field(default_factory=list)
-    """Rollouts whose attempt it held, handed back to the store's retry policy."""
-    replaced_by: str | None = None
-
-    def __str__(self) -> str:
-        return f"{self.name} (pid {self.pid}) {_describe_exit(self.exitcode)}"
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "is still running"
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}"
+"""Port of the store server when none is given (``AGL_SERVER_PORT`` unset)."""
 
 
 class ClientServerExecutionStrategy(ExecutionStrategy):
@@ -166,6 +138,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
     def execute(self, algorithm: AlgorithmBundle, runner: RunnerBundle, store: LightningStore) -> None:
         self.lost_runners = []
         self.restart_policy = RestartPolicy(self.max_restarts, self.restart_backoff)
+        self._supervisor = RunnerSupervisor(self.restart_policy, self.lost_runners, self.token)
         if self.role == "runner":
             self._execute_runners_only(runner, store)
         else:
@@ -183,10 +156,10 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         ctx = multiprocessing.get_context(self.start_method)
         stop_reader, stop_writer = ctx.Pipe(duplex=False)
         event = ParentStopEvent(stop_writer)
-        children: list[_Child] = []
+        children: list[RunnerProcess] = []
         server = None
         if with_runners and self._preload_in_parent():
-            _preload_for_children()  # once here rather than once per runner: forks inherit it
+            preload_for_children()  # once here rather than once per runner: forks inherit it
         try:
             if with_runners:
                 for i in range(self.n_runners):
@@ -208,7 +181,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
             for child in children:
                 child.send_endpoint(endpoint)
 
-            def spawn(worker_id: Any, slot: int) -> _Child:
+            def spawn(worker_id: Any, slot: int) -> RunnerProcess:
                 child = self._start_child(ctx, runner, worker_id, stop_reader, stop_writer, store, slot=slot)
                 child.send_endpoint(endpoint)
                 return child
@@ -219,7 +192,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         finally:
             event.set()
             stop_reader.close()
-            self._shutdown(children)
+            shutdown_runner_processes(children, self.graceful_timeout, self.terminate_timeout)
             if server is not None:
                 server.stop()
             self.endpoint = None
@@ -242,39 +215,29 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         store: LightningStore,
         *,
         slot: int,
-    ) -> _Child:
-        ready_reader, ready_writer = ctx.Pipe(duplex=False)
-        error_reader, error_writer = ctx.Pipe(duplex=False)
-        inherited = stop_writer.fileno() if self.start_method == "fork" else -1
-        proc = ctx.Process(
-            target=_runner_process,
-            args=(
-                runner,
-                worker_id,
-                stop_reader,
-                inherited,
-                ready_reader,
-                error_writer,
-                self.token,
-                None if self.managed_store else store,
-            ),
-            name=f"runner-{worker_id}",
+    ) -> RunnerProcess:
+        return start_runner_process(
+            ctx,
+            runner,
+            worker_id,
+            stop_reader,
+            stop_writer,
+            slot=slot,
+            start_method=self.start_method,
+            token=self.token,
+            store=None if self.managed_store else store,
         )
-        proc.start()
-        ready_reader.close()
-        error_writer.close()
-        return _Child(proc, ready_writer, error_reader, slot=slot, worker_id=worker_id)
 
     async def _algorithm_with_watch(
         self,
         algorithm: AlgorithmBundle,
         store: LightningStore,
         event: ExecutionEvent,
-        children: list[_Child],
-        spawn: Callable[[Any, int], _Child],
+        children: list[RunnerProcess],
+        spawn: Callable[[Any, int], RunnerProcess],
     ) -> None:
         algorithm_task = asyncio.create_task(algorithm(store, event))
-        watch_task = asyncio.create_task(self._watch_runners(children, event, store, spawn))
+        watch_task = asyncio.create_task(self._supervisor.watch(children, event, store, spawn))
         try:
             await asyncio.wait({algorithm_task, watch_task}, return_when=asyncio.FIRST_COMPLETED)
             if algorithm_task.done():
@@ -291,140 +254,6 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
                     task.cancel()
             await asyncio.gather(algorithm_task, watch_task, return_exceptions=True)
 
-    async def _watch_runners(
-        self,
-        children: list[_Child],
-        event: ExecutionEvent,
-        store: LightningStore,
-        spawn: Callable[[Any, int], _Child],
-    ) -> None:
-        """Return never; replace lost runners; raise :class:`StrategyError` when a runner crashes with an
-        exception or no runner is left (and none will be started)."""
-        if not children:
-            await asyncio.Event().wait()
-        loop = asyncio.get_running_loop()
-        exited: asyncio.Queue[_Child | None] = asyncio.Queue()  # None: a replacement failed to start
-        watched: list[_Child] = []
-        pending: set[asyncio.Task[None]] = set()
-        next_id = len(children)
-
-        def watch(child: _Child) -> None:
-            watched.append(child)
-            loop.add_reader(child.proc.sentinel, _on_exit, loop, child, exited)
-
-        async def replace_later(lost: LostRunner, slot: int, delay: float, worker_id: int) -> None:
-            await asyncio.sleep(delay)
-            if event.is_set():
-                return
-            try:
-                child = spawn(worker_id, slot)
-            except Exception:
-                logger.exception("could not start a replacement for %s", lost.name)
-                exited.put_nowait(None)  # counts as one more runner gone
-                return
-            children.append(child)
-            lost.replaced_by = child.proc.name
-            logger.warning("started %s (pid %s) in place of %s", child.proc.name, child.proc.pid, lost.name)
-            watch(child)
-
-        for child in children:
-            watch(child)
-        try:
-            alive = len(children)
-            while True:
-                gone = await exited.get()
-                alive -= 1
-                if gone is None:
-                    if alive == 0 and not event.is_set():
-                        raise StrategyError("no runner process is left: the last replacement failed to start")
-                    continue
-                child = gone
-                proc = child.proc
-                proc.join(1.0)
-                code = proc.exitcode
-                if event.is_set():
-                    continue
-                if code == 0:
-                    logger.info("%s finished", proc.name)
-                elif code is not None and code > 0 and child.has_report():
-                    raise StrategyError(
-                        f"{proc.name} crashed ({_describe_exit(code)}):\n{child.error_report()}"
-                    )
-                else:
-                    lost = await self._on_lost(child, store)
-                    delay = self.restart_policy.delay_for(child.slot, time.monotonic() - child.started)
-                    if delay is None:
-                        logger.error(
-                            "runner slot %d lost %d processes in a row; not replacing %s",
-                            child.slot,
-                            self.restart_policy.restarts(child.slot) + 1,
-                            proc.name,
-                        )
-                    else:
-                        logger.warning("replacing %s in %.1fs", proc.name, delay)
-                        task = asyncio.create_task(replace_later(lost, child.slot, delay, next_id))
-                        next_id += 1
-                        pending.add(task)
-                        task.add_done_callback(pending.discard)
-                        alive += 1  # counted from now: its replacement is on its way
-                if alive == 0:
-                    raise StrategyError(
-                        "every runner process has exited while the algorithm is still running "
-                        f"(restarts per slot: at most {self.max_restarts} in a row): "
-                        + "; ".join(f"{c.proc.name} {_describe_exit(c.proc.exitcode)}" for c in children)
-                    )
-        finally:
-            for task in pending:
-                task.cancel()
-            for child in watched:
-                with contextlib.suppress(ValueError, OSError):
-                    loop.remove_reader(child.proc.sentinel)
-
-    async def _on_lost(self, child: _Child, store: LightningStore | None) -> LostRunner:
-        """Record a lost runner and hand its attempts back to the store's retry policy."""
-        proc = child.proc
-        worker = runner_worker_name(child.worker_id)
-        lost = LostRunner(proc.name or "runner", proc.pid, proc.exitcode or 0, worker_id=worker)
-        self.lost_runners.append(lost)
-        logger.error("Runner %s; its attempts go back to the store's retry policy", lost)
-        if store is not None:
-            try:
-                lost.released = await release_attempts_of(store, worker, f"runner process {lost}")
-            except Exception as exc:
-                logger.warning(
-                    "could not release the attempts of %s (%s); the store's watchdog will find them",
-                    worker,
-                    exc,
-                )
-        return lost
-
-    def _shutdown(self, children: list[_Child]) -> None:
-        """Wait for the runners to stop; escalate with SIGINT, SIGTERM and SIGKILL, each with a bounded wait."""
-        procs = [c.proc for c in children]
-        if not procs:
-            return
-        _join_all(procs, self.graceful_timeout)
-        steps: list[tuple[str, Any]] = [
-            ("SIGINT", lambda p: os.kill(p.pid, signal.SIGINT)),
-            ("SIGTERM", lambda p: p.terminate()),
-            ("SIGKILL", lambda p: p.kill()),
-        ]
-        for name, action in steps:
-            alive = [p for p in procs if p.exitcode is None]
-            if not alive:
-                break
-            logger.warning(
-                "%s did not stop within the grace period; sending %s",
-                ", ".join(str(p.name) for p in alive),
-                name,
-            )
-            for proc in alive:
-                with contextlib.suppress(ProcessLookupError, OSError):
-                    action(proc)
-            _join_all(alive, self.terminate_timeout)
-        for child in children:
-            child.close()
-
     # -- runner side (role runner) -----------------------------------------------------------------
 
     def _execute_runners_only(self, runner: RunnerBundle, store: LightningStore) -> None:
@@ -433,18 +262,22 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         prefix = f"{socket.gethostname()}:{os.getpid()}"
         stop_reader, stop_writer = ctx.Pipe(duplex=False)
         event = ParentStopEvent(stop_writer)
-        previous = signal.signal(signal.SIGTERM, lambda *_: event.set())
-        children: list[_Child] = []
-        crashed: list[_Child] = []
+
+        def on_sigterm(signum: int, frame: FrameType | None) -> None:
+            event.set()
+
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+        children: list[RunnerProcess] = []
+        crashed: list[RunnerProcess] = []
         reports: dict[str, str] = {}
         try:
             if self.n_runners == 1 and self.in_process_runner:
-                _run_runner_here(runner, f"{prefix}:0", event, endpoint, self.token, store)
+                run_runner_here(runner, f"{prefix}:0", event, endpoint, self.token, store)
                 return
             if self._preload_in_parent():
-                _preload_for_children()
+                preload_for_children()
 
-            def spawn(index: int, slot: int) -> _Child:
+            def spawn(index: int, slot: int) -> RunnerProcess:
                 child = self._start_child(
                     ctx, runner, f"{prefix}:{index}", stop_reader, stop_writer, store, slot=slot
                 )
@@ -453,7 +286,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
 
             for i in range(self.n_runners):
                 children.append(spawn(i, i))
-            self._supervise_runners(children, event, spawn, endpoint, store, crashed)
+            self._supervisor.supervise(children, event, spawn, endpoint, store, crashed)
         except KeyboardInterrupt:
             logger.warning("Interrupted: stopping the runners")
         finally:
@@ -465,244 +298,9 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
                 if c not in crashed and c.proc.exitcode is not None and c.proc.exitcode > 0 and c.has_report()
             ]
             reports = {str(c.proc.name): c.error_report() for c in crashed}
-            self._shutdown(children)
+            shutdown_runner_processes(children, self.graceful_timeout, self.terminate_timeout)
             stop_reader.close()
         if crashed:
             raise StrategyError(
                 "runner processes failed: " + "; ".join(f"{name}: {text}" for name, text in reports.items())
             )
-
-    def _supervise_runners(
-        self,
-        children: list[_Child],
-        event: ParentStopEvent,
-        spawn: Callable[[int, int], _Child],
-        endpoint: str,
-        store: LightningStore,
-        crashed: list[_Child],
-    ) -> None:
-        """Role runner: wait until stopped, replacing lost runner processes; return when none is left."""
-        handled: set[int] = set()
-        due: list[tuple[float, int, LostRunner]] = []  # (when, slot, the runner it replaces)
-        next_index = len(children)
-        while not event.is_set():
-            now = time.monotonic()
-            for entry in [d for d in due if d[0] <= now]:
-                due.remove(entry)
-                child = spawn(next_index, entry[1])
-                next_index += 1
-                entry[2].replaced_by = child.proc.name
-                children.append(child)
-                logger.warning(
-                    "started %s (pid %s) in place of %s", child.proc.name, child.proc.pid, entry[2].name
-                )
-            running = [c.proc.sentinel for c in children if c.proc.exitcode is None]
-            if not running and not due:
-                break
-            wait = 0.5 if not due else max(0.0, min(0.5, min(d[0] for d in due) - time.monotonic()))
-            if running:
-                multiprocessing.connection.wait(running, timeout=wait)
-            else:
-                time.sleep(wait)
-            for child in children:
-                code = child.proc.exitcode
-                if code is None or id(child) in handled or event.is_set():
-                    continue
-                handled.add(id(child))
-                if code == 0:
-                    logger.info("%s finished", child.proc.name)
-                elif code > 0 and child.has_report():
-                    logger.error("%s crashed:\n%s", child.proc.name, child.error_report())
-                    crashed.append(child)
-                else:
-                    lost = self._on_lost_sync(child, endpoint, store)
-                    delay = self.restart_policy.delay_for(child.slot, time.monotonic() - child.started)
-                    if delay is None:
-                        logger.error(
-                            "runner slot %d used up its restarts; not replacing %s", child.slot, lost.name
-                        )
-                    else:
-                        logger.warning("replacing %s in %.1fs", lost.name, delay)
-                        due.append((time.monotonic() + delay, child.slot, lost))
-
-    def _on_lost_sync(self, child: _Child, endpoint: str, store: LightningStore) -> LostRunner:
-        """:meth:`_on_lost` from the role-runner supervisor (no event loop of its own)."""
-
-        async def release() -> LostRunner:
-            if not endpoint:
-                return await self._on_lost(child, store)
-            from agl.store.client import LightningStoreClient
-
-            client = LightningStoreClient(endpoint, token=self.token)
-            try:
-                return await asyncio.wait_for(self._on_lost(child, client), timeout=30.0)
-            finally:
-                await client.close()
-
-        try:
-            return asyncio.run(release())
-        except Exception as exc:  # e.g. the store unreachable: its watchdog will find the attempts
-            logger.warning("could not release the attempts of %s: %s", child.proc.name, exc)
-            if self.lost_runners and self.lost_runners[-1].pid == child.proc.pid:
-                return self.lost_runners[-1]
-            lost = LostRunner(str(child.proc.name), child.proc.pid, child.proc.exitcode or 0)
-            self.lost_runners.append(lost)
-            return lost
-
-
-class _Child:
-    """A runner process and the pipes to it."""
-
-    def __init__(
-        self,
-        proc: BaseProcess,
-        ready: multiprocessing.connection.Connection,
-        errors: multiprocessing.connection.Connection,
-        *,
-        slot: int,
-        worker_id: Any,
-    ) -> None:
-        self.proc = proc
-        self.slot = slot
-        self.worker_id = worker_id
-        self.started = time.monotonic()
-        self._ready = ready
-        self._errors = errors
-        self._report: str | None = None
-        self._reported = False
-
-    def send_endpoint(self, endpoint: str) -> None:
-        with contextlib.suppress(OSError):
-            self._ready.send(endpoint)
-            self._ready.close()
-
-    def error_report(self) -> str:
-        if self._report is None:
-            texts: list[str] = []
-            with contextlib.suppress(OSError, EOFError):
-                while self._errors.poll():
-                    texts.append(str(self._errors.recv()))
-            self._reported = bool(texts)
-            self._report = "\n".join(texts) or "no traceback was reported"
-        return self._report
-
-    def has_report(self) -> bool:
-        """Whether the process reported an exception before it exited (a crash, not a lost runner)."""
-        self.error_report()
-        return self._reported
-
-    def close(self) -> None:
-        self.error_report()
-        for conn in (self._ready, self._errors):
-            with contextlib.suppress(OSError):
-                conn.close()
-        if self.proc.exitcode is None:
-            logger.error("%s (pid %s) could not be stopped", self.proc.name, self.proc.pid)
-        else:
-            self.proc.close()
-
-
-def _preload_for_children() -> None:
-    """Import what a runner process needs before it has work: the HTTP client stack and the heartbeat probe."""
-    import psutil  # noqa: F401  # heartbeats
-    from agl.store.client import LightningStoreClient  # noqa: F401
-
-
-def _on_exit(loop: asyncio.AbstractEventLoop, child: _Child, exited: asyncio.Queue[_Child | None]) -> None:
-    with contextlib.suppress(ValueError, OSError):
-        loop.remove_reader(child.proc.sentinel)
-    exited.put_nowait(child)
-
-
-def _join_all(procs: list[BaseProcess], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    for proc in procs:
-        proc.join(max(0.0, deadline - time.monotonic()))
-
-
-# -- inside a runner process --------------------------------------------------------------------------
-
-
-def _hard_exit_after_stop(event: ChildStopEvent, grace: float) -> None:
-    """If the runner has not exited ``grace`` seconds after the stop signal, exit hard."""
-    while not event.is_set():
-        time.sleep(0.2)
-    time.sleep(grace)
-    logger.error("runner did not stop within %.0fs of the stop signal; exiting", grace)
-    os._exit(1)
-
-
-async def _run_bundle(
-    runner: RunnerBundle, store: LightningStore, worker_id: Any, event: ExecutionEvent, owns_store: bool
-) -> None:
-    try:
-        await run_until_stopped(lambda: runner(store, worker_id, event), event, grace=30.0)
-    finally:
-        if owns_store:
-            await store.close()
-
-
-def _make_store(
-    endpoint: str, token: str | None, store: LightningStore | None
-) -> tuple[LightningStore, bool]:
-    if endpoint:
-        from agl.store.client import LightningStoreClient
-
-        return LightningStoreClient(endpoint, token=token), True
-    if store is None:
-        raise RuntimeError("no store to run against: the strategy passed neither an endpoint nor a store")
-    return store, False
-
-
-def _run_runner_here(
-    runner: RunnerBundle,
-    worker_id: Any,
-    event: ExecutionEvent,
-    endpoint: str,
-    token: str | None,
-    store: LightningStore,
-) -> None:
-    client, owns = _make_store(endpoint, token, store)
-    asyncio.run(_run_bundle(runner, client, worker_id, event, owns))
-
-
-def _runner_process(
-    runner: RunnerBundle,
-    worker_id: Any,
-    stop_reader: multiprocessing.connection.Connection,
-    inherited_stop_writer: int,
-    ready_reader: multiprocessing.connection.Connection,
-    error_writer: multiprocessing.connection.Connection,
-    token: str | None,
-    store: LightningStore | None,
-) -> None:
-    """Body of a runner process: wait for the server's address, then run the runner until stopped."""
-    if inherited_stop_writer >= 0:
-        # A forked child holds a copy of the parent's end; only the parent may close the stop pipe.
-        with contextlib.suppress(OSError):
-            os.close(inherited_stop_writer)
-    event = ChildStopEvent(stop_reader)
-    name = multiprocessing.current_process().name
-    try:
-        _preload_for_children()  # a no-op when forked from a parent that preloaded
-        ready = multiprocessing.connection.wait([ready_reader, stop_reader])
-        if ready_reader not in ready or event.is_set():
-            return  # stopped (or the parent died) before the server was up
-        try:
-            endpoint = ready_reader.recv()
-        except EOFError:
-            return
-        finally:
-            ready_reader.close()
-        threading.Thread(target=_hard_exit_after_stop, args=(event, 60.0), daemon=True).start()
-        client, owns = _make_store(endpoint, token, store)
-        asyncio.run(_run_bundle(runner, client, worker_id, event, owns))
-    except KeyboardInterrupt:
-        return
-    except BaseException as exc:
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        with contextlib.suppress(Exception):
-            error_writer.send(text)
-        sys.stderr.write(f"{name} crashed:\n{text}")
-        sys.stderr.flush()
-        os._exit(1)
