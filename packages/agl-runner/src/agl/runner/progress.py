@@ -30,7 +30,7 @@ class ProgressSnapshot(StatusCounts):
     total: int = 0
     queued: int = 0
     running: int = 0
-    by_status: dict[str, int] = field(default_factory=dict)
+    by_status: dict[str, int] = field(default_factory=dict[str, int])
     reward_sum: float = 0.0
     reward_count: int = 0
 
