@@ -4,10 +4,10 @@ Write an agent as a :class:`LitAgent` subclass or a function decorated with :fun
 :class:`Trainer` (``fit`` or ``dev``) or one rollout at a time with :class:`LitAgentRunner`.
 """
 
-from ._agent_call import AgentCancelled, AttemptEnded
 from .build import build_component, load_object
 from .decorators import FunctionalLitAgent, llm_rollout, prompt_rollout, rollout
 from .env import LightningEnvVar, resolve_bool_env_var, resolve_int_env_var, resolve_str_env_var
+from .errors import AgentCancelled, AttemptEnded
 from .events import ExecutionEvent
 from .hooks import Hook
 from .litagent import LitAgent, RolloutRawResult

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from agl.types import AttemptedRollout
 
-from ._agent_call import AttemptEnded
 from ._snapshot import system_snapshot
+from .errors import AttemptEnded
 
 if TYPE_CHECKING:
     from agl.store import LightningStore

@@ -27,9 +27,10 @@ from agl.types import (
 )
 from agl.types.semconv import FINAL_REWARD_METADATA_KEY
 
-from ._agent_call import AttemptEnded, run_sync_agent
+from ._agent_call import run_sync_agent
 from ._heartbeat import RunningAttempts, heartbeat_loop
 from ._results import record_returned_reward, rollout_result_to_spans
+from .errors import AttemptEnded
 from .events import ExecutionEvent
 from .hooks import Hook
 from .litagent import LitAgent, RolloutRawResult
@@ -79,6 +80,7 @@ class Runner(ParallelWorkerBase, Generic[T]):
         """Execute the agent once on ``input`` (the rollout is created directly, not queued)."""
 
     def run(self, *args: Any, **kwargs: Any) -> None:
+        """Not how a runner runs (``RuntimeError``): use :meth:`iter` or :meth:`step`."""
         raise RuntimeError(f"{type(self).__name__}.run() is not how a runner runs; use iter() or step()")
 
     @contextlib.contextmanager
@@ -224,11 +226,13 @@ class LitAgentRunner(Runner[T]):
         self.tracer.teardown()
 
     def get_agent(self) -> LitAgent[T]:
+        """The agent given to :meth:`init`; ``ValueError`` before that."""
         if self._agent is None:
             raise ValueError("The runner has no agent; call init(agent) first")
         return self._agent
 
     def get_store(self) -> LightningStore:
+        """The store given to :meth:`init_worker`; ``ValueError`` before that."""
         if self._store is None:
             raise ValueError("The runner has no store; call init_worker(worker_id, store) first")
         return self._store
