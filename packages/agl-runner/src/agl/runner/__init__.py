@@ -2,6 +2,18 @@
 
 Write an agent as a :class:`LitAgent` subclass or a function decorated with :func:`rollout`, then run it with
 :class:`Trainer` (``fit`` or ``dev``) or one rollout at a time with :class:`LitAgentRunner`.
+
+Where things live:
+
+- ``litagent``, ``decorators``: the agent (:class:`LitAgent`, :func:`rollout` and its variants);
+- ``runner``: :class:`Runner` and :class:`LitAgentRunner` (claim, run, report); its heartbeat is in
+  ``_heartbeat``, sync agents' threads in ``_agent_call``;
+- ``strategies``: where the algorithm and the runners run: ``shared_memory`` (alias ``shm``, threads) and
+  ``client_server`` (alias ``cs``, processes around a store server);
+- ``trainer``: :class:`Trainer`, which wires it all; ``build``: :func:`build_component`, how a component given
+  by name, class or dict is made;
+- ``hooks``, ``progress``, ``errors``, ``events``, ``env``: hooks around a rollout, the progress display, the
+  exceptions, the stop signal, the ``AGL_*`` variables; ``cli``: ``agl runner``.
 """
 
 from .build import build_component, load_object
