@@ -3,7 +3,9 @@
 A runner process that dies without reporting an exception (a signal, the OOM killer, ``os._exit`` in an
 agent or a native library) is a *lost runner*. Its attempts are handed back to the store's retry policy at
 once (marked ``unresponsive``, as the watchdog would mark them later), and a replacement is started after
-a backoff, a bounded number of times per runner slot.
+a backoff, a bounded number of times per runner slot (:class:`RestartPolicy`). :class:`RunnerSupervisor`
+does this for the client-server strategy, on the algorithm side (:meth:`RunnerSupervisor.watch`, in the
+event loop) and under role ``runner`` (:meth:`RunnerSupervisor.supervise`, blocking).
 """
 
 from __future__ import annotations

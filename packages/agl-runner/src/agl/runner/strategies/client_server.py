@@ -130,6 +130,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         self.restart_backoff = restart_backoff
         self.in_process_runner = in_process_runner
         self.lost_runners: list[LostRunner] = []
+        self._supervisor = RunnerSupervisor(self.restart_policy, self.lost_runners, token)
         self.endpoint: str | None = None
         """URL of the store server while :meth:`execute` runs (managed store)."""
 
