@@ -65,9 +65,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--strategy",
-        choices=("shm", "cs"),
+        choices=("shm", "cs", "shared_memory", "client_server"),
         default="shm",
-        help="runners as threads of this process (shm) or as processes talking to a store server (cs); default: %(default)s",
+        help="runners as threads of this process (shm, shared_memory) or as processes talking to a store server "
+        "(cs, client_server); default: %(default)s",
     )
     parser.add_argument(
         "--judge", action="store_true", help="score answers with an LLM judge instead of exact match"

@@ -266,7 +266,7 @@ def test_moved_names_are_importable_from_their_old_places(home: str, name: str, 
 
 
 def test_the_store_port_is_written_once() -> None:
-    from agl.runner.strategies.cs import DEFAULT_PORT as CS_PORT
+    from agl.runner.strategies.client_server import DEFAULT_PORT as CS_PORT
     from agl.store.server import DEFAULT_PORT as SERVER_PORT
     from agl.types.env import DEFAULT_STORE_PORT
 

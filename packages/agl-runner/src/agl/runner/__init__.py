@@ -2,12 +2,24 @@
 
 Write an agent as a :class:`LitAgent` subclass or a function decorated with :func:`rollout`, then run it with
 :class:`Trainer` (``fit`` or ``dev``) or one rollout at a time with :class:`LitAgentRunner`.
+
+Where things live:
+
+- ``litagent``, ``decorators``: the agent (:class:`LitAgent`, :func:`rollout` and its variants);
+- ``runner``: :class:`Runner` and :class:`LitAgentRunner` (claim, run, report); its heartbeat is in
+  ``_heartbeat``, sync agents' threads in ``_agent_call``;
+- ``strategies``: where the algorithm and the runners run: ``shared_memory`` (alias ``shm``, threads) and
+  ``client_server`` (alias ``cs``, processes around a store server);
+- ``trainer``: :class:`Trainer`, which wires it all; ``build``: :func:`build_component`, how a component given
+  by name, class or dict is made;
+- ``hooks``, ``progress``, ``errors``, ``events``, ``env``: hooks around a rollout, the progress display, the
+  exceptions, the stop signal, the ``AGL_*`` variables; ``cli``: ``agl runner``.
 """
 
-from ._agent_call import AgentCancelled, AttemptEnded
 from .build import build_component, load_object
 from .decorators import FunctionalLitAgent, llm_rollout, prompt_rollout, rollout
 from .env import LightningEnvVar, resolve_bool_env_var, resolve_int_env_var, resolve_str_env_var
+from .errors import AgentCancelled, AttemptEnded
 from .events import ExecutionEvent
 from .hooks import Hook
 from .litagent import LitAgent, RolloutRawResult

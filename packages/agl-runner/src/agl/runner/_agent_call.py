@@ -19,29 +19,13 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from agl.types import AglError
+from .errors import AgentCancelled, AttemptEnded
 
 __all__ = ["AgentCancelled", "AttemptEnded", "run_sync_agent"]
 
 logger = logging.getLogger(__name__)
 
 R = TypeVar("R")
-
-
-class AgentCancelled(AglError):
-    """Raised inside a sync agent's thread after the runner abandoned it (the store ended its attempt)."""
-
-
-class AttemptEnded(AglError):
-    """The store ended the attempt (timeout, unresponsive, superseded, rollout cancelled) while the agent ran.
-
-    ``status`` is the attempt status the store gave (``None`` when the rollout, not the attempt, ended).
-    """
-
-    def __init__(self, reason: str, status: str | None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
 
 
 def _raise_in_thread(thread: threading.Thread) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agl.types import Span, SpanCoreFields
 
@@ -66,7 +66,7 @@ async def rollout_result_to_spans(
             f"Rollout {rollout_id} returned {type(result).__name__}; a rollout returns None, a float reward "
             "or a list of spans"
         )
-    items: Sequence[Any] = result
+    items = cast("Sequence[Any]", result)  # isinstance leaves the item type unknown
     if not items:
         logger.warning("Rollout %s returned an empty list of spans", rollout_id)
         return []

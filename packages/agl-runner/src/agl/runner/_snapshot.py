@@ -56,7 +56,7 @@ def _gpus() -> list[dict[str, Any]]:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    gpus = []
+    gpus: list[dict[str, Any]] = []
     for line in out.strip().splitlines():
         name, util, used, total, temp = (part.strip() for part in line.split(","))
         gpus.append(

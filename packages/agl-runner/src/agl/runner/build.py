@@ -131,7 +131,7 @@ def build_component(
                     type_error_fmt.format(name=spec_name, spec=spec, expected=expected, actual=actual)
                 )
             raise TypeError(f"{spec_name} must be a {expected}, but {spec!r} produced a {actual}")
-        return cast(T, product)
+        return product
 
     def resolve(name: str) -> Any:
         if registry is not None and name in registry:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 from urllib.parse import urlsplit
 
 from agl.store.cli import add_log_level, add_token_options, configure_logging, read_token
@@ -65,17 +66,19 @@ def runner_command(argv: list[str]) -> int:
     from .strategies import ClientServerExecutionStrategy
     from .trainer import TRACER_REGISTRY, Trainer
 
-    url = urlsplit(args.store)
+    store_url: str = args.store
+    url = urlsplit(store_url)
     if url.scheme != "http" or not url.hostname or url.port is None:
-        print(f"agl runner: --store must look like http://host:port, got {args.store!r}", file=sys.stderr)
+        print(f"agl runner: --store must look like http://host:port, got {store_url!r}", file=sys.stderr)
         return 2
     try:
         token = read_token(args)
-        agent = build_component(load_object(args.agent), LitAgent, spec_name="agent")
+        agent_type: type[LitAgent[Any]] = LitAgent  # any task type: the store's tasks are not checked here
+        agent = build_component(load_object(args.agent), agent_type, spec_name="agent")
         from agl.tracer import Tracer
 
         tracer = build_component(args.tracer, Tracer, spec_name="tracer", registry=TRACER_REGISTRY)
-        runner = LitAgentRunner(
+        runner = LitAgentRunner[Any](
             tracer,
             max_rollouts=args.max_rollouts,
             concurrency=args.concurrency,

@@ -64,23 +64,29 @@ class LitAgent(Generic[T]):
     # -- references ----------------------------------------------------------------------------
 
     def set_trainer(self, trainer: Trainer) -> None:
+        """Called by the trainer before the run (held weakly: the agent does not keep the trainer alive)."""
         self._trainer_ref = weakref.ref(trainer)
 
     def get_trainer(self) -> Trainer:
+        """The trainer running this agent; ``ValueError`` when there is none (or it is gone)."""
         return _deref(self._trainer_ref, "trainer")
 
     @property
     def trainer(self) -> Trainer:
+        """:meth:`get_trainer` as a property."""
         return self.get_trainer()
 
     def set_runner(self, runner: Runner[T]) -> None:
+        """Called by the runner in its ``init`` (held weakly)."""
         self._runner_ref = weakref.ref(runner)
 
     def get_runner(self) -> Runner[T]:
+        """The runner executing this agent; ``ValueError`` when there is none (or it is gone)."""
         return _deref(self._runner_ref, "runner")
 
     @property
     def runner(self) -> Runner[T]:
+        """:meth:`get_runner` as a property."""
         return self.get_runner()
 
     @property
@@ -111,17 +117,21 @@ class LitAgent(Generic[T]):
         raise NotImplementedError(f"{type(self).__name__} implements neither rollout() nor rollout_async()")
 
     def training_rollout(self, task: T, resources: NamedResources, rollout: Rollout) -> RolloutRawResult:
+        """A rollout in ``train`` mode; defaults to :meth:`rollout` (override to train differently)."""
         return self.rollout(task, resources, rollout)
 
     def validation_rollout(self, task: T, resources: NamedResources, rollout: Rollout) -> RolloutRawResult:
+        """A rollout in ``val``/``test`` mode; defaults to :meth:`rollout`."""
         return self.rollout(task, resources, rollout)
 
     async def training_rollout_async(
         self, task: T, resources: NamedResources, rollout: Rollout
     ) -> RolloutRawResult:
+        """Async :meth:`training_rollout`; defaults to :meth:`rollout_async`."""
         return await self.rollout_async(task, resources, rollout)
 
     async def validation_rollout_async(
         self, task: T, resources: NamedResources, rollout: Rollout
     ) -> RolloutRawResult:
+        """Async :meth:`validation_rollout`; defaults to :meth:`rollout_async`."""
         return await self.rollout_async(task, resources, rollout)

@@ -9,7 +9,7 @@ import random
 import time
 import traceback
 from abc import abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -27,9 +27,10 @@ from agl.types import (
 )
 from agl.types.semconv import FINAL_REWARD_METADATA_KEY
 
-from ._agent_call import AttemptEnded, run_sync_agent
+from ._agent_call import run_sync_agent
+from ._heartbeat import RunningAttempts, heartbeat_loop
 from ._results import record_returned_reward, rollout_result_to_spans
-from ._snapshot import system_snapshot
+from .errors import AttemptEnded
 from .events import ExecutionEvent
 from .hooks import Hook
 from .litagent import LitAgent, RolloutRawResult
@@ -43,12 +44,6 @@ __all__ = ["ExecutionEvent", "LitAgentRunner", "Runner"]
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-HEARTBEAT_STEP_TIMEOUT = 5.0
-"""Longest wait for one step of a heartbeat (the store's answer, the system snapshot)."""
-
-_ENDED_ATTEMPT_STATUSES = frozenset({"timeout", "unresponsive", "failed", "succeeded"})
-"""Attempt statuses after which the runner stops the agent: the store has ended (or given up on) the attempt."""
 
 
 def _stopped(event: ExecutionEvent | None) -> bool:
@@ -85,6 +80,7 @@ class Runner(ParallelWorkerBase, Generic[T]):
         """Execute the agent once on ``input`` (the rollout is created directly, not queued)."""
 
     def run(self, *args: Any, **kwargs: Any) -> None:
+        """Not how a runner runs (``RuntimeError``): use :meth:`iter` or :meth:`step`."""
         raise RuntimeError(f"{type(self).__name__}.run() is not how a runner runs; use iter() or step()")
 
     @contextlib.contextmanager
@@ -95,7 +91,7 @@ class Runner(ParallelWorkerBase, Generic[T]):
         store: LightningStore,
         hooks: Sequence[Hook] | None = None,
         worker_id: int | str | None = None,
-    ) -> Iterator[Runner[T]]:
+    ) -> Generator[Runner[T], None, None]:
         """Set the runner up for ``agent`` and ``store``, yield it, and tear down what was set up.
 
         Teardown errors are logged, not raised; stages that failed to set up are not torn down.
@@ -190,18 +186,13 @@ class LitAgentRunner(Runner[T]):
         self._hooks: tuple[Hook, ...] = ()
         self._store: LightningStore | None = None
         self.worker_id: int | str | None = None
-        self._current: dict[str, AttemptedRollout] = {}
-        self._agent_tasks: dict[str, asyncio.Future[Any]] = {}
-        self._ended: dict[str, AttemptEnded] = {}
-        self._last_ack: float | None = None  # monotonic time of the last acknowledged attempt heartbeat
+        self._attempts = RunningAttempts()
         self._processed = 0
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_store"] = None
-        state["_current"] = {}
-        state["_agent_tasks"] = {}
-        state["_ended"] = {}
+        state["_attempts"] = RunningAttempts(self._attempts.worker_id)
         return state
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -221,11 +212,13 @@ class LitAgentRunner(Runner[T]):
                 set_drain(True)
         self.worker_id = worker_id
         self._store = store
+        self._attempts.worker_id = self.get_worker_id()
 
     def teardown_worker(self, worker_id: int | str, *args: Any, **kwargs: Any) -> None:
         self.tracer.teardown_worker(worker_id)
         self.worker_id = None
         self._store = None
+        self._attempts.worker_id = self.get_worker_id()
 
     def teardown(self, *args: Any, **kwargs: Any) -> None:
         self._agent = None
@@ -233,11 +226,13 @@ class LitAgentRunner(Runner[T]):
         self.tracer.teardown()
 
     def get_agent(self) -> LitAgent[T]:
+        """The agent given to :meth:`init`; ``ValueError`` before that."""
         if self._agent is None:
             raise ValueError("The runner has no agent; call init(agent) first")
         return self._agent
 
     def get_store(self) -> LightningStore:
+        """The store given to :meth:`init_worker`; ``ValueError`` before that."""
         if self._store is None:
             raise ValueError("The runner has no store; call init_worker(worker_id, store) first")
         return self._store
@@ -261,7 +256,14 @@ class LitAgentRunner(Runner[T]):
         self.get_agent()
         heartbeat = None
         if self.heartbeat_interval > 0 and self.worker_id is not None:
-            heartbeat = asyncio.create_task(self._heartbeat_loop(), name=f"{self.get_worker_id()}-heartbeat")
+            beats = heartbeat_loop(
+                self._attempts,
+                store,
+                interval=self.heartbeat_interval,
+                jitter=self.interval_jitter,
+                include_gpu=self.heartbeat_include_gpu,
+            )
+            heartbeat = asyncio.create_task(beats, name=f"{self.get_worker_id()}-heartbeat")
         self._processed = 0
         claimed = [0]
         try:
@@ -379,7 +381,7 @@ class LitAgentRunner(Runner[T]):
         """Execute one attempt and report its outcome to the store. Never raises unless asked to."""
         store = self.get_store()
         rollout_id, attempt_id = rollout.rollout_id, rollout.attempt.attempt_id
-        self._current[attempt_id] = rollout
+        self._attempts.current[attempt_id] = rollout
         started = time.monotonic()
         spans: list[Span] = []
         error: BaseException | None = None
@@ -410,8 +412,8 @@ class LitAgentRunner(Runner[T]):
                 exc,
             )
         finally:
-            self._current.pop(attempt_id, None)
-            ended_meanwhile = self._ended.pop(attempt_id, None)
+            self._attempts.current.pop(attempt_id, None)
+            ended_meanwhile = self._attempts.ended.pop(attempt_id, None)
         try:
             await self._run_hooks("on_rollout_end", rollout=rollout, spans=spans)
             metadata = dict(rollout.attempt.metadata or {})
@@ -460,42 +462,22 @@ class LitAgentRunner(Runner[T]):
     async def _await_agent(self, rollout: AttemptedRollout, resources: NamedResources) -> RolloutRawResult:
         """Run the agent as its own task, so that the heartbeat can cancel it when the store ends the attempt."""
         attempt_id = rollout.attempt.attempt_id
-        if attempt_id in self._ended:  # ended while its resources and hooks were being prepared
-            raise self._ended[attempt_id]
+        attempts = self._attempts
+        if attempt_id in attempts.ended:  # ended while its resources and hooks were being prepared
+            raise attempts.ended[attempt_id]
         task = asyncio.ensure_future(self._call_agent(rollout, resources))
-        self._agent_tasks[attempt_id] = task
+        attempts.agent_tasks[attempt_id] = task
         try:
             return await task
         except asyncio.CancelledError:
             current = asyncio.current_task()
-            ended = self._ended.get(attempt_id)
+            ended = attempts.ended.get(attempt_id)
             cancelling = getattr(current, "cancelling", None)  # Python 3.11+
             if ended is None or (cancelling is not None and cancelling()):
                 raise  # the runner itself is being cancelled
             raise ended from None
         finally:
-            self._agent_tasks.pop(attempt_id, None)
-
-    def _end_attempt(self, attempted: AttemptedRollout, reason: str, status: str | None) -> None:
-        """Stop the agent of an attempt the store has ended (called by the heartbeat)."""
-        attempt_id = attempted.attempt.attempt_id
-        if attempt_id in self._ended or attempt_id not in self._current:
-            # Already handled, or the runner has finished with the attempt while this heartbeat's answer was on
-            # its way (often the very "succeeded" the runner just reported): nothing to stop.
-            return
-        self._ended[attempt_id] = AttemptEnded(reason, status)
-        task = self._agent_tasks.get(attempt_id)
-        if task is not None and task.done():
-            return  # the agent has just returned: the outcome report checks the rollout first
-        logger.warning(
-            "%s: rollout %s attempt %s: %s; cancelling its agent",
-            self.get_worker_id(),
-            attempted.rollout_id,
-            attempt_id,
-            reason,
-        )
-        if task is not None:
-            task.cancel()
+            attempts.agent_tasks.pop(attempt_id, None)
 
     async def _report_ended(
         self, rollout: AttemptedRollout, ended: AttemptEnded, metadata: dict[str, Any]
@@ -530,7 +512,7 @@ class LitAgentRunner(Runner[T]):
         """
         config = rollout.config
         now = time.monotonic()
-        last_sign = max(started, self._last_ack or started)
+        last_sign = max(started, self._attempts.last_ack or started)
         at_risk = (
             known
             or (config.timeout_seconds is not None and now - started > config.timeout_seconds)
@@ -555,61 +537,6 @@ class LitAgentRunner(Runner[T]):
             why,
         )
         return True
-
-    # -- heartbeats ----------------------------------------------------------------------------
-
-    async def _heartbeat_loop(self) -> None:
-        store = self.get_store()
-        worker_id = self.get_worker_id()
-        while True:
-            # Jitter spreads the heartbeats of many runners; bounded so a short interval stays positive.
-            spread = min(self.interval_jitter, self.heartbeat_interval / 4)
-            interval = self.heartbeat_interval + random.uniform(-spread, spread)
-            # A step may take longer than a short interval on a loaded machine; it must not be cut off then.
-            limit = max(interval, HEARTBEAT_STEP_TIMEOUT)
-            try:
-                await asyncio.wait_for(self._check_attempts(store), timeout=limit)
-                snapshot = await asyncio.wait_for(
-                    asyncio.to_thread(system_snapshot, self.heartbeat_include_gpu), timeout=limit
-                )
-                await asyncio.wait_for(
-                    store.update_worker(worker_id, heartbeat_stats=snapshot), timeout=limit
-                )
-            except asyncio.TimeoutError:
-                logger.warning("%s: heartbeat took longer than %.1fs; skipped", worker_id, limit)
-            except Exception as exc:
-                logger.warning("%s: heartbeat failed: %s", worker_id, exc)
-            await asyncio.sleep(interval)
-
-    async def _check_attempts(self, store: LightningStore) -> None:
-        """Mark the current attempts alive and learn from the answers which ones the store has ended."""
-        current = list(self._current.values())
-        if not current:
-            return
-        now = time.time()
-        sent = time.monotonic()
-        for attempted in current:
-            attempt = await store.update_attempt(
-                attempted.rollout_id, attempted.attempt.attempt_id, last_heartbeat_time=now
-            )
-            if attempt.status in _ENDED_ATTEMPT_STATUSES:
-                self._end_attempt(attempted, f"the store marked the attempt {attempt.status}", attempt.status)
-        self._last_ack = sent
-        rollouts = await store.query_rollouts(rollout_id_in=sorted({a.rollout_id for a in current}))
-        by_id = {r.rollout_id: r for r in rollouts}
-        for attempted in current:
-            found = by_id.get(attempted.rollout_id)
-            if found is None:
-                continue
-            if found.status == "cancelled":
-                self._end_attempt(attempted, "the rollout was cancelled", None)
-            elif (
-                isinstance(found, AttemptedRollout)
-                and found.attempt.attempt_id != attempted.attempt.attempt_id
-            ):
-                self._end_attempt(
-                    attempted, f"attempt {found.attempt.attempt_id} took over the rollout", None
-                )
 
 
 @dataclass(frozen=True)

@@ -70,13 +70,14 @@ class Trainer:
             ``AGL_SERVER_HOST:AGL_SERVER_PORT`` (e.g. ``agl store``).
         tracer: Default ``OtelTracer``.
         adapter: Given to the algorithm (default ``TracerTraceToTriplet`` when available).
-        strategy: ``"cs"`` (default: runner processes, store served over HTTP) or ``"shm"`` (threads).
+        strategy: ``"cs"`` / ``"client_server"`` (default: runner processes, store served over HTTP) or
+            ``"shm"`` / ``"shared_memory"`` (threads), or anything :func:`build_component` accepts.
         initial_resources: Resources the algorithm publishes first (LLM endpoints, prompt templates).
         hooks: A :class:`Hook` or several, called around each rollout.
         llm_proxy: An ``agl.proxy.LLMProxy`` (it gets the store injected).
         runner: Default ``LitAgentRunner(tracer, max_rollouts)``.
         max_rollouts: Per runner, stop after this many rollouts.
-        port: Store server port for the ``cs`` strategy (0: any free port).
+        port: Store server port for the client-server strategy (0: any free port).
         progress: Show progress (a bar in a terminal, log lines otherwise); default on.
     """
 
@@ -163,18 +164,10 @@ class Trainer:
             runner,
             Runner,
             spec_name="runner",
-            default_factory=lambda: LitAgentRunner(tracer=self.tracer, max_rollouts=max_rollouts),
+            default_factory=lambda: LitAgentRunner[Any](tracer=self.tracer, max_rollouts=max_rollouts),
             optional_defaults={"tracer": lambda: self.tracer, "max_rollouts": max_rollouts},
         )
-        if hooks is None:
-            self.hooks: tuple[Hook, ...] = ()
-        elif isinstance(hooks, Hook):
-            self.hooks = (hooks,)
-        else:
-            self.hooks = tuple(hooks)
-            for hook in self.hooks:
-                if not isinstance(hook, Hook):
-                    raise TypeError(f"hooks must be Hook instances, got {type(hook).__name__}")
+        self.hooks: tuple[Hook, ...] = _checked_hooks(hooks)
 
     def _default_store(self) -> LightningStore:
         managed = getattr(self.strategy, "managed_store", True)
@@ -223,10 +216,7 @@ class Trainer:
         train_dataset: Dataset[Any] | None,
         val_dataset: Dataset[Any] | None,
     ) -> None:
-        if not isinstance(agent, LitAgent):
-            raise TypeError(
-                f"agent must be a LitAgent (or a function decorated with @rollout), got {type(agent).__name__}"
-            )
+        _check_agent(agent)
         for name, dataset in (("train_dataset", train_dataset), ("val_dataset", val_dataset)):
             if isinstance(dataset, (str, bytes)):
                 raise TypeError(
@@ -237,6 +227,28 @@ class Trainer:
         algorithm_bundle = _AlgorithmBundle(self, algorithm, train_dataset, val_dataset)
         runner_bundle = _RunnerBundle(self.runner, agent, self.hooks)
         self.strategy.execute(algorithm_bundle, runner_bundle, self.store)
+
+
+def _checked_hooks(hooks: Hook | Sequence[object] | None) -> tuple[Hook, ...]:
+    """``hooks`` as a tuple; ``TypeError`` for anything that is not a :class:`Hook` (untyped callers)."""
+    if hooks is None:
+        return ()
+    if isinstance(hooks, Hook):
+        return (hooks,)
+    checked: list[Hook] = []
+    for hook in hooks:
+        if not isinstance(hook, Hook):
+            raise TypeError(f"hooks must be Hook instances, got {type(hook).__name__}")
+        checked.append(hook)
+    return tuple(checked)
+
+
+def _check_agent(agent: object) -> None:
+    """``TypeError`` unless ``agent`` is a :class:`LitAgent` (untyped callers pass plain functions)."""
+    if not isinstance(agent, LitAgent):
+        raise TypeError(
+            f"agent must be a LitAgent (or a function decorated with @rollout), got {type(agent).__name__}"
+        )
 
 
 def _build_default_strategy(optional: dict[str, Any]) -> ExecutionStrategy:

@@ -3,20 +3,53 @@
 A runner process that dies without reporting an exception (a signal, the OOM killer, ``os._exit`` in an
 agent or a native library) is a *lost runner*. Its attempts are handed back to the store's retry policy at
 once (marked ``unresponsive``, as the watchdog would mark them later), and a replacement is started after
-a backoff, a bounded number of times per runner slot.
+a backoff, a bounded number of times per runner slot (:class:`RestartPolicy`). :class:`RunnerSupervisor`
+does this for the client-server strategy, on the algorithm side (:meth:`RunnerSupervisor.watch`, in the
+event loop) and under role ``runner`` (:meth:`RunnerSupervisor.supervise`, blocking).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import multiprocessing.connection
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from ._processes import RunnerProcess, describe_exit
+from .base import StrategyError
 
 if TYPE_CHECKING:
     from agl.store import LightningStore
 
-__all__ = ["RestartPolicy", "release_attempts_of", "runner_worker_name"]
+    from ..events import ExecutionEvent
+
+__all__ = ["LostRunner", "RestartPolicy", "RunnerSupervisor", "release_attempts_of", "runner_worker_name"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class LostRunner:
+    """A runner process that died without reporting an exception (a signal such as SIGKILL or the OOM
+    killer's, ``os._exit`` in an agent, a crash in native code) while the run went on.
+
+    ``replaced_by`` names the process started in its place (``None``: its slot used up its restarts).
+    """
+
+    name: str
+    pid: int | None
+    exitcode: int
+    worker_id: str | None = None
+    released: list[str] = field(default_factory=list[str])
+    """Rollouts whose attempt it held, handed back to the store's retry policy."""
+    replaced_by: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.name} (pid {self.pid}) {describe_exit(self.exitcode)}"
 
 
 def runner_worker_name(worker_id: Any) -> str:
@@ -81,3 +114,213 @@ async def release_attempts_of(store: LightningStore, worker: str, reason: str) -
             "released %d attempt(s) of %s to the retry policy: %s", len(released), worker, released
         )
     return released
+
+
+def _on_exit(
+    loop: asyncio.AbstractEventLoop, child: RunnerProcess, exited: asyncio.Queue[RunnerProcess | None]
+) -> None:
+    with contextlib.suppress(ValueError, OSError):
+        loop.remove_reader(child.proc.sentinel)
+    exited.put_nowait(child)
+
+
+class RunnerSupervisor:
+    """Watches the runner processes of one run: a crash (an exception reported) fails the run; a lost
+    runner is recorded in ``lost_runners``, its attempts are released and its slot gets a replacement
+    (by ``policy``).
+
+    Args:
+        policy: When a slot gets a replacement.
+        lost_runners: Where lost runners are recorded (the strategy's public list).
+        token: Bearer token of the store server (to release attempts from the role-runner side).
+    """
+
+    def __init__(self, policy: RestartPolicy, lost_runners: list[LostRunner], token: str | None) -> None:
+        self.policy = policy
+        self.lost_runners = lost_runners
+        self.token = token
+
+    async def watch(
+        self,
+        children: list[RunnerProcess],
+        event: ExecutionEvent,
+        store: LightningStore,
+        spawn: Callable[[Any, int], RunnerProcess],
+    ) -> None:
+        """The algorithm side: never return; replace lost runners; raise :class:`StrategyError` when a
+        runner crashes with an exception or no runner is left (and none will be started)."""
+        if not children:
+            await asyncio.Event().wait()
+        loop = asyncio.get_running_loop()
+        exited: asyncio.Queue[RunnerProcess | None] = asyncio.Queue()  # None: a replacement failed to start
+        watched: list[RunnerProcess] = []
+        pending: set[asyncio.Task[None]] = set()
+        next_id = len(children)
+
+        def watch(child: RunnerProcess) -> None:
+            watched.append(child)
+            loop.add_reader(child.proc.sentinel, _on_exit, loop, child, exited)
+
+        async def replace_later(lost: LostRunner, slot: int, delay: float, worker_id: int) -> None:
+            await asyncio.sleep(delay)
+            if event.is_set():
+                return
+            try:
+                child = spawn(worker_id, slot)
+            except Exception:
+                logger.exception("could not start a replacement for %s", lost.name)
+                exited.put_nowait(None)  # counts as one more runner gone
+                return
+            children.append(child)
+            lost.replaced_by = child.proc.name
+            logger.warning("started %s (pid %s) in place of %s", child.proc.name, child.proc.pid, lost.name)
+            watch(child)
+
+        for child in children:
+            watch(child)
+        try:
+            alive = len(children)
+            while True:
+                gone = await exited.get()
+                alive -= 1
+                if gone is None:
+                    if alive == 0 and not event.is_set():
+                        raise StrategyError("no runner process is left: the last replacement failed to start")
+                    continue
+                child = gone
+                proc = child.proc
+                proc.join(1.0)
+                code = proc.exitcode
+                if event.is_set():
+                    continue
+                if code == 0:
+                    logger.info("%s finished", proc.name)
+                elif code is not None and code > 0 and child.has_report():
+                    raise StrategyError(
+                        f"{proc.name} crashed ({describe_exit(code)}):\n{child.error_report()}"
+                    )
+                else:
+                    lost = await self.on_lost(child, store)
+                    delay = self.policy.delay_for(child.slot, time.monotonic() - child.started)
+                    if delay is None:
+                        logger.error(
+                            "runner slot %d lost %d processes in a row; not replacing %s",
+                            child.slot,
+                            self.policy.restarts(child.slot) + 1,
+                            proc.name,
+                        )
+                    else:
+                        logger.warning("replacing %s in %.1fs", proc.name, delay)
+                        task = asyncio.create_task(replace_later(lost, child.slot, delay, next_id))
+                        next_id += 1
+                        pending.add(task)
+                        task.add_done_callback(pending.discard)
+                        alive += 1  # counted from now: its replacement is on its way
+                if alive == 0:
+                    raise StrategyError(
+                        "every runner process has exited while the algorithm is still running "
+                        f"(restarts per slot: at most {self.policy.max_restarts} in a row): "
+                        + "; ".join(f"{c.proc.name} {describe_exit(c.proc.exitcode)}" for c in children)
+                    )
+        finally:
+            for task in pending:
+                task.cancel()
+            for child in watched:
+                with contextlib.suppress(ValueError, OSError):
+                    loop.remove_reader(child.proc.sentinel)
+
+    async def on_lost(self, child: RunnerProcess, store: LightningStore | None) -> LostRunner:
+        """Record a lost runner and hand its attempts back to the store's retry policy."""
+        proc = child.proc
+        worker = runner_worker_name(child.worker_id)
+        lost = LostRunner(proc.name or "runner", proc.pid, proc.exitcode or 0, worker_id=worker)
+        self.lost_runners.append(lost)
+        logger.error("Runner %s; its attempts go back to the store's retry policy", lost)
+        if store is not None:
+            try:
+                lost.released = await release_attempts_of(store, worker, f"runner process {lost}")
+            except Exception as exc:
+                logger.warning(
+                    "could not release the attempts of %s (%s); the store's watchdog will find them",
+                    worker,
+                    exc,
+                )
+        return lost
+
+    def supervise(
+        self,
+        children: list[RunnerProcess],
+        event: ExecutionEvent,
+        spawn: Callable[[int, int], RunnerProcess],
+        endpoint: str,
+        store: LightningStore,
+        crashed: list[RunnerProcess],
+    ) -> None:
+        """Role runner: wait until stopped, replacing lost runner processes; return when none is left.
+        Processes that crashed with an exception are appended to ``crashed``."""
+        handled: set[int] = set()
+        due: list[tuple[float, int, LostRunner]] = []  # (when, slot, the runner it replaces)
+        next_index = len(children)
+        while not event.is_set():
+            now = time.monotonic()
+            for entry in [d for d in due if d[0] <= now]:
+                due.remove(entry)
+                child = spawn(next_index, entry[1])
+                next_index += 1
+                entry[2].replaced_by = child.proc.name
+                children.append(child)
+                logger.warning(
+                    "started %s (pid %s) in place of %s", child.proc.name, child.proc.pid, entry[2].name
+                )
+            running = [c.proc.sentinel for c in children if c.proc.exitcode is None]
+            if not running and not due:
+                break
+            wait = 0.5 if not due else max(0.0, min(0.5, min(d[0] for d in due) - time.monotonic()))
+            if running:
+                multiprocessing.connection.wait(running, timeout=wait)
+            else:
+                time.sleep(wait)
+            for child in children:
+                code = child.proc.exitcode
+                if code is None or id(child) in handled or event.is_set():
+                    continue
+                handled.add(id(child))
+                if code == 0:
+                    logger.info("%s finished", child.proc.name)
+                elif code > 0 and child.has_report():
+                    logger.error("%s crashed:\n%s", child.proc.name, child.error_report())
+                    crashed.append(child)
+                else:
+                    lost = self._on_lost_sync(child, endpoint, store)
+                    delay = self.policy.delay_for(child.slot, time.monotonic() - child.started)
+                    if delay is None:
+                        logger.error(
+                            "runner slot %d used up its restarts; not replacing %s", child.slot, lost.name
+                        )
+                    else:
+                        logger.warning("replacing %s in %.1fs", lost.name, delay)
+                        due.append((time.monotonic() + delay, child.slot, lost))
+
+    def _on_lost_sync(self, child: RunnerProcess, endpoint: str, store: LightningStore) -> LostRunner:
+        """:meth:`on_lost` from the role-runner supervisor (no event loop of its own)."""
+
+        async def release() -> LostRunner:
+            if not endpoint:
+                return await self.on_lost(child, store)
+            from agl.store.client import LightningStoreClient
+
+            client = LightningStoreClient(endpoint, token=self.token)
+            try:
+                return await asyncio.wait_for(self.on_lost(child, client), timeout=30.0)
+            finally:
+                await client.close()
+
+        try:
+            return asyncio.run(release())
+        except Exception as exc:  # e.g. the store unreachable: its watchdog will find the attempts
+            logger.warning("could not release the attempts of %s: %s", child.proc.name, exc)
+            if self.lost_runners and self.lost_runners[-1].pid == child.proc.pid:
+                return self.lost_runners[-1]
+            lost = LostRunner(str(child.proc.name), child.proc.pid, child.proc.exitcode or 0)
+            self.lost_runners.append(lost)
+            return lost

@@ -47,6 +47,7 @@ class ExecutionStrategy(ABC):
     """Decides where the algorithm and the runners run (threads, processes, machines) and stops them together."""
 
     n_runners: int = 1
+    """How many runners it starts (threads or processes)."""
 
     @abstractmethod
     def execute(self, algorithm: AlgorithmBundle, runner: RunnerBundle, store: LightningStore) -> None:

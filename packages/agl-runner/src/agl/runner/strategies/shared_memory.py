@@ -1,4 +1,5 @@
-"""``shm``: the algorithm and the runners as threads of one process, sharing one store object."""
+"""``shared_memory`` (alias ``shm``): the algorithm and the runners as threads of one process, sharing one store
+object."""
 
 from __future__ import annotations
 
