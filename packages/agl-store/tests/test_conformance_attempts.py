@@ -203,6 +203,17 @@ async def test_attempt_past_timeout_seconds_times_out(store: LightningStore, clo
     assert retried is not None and retried.rollout_id == with_retry.rollout_id
 
 
+async def test_rollouts_timed_out_by_one_scan_are_requeued_in_creation_order(
+    store: LightningStore, clock: ManualClock
+) -> None:
+    """Rollout ids are random: a scan that requeued by id (SQL before the fix) made the queue order random."""
+    config = RolloutConfig(timeout_seconds=60, max_attempts=2, retry_condition=["timeout"])
+    created = [(await claim(store, config=config)).rollout_id for _ in range(8)]
+    clock.advance(61)
+    retried = await store.dequeue_many_rollouts(limit=8)
+    assert [r.rollout_id for r in retried] == created
+
+
 async def test_timeout_wins_over_unresponsive(store: LightningStore, clock: ManualClock) -> None:
     rollout = await claim(store, config=RolloutConfig(timeout_seconds=10, unresponsive_seconds=5))
     clock.advance(11)

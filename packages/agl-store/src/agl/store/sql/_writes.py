@@ -304,7 +304,8 @@ def update_attempt(
 
 
 def find_unhealthy(conn: sa.Connection, ctx: Ctx) -> list[str]:
-    """Ids of running rollouts whose latest attempt broke its limits (read-only)."""
+    """Ids of running rollouts whose latest attempt broke its limits (read-only), in creation order, as the
+    memory store scans them: rollouts requeued by one scan queue up in the order they were created."""
 
     def build() -> AnySelect:
         latest = sa.and_(A.c.rollout_id == R.c.rollout_id, A.c.sequence_id == R.c.num_attempts)
@@ -316,17 +317,18 @@ def find_unhealthy(conn: sa.Connection, ctx: Ctx) -> list[str]:
                 sa.or_(R.c.timeout_seconds.is_not(None), R.c.unresponsive_seconds.is_not(None)),
                 one_of(A.c.status, ["preparing", "running"]),
             )
+            .order_by(R.c.seq)
         )
 
     now = ctx.clock()
     rows = execute(conn, prepared("find_unhealthy", build))
-    return sorted(
+    return [
         row["rollout_id"]
         for row in rows
         if _rules.watchdog_verdict(
             _codec.attempt_from_row(row), RolloutConfig.model_validate(row["config"]), now
         )
-    )
+    ]
 
 
 def apply_watchdog(conn: sa.Connection, ctx: Ctx, eff: Effects, rollout_id: str) -> None:
