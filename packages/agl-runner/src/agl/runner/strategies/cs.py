@@ -289,6 +289,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
                 if not task.done():
                     task.cancel()
             await asyncio.gather(algorithm_task, watch_task, return_exceptions=True)
+            await store.release_loop_resources()  # this loop's connections to an unmanaged store
 
     async def _watch_runners(
         self,
@@ -639,6 +640,8 @@ async def _run_bundle(
     finally:
         if owns_store:
             await store.close()
+        else:
+            await store.release_loop_resources()  # the store outlives this loop, its connections do not
 
 
 def _make_store(
