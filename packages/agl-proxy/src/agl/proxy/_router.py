@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DIRECT_PROVIDERS", "Deployment", "ModelRouter", "import_litellm"]
+__all__ = ["DIRECT_PROVIDERS", "Deployment", "ModelRouter", "import_litellm", "stop_litellm_logging_worker"]
 
 DIRECT_PROVIDERS = frozenset(
     {"openai", "hosted_vllm", "custom_openai", "text-completion-openai", "litellm_proxy", "openai_like"}
@@ -35,6 +38,28 @@ def import_litellm() -> Any:
     import litellm
 
     return litellm
+
+
+async def stop_litellm_logging_worker(timeout: float = 5.0) -> None:
+    """Stop LiteLLM's logging worker if it runs on the calling event loop: call it before that loop closes.
+
+    LiteLLM hands every call's success/failure callbacks to one process-wide worker task, made on the loop of
+    the first call. A loop that closes with that task pending destroys it mid-wait ("Task was destroyed but it
+    is pending", an unraisable exception in tests). Queued callbacks run first; the worker starts again on the
+    next call, on whichever loop makes it.
+    """
+    module = sys.modules.get("litellm.litellm_core_utils.logging_worker")
+    if module is None:  # LiteLLM never logged a call in this process
+        return
+    worker: Any = getattr(module, "GLOBAL_LOGGING_WORKER", None)
+    task: object = getattr(
+        worker, "_worker_task", None
+    )  # private, but LiteLLM says nowhere which loop it is on
+    if not isinstance(task, asyncio.Task) or task.done() or task.get_loop() is not asyncio.get_running_loop():
+        return
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(worker.flush(), timeout)
+    await worker.stop(timeout=timeout)
 
 
 @dataclass(frozen=True)
