@@ -16,7 +16,7 @@ from agl.types.env import PROXY_TOKEN
 
 from ._app import ProxyApp, ProxySettings
 from ._recorder import SpanRecorder
-from ._router import ModelRouter, stop_litellm_logging_worker, validate_model_list
+from ._router import ModelRouter, close_litellm_loop_resources, validate_model_list
 
 if TYPE_CHECKING:
     from agl.store import LightningStore
@@ -237,7 +237,7 @@ class LLMProxy:
         finally:
             await self._recorder.flush()
             await self._app.shutdown()
-            await stop_litellm_logging_worker()  # before this loop closes (thread mode) or the caller's does
+            await close_litellm_loop_resources()  # before this loop closes (thread mode) or the caller's does
 
     async def _start_in_loop(self, router: ModelRouter, sock: socket.socket, home_loop: Any) -> None:
         server = self._make_server(router, home_loop)
