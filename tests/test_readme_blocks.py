@@ -1,7 +1,7 @@
 """Every Python block of every README runs, as written, in a fresh interpreter.
 
-Each ```` ```python ```` block of the READMEs (the root one, ``apps/``, ``packages/*``, ``benchmarks/*``,
-``docs/``) is one test: the block is written to a file in an empty directory and run with the workspace's
+Each ```` ```python ```` block of the Markdown pages (the READMEs at the root, in ``apps/``, ``packages/*``,
+``benchmarks/*``, and ``docs/``) is one test: the block is written to a file in an empty directory and run with the workspace's
 interpreter, without ``PYTHONPATH`` (so a block cannot lean on ``apps`` or ``tests``: what it imports, a
 user who installed the packages has). Blocks that talk to an LLM get a local stand-in of the models they
 name (:func:`_readme_models`): ``OPENAI_BASE_URL``/``OPENAI_API_KEY`` point at it, and the documented local
@@ -30,13 +30,7 @@ import pytest
 from tests.support.openai_standin import StandinBackend, serve_standin
 
 ROOT = Path(__file__).resolve().parents[1]
-READMES = (
-    "README.md",
-    "apps/**/README.md",
-    "packages/*/README.md",
-    "benchmarks/**/README.md",
-    "docs/**/*.md",
-)
+READMES = ("*.md", "apps/**/*.md", "packages/**/*.md", "benchmarks/**/*.md", "docs/**/*.md")  # every page
 LOCAL_ENDPOINT = "http://127.0.0.1:8000/v1"
 NO_RUN = re.compile(r"^<!--\s*no-run:\s*(?P<reason>.*?)\s*-->$")
 BLOCK = re.compile(r"^```python\n(?P<code>.*?)^```$", re.S | re.M)
@@ -72,7 +66,9 @@ class Block:
 def readme_blocks() -> list[Block]:
     """Every Python block of every README, with its no-run reason if it has one."""
     blocks: list[Block] = []
-    paths = sorted({p for pattern in READMES for p in ROOT.glob(pattern) if ".venv" not in p.parts})
+    paths = sorted(
+        {p for pattern in READMES for p in ROOT.glob(pattern) if not {".venv", "node_modules"} & set(p.parts)}
+    )
     for path in paths:
         text = path.read_text()
         for match in BLOCK.finditer(text):
