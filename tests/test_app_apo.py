@@ -157,21 +157,3 @@ def test_the_task_set_is_consistent_with_the_world() -> None:
 )
 def test_extract_choice(answer: str | None, choice: str | None) -> None:
     assert extract_choice(answer) == choice
-
-
-@pytest.mark.slow
-def test_the_apo_readme_example_runs(tmp_path: Path) -> None:
-    readme = (ROOT / "packages/agl-algorithms/README.md").read_text()
-    section = readme.split("## APO", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None
-    script = tmp_path / "apo_example.py"
-    script.write_text(code.group(1))
-    with serve_apo_standin(ApoStandinBackend()) as server:
-        env = clean_env(OPENAI_API_KEY="test", OPENAI_BASE_URL=server.base_url, PYTHONPATH=str(ROOT))
-        done = subprocess.run(
-            [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-        )
-    assert done.returncode == 0, done.stderr[-3000:]
-    best = done.stdout.split("best prompt:", 1)[1]
-    assert best.strip().startswith("You are a scheduling assistant.") and "\n" in best.strip()

@@ -45,6 +45,14 @@ def _stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float
         raise
 
 
+_LEAKS = ("ResourceWarning", "Unclosed", "unclosed", "was never awaited", "Task was destroyed")
+
+
+def _assert_no_leak_warnings(who: str, stderr: str) -> None:
+    leaks = [line for line in stderr.splitlines() if any(word in line for word in _LEAKS)]
+    assert not leaks, f"the {who} process leaked at exit:\n" + "\n".join(leaks)
+
+
 @pytest.mark.timeout(240)
 def test_store_algorithm_and_runners_as_three_commands(tmp_path: Path) -> None:
     db = tmp_path / "run.db"
@@ -61,16 +69,26 @@ def test_store_algorithm_and_runners_as_three_commands(tmp_path: Path) -> None:
         procs.append(store)
         endpoint = read_store_endpoint(store, time.monotonic() + 60)
         env["AGL_SERVER_PORT"] = endpoint.rsplit(":", 1)[1]
-        app = [sys.executable, "-m", "tests.support.split_app", "40"]
-        runners = subprocess.Popen(app, env={**env, "AGL_CURRENT_ROLE": "runner"}, cwd=ROOT, text=True)
+        # -W default: a ResourceWarning (an unclosed connection at exit) or an un-awaited coroutine shows
+        app = [sys.executable, "-W", "default", "-m", "tests.support.split_app", "40"]
+        runners_err = (tmp_path / "runners.err").open("w")
+        runners = subprocess.Popen(
+            app, env={**env, "AGL_CURRENT_ROLE": "runner"}, cwd=ROOT, text=True, stderr=runners_err
+        )
         procs.append(runners)
         algorithm = subprocess.Popen(
-            app, env={**env, "AGL_CURRENT_ROLE": "algorithm"}, cwd=ROOT, text=True, stdout=subprocess.PIPE
+            app,
+            env={**env, "AGL_CURRENT_ROLE": "algorithm"},
+            cwd=ROOT,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         procs.append(algorithm)
-        out, _ = algorithm.communicate(timeout=180)
-        assert algorithm.returncode == 0
+        out, err = algorithm.communicate(timeout=180)
+        assert algorithm.returncode == 0, err[-3000:]
         assert "split_app: done" in out
+        _assert_no_leak_warnings("algorithm", err)
 
         async def check() -> None:
             client = LightningStoreClient(endpoint)
@@ -89,6 +107,8 @@ def test_store_algorithm_and_runners_as_three_commands(tmp_path: Path) -> None:
         asyncio.run(check())
         assert runners.poll() is None, "runners keep serving until told to stop"
         assert _stop(runners) == 0
+        runners_err.close()
+        _assert_no_leak_warnings("runners", (tmp_path / "runners.err").read_text())
         assert _stop(store) == 0
 
 

@@ -83,7 +83,10 @@ def run_agent(agent: LitAgent[Any], tasks: list[Any], *, timeout: float = 90.0) 
             [
                 {
                     "model_name": "calc-model",
-                    "litellm_params": {"model": "hosted_vllm/standin", "api_base": server.base_url},
+                    "litellm_params": {
+                        "model": "hosted_vllm/calc-model",
+                        "api_base": server.base_url,
+                    },  # answers as calc-model
                 }
             ],
             store=store,

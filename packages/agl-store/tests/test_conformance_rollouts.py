@@ -145,17 +145,30 @@ async def test_dequeue_with_timeout_returns_none_when_nothing_arrives(store: Lig
     assert 0.15 <= elapsed < 3.0
 
 
-async def test_dequeue_with_timeout_wakes_up_when_work_arrives(store: LightningStore) -> None:
-    async def enqueue_later() -> str:
-        await asyncio.sleep(0.05)
-        return (await store.enqueue_rollout("late")).rollout_id
+NOTIFIED_WITHIN = 20.0
+"""How long a woken waiter may take to return: far more than a wake-up needs, and less than any poll that
+could find the change unnotified (``only_notifications`` slows the SQL stores' poll to an hour; the HTTP
+client's long polls last 25 s), so a waiter back by then was notified."""
 
-    started = time.monotonic()
-    waiting = asyncio.ensure_future(store.dequeue_rollout(worker_id="w", timeout=10))
-    rollout_id = await enqueue_later()
-    got = await asyncio.wait_for(waiting, 10)
+
+@pytest.fixture
+def only_notifications(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slow the SQL stores' poll for other processes' writes to once an hour: only a notification wakes."""
+    import agl.store.sql.store as sql_store
+
+    monkeypatch.setattr(sql_store, "_FIRST_POLL_INTERVAL", 3600.0)
+    monkeypatch.setattr(sql_store, "_MAX_POLL_INTERVAL", 3600.0)
+
+
+async def test_dequeue_with_timeout_wakes_up_when_work_arrives(
+    store: LightningStore, only_notifications: None
+) -> None:
+    waiting = asyncio.ensure_future(store.dequeue_rollout(worker_id="w", timeout=3600))
+    await asyncio.sleep(0.05)  # let the dequeue start waiting (a delay, not a wait for a result)
+    assert not waiting.done()
+    rollout_id = (await store.enqueue_rollout("late")).rollout_id
+    got = await asyncio.wait_for(waiting, NOTIFIED_WITHIN)
     assert got is not None and got.rollout_id == rollout_id
-    assert time.monotonic() - started < 5.0
 
 
 async def test_start_attempt_is_a_manual_retry_from_any_state(store: LightningStore) -> None:
@@ -267,16 +280,13 @@ async def test_wait_for_rollouts_times_out_and_ignores_unknown_ids(store: Lightn
     assert 0.15 <= time.monotonic() - started < 3.0
 
 
-async def test_wait_for_rollouts_wakes_up_when_one_finishes(store: LightningStore) -> None:
+async def test_wait_for_rollouts_wakes_up_when_one_finishes(
+    store: LightningStore, only_notifications: None
+) -> None:
     rollout = await claim(store)
-
-    async def finish_later() -> None:
-        await asyncio.sleep(0.05)
-        await store.update_attempt(rollout.rollout_id, "latest", status="failed")
-
-    started = time.monotonic()
-    finisher = asyncio.ensure_future(finish_later())
-    result = await store.wait_for_rollouts(rollout_ids=[rollout.rollout_id], timeout=10)
-    await finisher
+    waiting = asyncio.ensure_future(store.wait_for_rollouts(rollout_ids=[rollout.rollout_id], timeout=3600))
+    await asyncio.sleep(0.05)  # let the wait start (a delay, not a wait for a result)
+    assert not waiting.done()
+    await store.update_attempt(rollout.rollout_id, "latest", status="failed")
+    result = await asyncio.wait_for(waiting, NOTIFIED_WITHIN)
     assert [r.status for r in result] == ["failed"]
-    assert time.monotonic() - started < 5.0

@@ -112,18 +112,17 @@ def test_pickled_server_keeps_only_its_address() -> None:
 
 
 async def test_dequeue_long_poll_wakes_as_soon_as_work_arrives() -> None:
-    with running_server(max_wait_seconds=5) as server:
-        runner = LightningStoreClient(server.endpoint)
+    # One long poll of an hour: a claim back within a minute was woken by the enqueue, not by re-polling.
+    with running_server(max_wait_seconds=3600) as server:
+        runner = LightningStoreClient(server.endpoint, long_poll_seconds=3600, request_timeout=3700)
         algorithm = LightningStoreClient(server.endpoint)
         try:
-            waiting = asyncio.ensure_future(runner.dequeue_rollout(worker_id="w", timeout=10))
+            waiting = asyncio.ensure_future(runner.dequeue_rollout(worker_id="w", timeout=3600))
             await asyncio.sleep(0.2)  # let the long poll reach the server (a delay, not a wait for a result)
             assert not waiting.done()
-            enqueued_at = time.monotonic()
             rollout = await algorithm.enqueue_rollout({"q": 1})
-            claimed = await asyncio.wait_for(waiting, 5)
+            claimed = await asyncio.wait_for(waiting, 60)
             assert claimed is not None and claimed.rollout_id == rollout.rollout_id
-            assert time.monotonic() - enqueued_at < 1.0
         finally:
             await runner.close()
             await algorithm.close()
@@ -145,11 +144,10 @@ async def test_long_polls_longer_than_the_server_bound_are_looped_by_the_client(
                 await client.update_attempt(rollout.rollout_id, "latest", status="succeeded")
 
             finisher = asyncio.ensure_future(finish_later())
-            started = time.monotonic()
-            done = await client.wait_for_rollouts(rollout_ids=[rollout.rollout_id, "ro-unknown"], timeout=10)
+            waiting = client.wait_for_rollouts(rollout_ids=[rollout.rollout_id, "ro-unknown"], timeout=3600)
+            done = await asyncio.wait_for(waiting, 60)  # returned when finished, not at the hour's deadline
             await finisher
             assert [r.rollout_id for r in done] == [rollout.rollout_id] and done[0].status == "succeeded"
-            assert time.monotonic() - started < 3.0  # returned when finished, not at the deadline
         finally:
             await client.close()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -60,34 +59,41 @@ def test_two_processes_with_threads_never_share_a_rollout(backend: str, tmp_path
 
 
 @pytest.mark.parametrize("backend", SQL_BACKENDS)
-def test_waiting_dequeue_wakes_for_another_thread_and_another_store(backend: str, tmp_path: Path) -> None:
-    """In-process writes wake a waiting dequeue at once; another store's writes are found by polling."""
+def test_waiting_dequeue_wakes_for_another_thread_and_another_store(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In-process writes wake a waiting dequeue (notified); another store's writes are found by polling."""
+    import agl.store.sql.store as sql_store
+
     with fresh_database(backend, tmp_path) as (url, kwargs):
-        asyncio.run(_wait_for_late_rollouts(url, kwargs))
+        with monkeypatch.context() as patched:  # polling an hour apart: only a notification wakes the waiter
+            patched.setattr(sql_store, "_FIRST_POLL_INTERVAL", 3600.0)
+            patched.setattr(sql_store, "_MAX_POLL_INTERVAL", 3600.0)
+            asyncio.run(_wait_for_a_late_rollout(url, kwargs, same_store=True))
+        asyncio.run(_wait_for_a_late_rollout(url, kwargs, same_store=False))
 
 
-async def _wait_for_late_rollouts(url: str, kwargs: dict) -> None:
+async def _wait_for_a_late_rollout(url: str, kwargs: dict, *, same_store: bool) -> None:
     waiter_store = SqlLightningStore(url, **kwargs)
-    other_store = SqlLightningStore(url, **kwargs)  # stands for another process: no shared signal
+    # another store stands for another process: no shared signal, only the poll finds its writes
+    writer = waiter_store if same_store else SqlLightningStore(url, **kwargs)
     try:
         await waiter_store.get_latest_resources()  # connected, schema ready
 
-        def enqueue_later(store: SqlLightningStore) -> None:
+        def enqueue_later() -> None:
             async def main() -> None:
                 await asyncio.sleep(0.2)
-                await store.enqueue_rollout("late")
+                await writer.enqueue_rollout("late")
 
             asyncio.run(main())
 
-        for writer in (waiter_store, other_store):
-            thread = threading.Thread(target=enqueue_later, args=(writer,))
-            started = time.monotonic()
-            thread.start()
-            got = await waiter_store.dequeue_rollout(worker_id="w", timeout=10)
-            waited = time.monotonic() - started
-            thread.join()
-            assert got is not None and got.input == "late"
-            assert waited < 2.0, f"woke after {waited:.2f} s"
+        thread = threading.Thread(target=enqueue_later)
+        thread.start()
+        # back well before the hour-long timeout: woken by the write (notified, or found by the poll)
+        got = await asyncio.wait_for(waiter_store.dequeue_rollout(worker_id="w", timeout=3600), 60)
+        thread.join()
+        assert got is not None and got.input == "late"
     finally:
         await waiter_store.close()
-        await other_store.close()
+        if writer is not waiter_store:
+            await writer.close()

@@ -108,6 +108,10 @@ class ProxyApp:
         if self.session is not None:
             await self.session.close()
             self.session = None
+            # The closed connections' transports finish closing on the next loop turns: let them run before
+            # the loop closes, or they are closed by the loop's teardown with a ResourceWarning.
+            for _ in range(3):
+                await asyncio.sleep(0)
 
     # -- dispatch -------------------------------------------------------------------------------
 

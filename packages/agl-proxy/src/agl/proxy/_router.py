@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import inspect
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from agl.types._narrow import as_dict
 
-__all__ = ["DIRECT_PROVIDERS", "Deployment", "ModelRouter", "import_litellm"]
+__all__ = ["DIRECT_PROVIDERS", "Deployment", "ModelRouter", "close_litellm_loop_resources", "import_litellm"]
 
 DIRECT_PROVIDERS = frozenset(
     {"openai", "hosted_vllm", "custom_openai", "text-completion-openai", "litellm_proxy", "openai_like"}
@@ -37,6 +41,58 @@ def import_litellm() -> Any:
     import litellm
 
     return litellm
+
+
+async def close_litellm_loop_resources() -> None:
+    """Release what LiteLLM holds on the calling event loop: call it before that loop closes.
+
+    LiteLLM caches its HTTP clients per event loop (the loop's token ends their cache key) and never closes
+    them; a loop that closes with their connections open leaks them (ResourceWarning: unclosed transport).
+    Its logging worker is stopped too (:func:`stop_litellm_logging_worker`).
+    """
+    await stop_litellm_logging_worker()
+    litellm = sys.modules.get("litellm")
+    cache: object = getattr(litellm, "in_memory_llm_clients_cache", None)
+    raw: object = getattr(cache, "cache_dict", None)
+    if not isinstance(raw, dict):
+        return
+    entries = cast("dict[object, object]", raw)  # LiteLLM's untyped cache: key -> client
+    ttl = cast("dict[object, object]", getattr(cache, "ttl_dict", {}))
+    from litellm.caching.evicted_client_closer import running_loop_token
+
+    suffix = f"-{running_loop_token()}"
+    for key in [key for key in list(entries) if isinstance(key, str) and key.endswith(suffix)]:
+        client = entries.pop(key, None)
+        ttl.pop(key, None)
+        close: Any = getattr(client, "aclose", None) or getattr(client, "close", None)
+        if close is None:
+            continue
+        with contextlib.suppress(Exception):  # a client already closed, or broken: nothing more to release
+            result = close()
+            if inspect.isawaitable(result):
+                await result
+
+
+async def stop_litellm_logging_worker(timeout: float = 5.0) -> None:
+    """Stop LiteLLM's logging worker if it runs on the calling event loop: call it before that loop closes.
+
+    LiteLLM hands every call's success/failure callbacks to one process-wide worker task, made on the loop of
+    the first call. A loop that closes with that task pending destroys it mid-wait ("Task was destroyed but it
+    is pending", an unraisable exception in tests). Queued callbacks run first; the worker starts again on the
+    next call, on whichever loop makes it.
+    """
+    module = sys.modules.get("litellm.litellm_core_utils.logging_worker")
+    if module is None:  # LiteLLM never logged a call in this process
+        return
+    worker: Any = getattr(module, "GLOBAL_LOGGING_WORKER", None)
+    task: object = getattr(
+        worker, "_worker_task", None
+    )  # private, but LiteLLM says nowhere which loop it is on
+    if not isinstance(task, asyncio.Task) or task.done() or task.get_loop() is not asyncio.get_running_loop():
+        return
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(worker.flush(), timeout)
+    await worker.stop(timeout=timeout)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from agl.types import LLM, ProxyLLM
 from agl.types.env import PROXY_TOKEN
 
 from ._app import ProxyApp, ProxySettings
-from ._router import ModelRouter, validate_model_list
+from ._router import ModelRouter, close_litellm_loop_resources, validate_model_list
 from ._span_recorder import SpanRecorder
 
 if TYPE_CHECKING:
@@ -241,6 +241,7 @@ class LLMProxy:
         finally:
             await self._recorder.flush()
             await self._app.shutdown()
+            await close_litellm_loop_resources()  # before this loop closes (thread mode) or the caller's does
 
     async def _start_in_loop(self, router: ModelRouter, sock: socket.socket, home_loop: Any) -> None:
         server = self._make_server(router, home_loop)

@@ -35,6 +35,7 @@ class PromptEditing(RolloutScoring):
     """APO's part that makes child prompts: run the parent, critique one template, let the editor rewrite it."""
 
     _client: AsyncOpenAI | None
+    _owns_client: bool
     llm_timeout: float
     diversity_temperature: float
     retry_policy: RetryPolicy
@@ -50,6 +51,7 @@ class PromptEditing(RolloutScoring):
                 from openai import AsyncOpenAI
 
             self._client = AsyncOpenAI()
+            self._owns_client = True
         # Retries are ours (counted, logged, with reasons), so the client makes none of its own.
         return self._client.with_options(max_retries=0, timeout=self.llm_timeout)
 

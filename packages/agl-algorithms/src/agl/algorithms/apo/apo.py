@@ -50,7 +50,8 @@ class APO(PromptEditing, Generic[T_task]):
 
     Args:
         async_openai_client: an ``openai.AsyncOpenAI`` (any OpenAI-compatible endpoint) for the
-            critic and editor calls; ``None`` builds one from ``OPENAI_API_KEY``/``OPENAI_BASE_URL``.
+            critic and editor calls; ``None`` builds one from ``OPENAI_API_KEY``/``OPENAI_BASE_URL``
+            for each run, closed when the run ends (a client passed here stays the caller's to close).
         gradient_model: model that writes the critique.
         apply_edit_model: model that rewrites the prompt.
         diversity_temperature: sampling temperature of both calls.
@@ -114,6 +115,7 @@ class APO(PromptEditing, Generic[T_task]):
         if rollout_batch_timeout <= 0:
             raise ValueError(f"rollout_batch_timeout must be positive, got {rollout_batch_timeout}")
         self._client = async_openai_client
+        self._owns_client = False  # made by APO from the environment: closed at the end of each run
         self.gradient_model = gradient_model
         self.apply_edit_model = apply_edit_model
         self.diversity_temperature = diversity_temperature
@@ -344,6 +346,9 @@ class APO(PromptEditing, Generic[T_task]):
         finally:
             if self.poml_trace_dir is not None:
                 poml_module("APO(poml_trace_dir=...)").set_trace(False)
+            if self._owns_client and self._client is not None:  # its connections belong to this run's loop
+                client, self._client, self._owns_client = self._client, None, False
+                await client.close()
         best = self.get_best_candidate()
         await self.get_store().update_resources(best.version, self._resources_for(best))
         self._record({"event": "published", "version": best.version, "score": best.full_val_score})

@@ -53,6 +53,8 @@ async def _run_bundle(
     finally:
         if owns_store:
             await store.close()
+        else:
+            await store.release_loop_resources()  # the store outlives this loop, its connections do not
 
 
 def _make_store(

@@ -254,6 +254,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
                 if not task.done():
                     task.cancel()
             await asyncio.gather(algorithm_task, watch_task, return_exceptions=True)
+            await store.release_loop_resources()  # this loop's connections to an unmanaged store
 
     # -- runner side (role runner) -----------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agl.store import as_thread_safe
 
@@ -21,6 +21,8 @@ from .base import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
     from agl.store import LightningStore
 
 __all__ = ["SharedMemoryExecutionStrategy"]
@@ -73,11 +75,20 @@ class SharedMemoryExecutionStrategy(ExecutionStrategy):
         event = threading.Event()
         errors: list[tuple[str, BaseException]] = []
 
+        async def releasing(work: Coroutine[Any, Any, object]) -> None:
+            try:
+                await work
+            finally:
+                if shared is store:  # used from every thread's loop: each loop closes its own connections
+                    await store.release_loop_resources()
+
         def run_runner(worker_id: int) -> None:
             try:
                 asyncio.run(
-                    run_until_stopped(
-                        lambda: runner(shared, worker_id, event), event, grace=self.graceful_delay
+                    releasing(
+                        run_until_stopped(
+                            lambda: runner(shared, worker_id, event), event, grace=self.graceful_delay
+                        )
                     )
                 )
             except KeyboardInterrupt:
@@ -91,7 +102,7 @@ class SharedMemoryExecutionStrategy(ExecutionStrategy):
         def run_algorithm() -> None:
             try:
                 # The algorithm does not watch the event: when a runner fails it is cancelled at once.
-                asyncio.run(run_until_stopped(lambda: algorithm(shared, event), event, grace=0.0))
+                asyncio.run(releasing(run_until_stopped(lambda: algorithm(shared, event), event, grace=0.0)))
             except KeyboardInterrupt:
                 logger.warning("Interrupted: stopping the algorithm and the runners")
             except BaseException as exc:
