@@ -17,10 +17,9 @@ from agl.algorithms import Baseline
 from agl.runner import ClientServerExecutionStrategy, StrategyError, Trainer
 from agl.store import InMemoryLightningStore, LightningStore
 from agl.store.client import LightningStoreClient
+from agl.testing.e2e.dashboard_run import agl_command, read_store_endpoint
+from agl.testing.e2e.fault_agents import always_exits, exits_on_first_attempt
 from agl.types import LLM, EnqueueRolloutRequest, RolloutConfig
-
-from tests.support.dashboard_run import agl_command, read_store_endpoint
-from tests.support.fault_agents import always_exits, exits_on_first_attempt
 
 ROOT = Path(__file__).resolve().parents[1]
 INITIAL = {"main_llm": LLM(endpoint="http://127.0.0.1:9/v1", model="stand-in")}
@@ -128,7 +127,7 @@ def test_agl_runner_replaces_runner_processes_that_die(n_runners: int) -> None:
             [
                 *agl_command(),
                 "runner",
-                "tests.support.fault_agents:exits_on_first_attempt",
+                "agl.testing.e2e.fault_agents:exits_on_first_attempt",
                 "--store",
                 endpoint,
                 "--n-runners",

@@ -49,7 +49,7 @@ def test_algorithms_readme_example(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(150)
 def test_root_readme_example_against_a_local_model(tmp_path: Path) -> None:
-    from tests.support.openai_standin import StandinBackend, serve_standin
+    from agl.testing.openai_standin import StandinBackend, serve_standin
 
     code = _first_python_block(ROOT / "README.md")
     assert "http://127.0.0.1:8000/v1" in code

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _store_helpers import make_span
 from agl.store import LightningStoreClient, StoreAuthenticationError, StoreConnectionError
+from agl.testing.spans import make_span
 from agl.types import PromptTemplate, RolloutConfig
 
 AGL = Path(sys.executable).parent / "agl"

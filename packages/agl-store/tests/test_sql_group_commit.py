@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from _sql_targets import SQL_BACKENDS, fresh_database
-from _store_helpers import make_span
 from agl.store import SqlLightningStore
 from agl.store.sql import _db
+from agl.testing.spans import make_span
+from agl.testing.store.sql import SQL_BACKENDS, fresh_database
 from agl.types import NotFoundError
 
 

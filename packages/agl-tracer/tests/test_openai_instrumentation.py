@@ -9,8 +9,8 @@ from typing import Any
 
 import openai
 import pytest
-from _tracer_helpers import new_attempt, new_store, spans_of, worker_tracer
 from _tracer_llm_server import prompt_text, serve_llm, token_ids
+from agl.testing.tracer import new_attempt, new_store, spans_of, worker_tracer
 from agl.tracer import OtelTracer, operation
 from agl.tracer.instrumentation import instrument_openai, is_openai_instrumented
 from agl.types import Span

@@ -22,10 +22,9 @@ from typing import Any
 
 import openai
 from agl.runner import rollout
+from agl.testing.openai_standin import free_port
 from agl.tracer import emit_annotation, emit_reward
 from agl.types import LLM
-
-from .openai_standin import free_port
 
 __all__ = [
     "ADD_TOOL",

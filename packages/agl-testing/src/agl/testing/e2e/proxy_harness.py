@@ -20,10 +20,9 @@ from agl.algorithms.decorator import algo
 from agl.proxy import LLMProxy
 from agl.runner import LitAgent, Trainer
 from agl.store import InMemoryLightningStore
+from agl.testing.openai_standin import Reply, StandinBackend, ToolCall, serve_standin
 from agl.types import Rollout, Span, Triplet
 from agl.types.semconv import AGL_LLM_CALL
-
-from .openai_standin import Reply, StandinBackend, ToolCall, serve_standin
 
 __all__ = ["AgentRun", "RolloutResult", "calculator_script", "run_agent"]
 

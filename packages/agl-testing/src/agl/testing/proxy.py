@@ -9,10 +9,9 @@ from typing import Any
 
 from agl.proxy import LLMProxy
 from agl.store import InMemoryLightningStore, LightningStore
+from agl.testing.openai_standin import StandinServer
 from agl.types import AttemptedRollout, Span
 from agl.types.semconv import AGL_LLM_CALL
-
-from tests.support.openai_standin import StandinServer
 
 
 def model_list(

@@ -2,9 +2,9 @@
 
 It answers ``POST /v1/chat/completions`` (tools, tool calls, SSE streaming), ``POST /v1/completions``,
 ``GET /v1/models`` and ``GET /health`` the way vLLM does when asked for token ids
-(``return_token_ids: true``): ``prompt_token_ids`` on the response (first chunk when streaming) and
-``token_ids`` on every choice (every chunk's choice when streaming), plus per-token ``logprobs``
-when ``logprobs`` is requested.
+(``return_token_ids: true``, or always with ``always_return_token_ids=True``): ``prompt_token_ids`` on the
+response (first chunk when streaming) and ``token_ids`` on every choice (every chunk's choice when streaming),
+plus per-token ``logprobs`` when ``logprobs`` is requested.
 
 Its "tokenizer" is one token per character (``token id = ord(char)``) over a toy chat template,
 so tests can predict every id. By default the model answers ``"echo: <last user text>"``; a
@@ -18,7 +18,11 @@ scripting hook decides other answers::
     with serve_standin(StandinBackend(script=script)) as server:
         client = openai.OpenAI(base_url=server.base_url, api_key="x")
 
-Run it alone (for benchmarks) with ``python -m tests.support.openai_standin --port 8000``.
+Without a script, two options cover the usual cases: ``call_tools_on="call"`` answers a conversation whose
+last user message starts with ``call`` (when tools are offered) by calling the first tool with
+``{"q": <message>}``, and ``fail_model="fail"`` answers every request for that model with HTTP 400.
+
+Run it alone (for benchmarks) with ``python -m agl.testing.openai_standin --port 8000``.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -141,6 +145,10 @@ class StandinBackend:
         chunk_size: characters per streamed content chunk.
         chunk_delay_s: wait between streamed chunks (to keep a stream open in tests).
         record_requests: keep every request body in :attr:`requests` (off for benchmarks).
+        always_return_token_ids: report token ids even when a request does not ask (``return_token_ids``).
+        call_tools_on: when tools are offered and the last user message starts with this text, the default
+            answer calls the first tool with ``{"q": <message>}``.
+        fail_model: requests for this model get an HTTP 400 error (a failed LLM call).
     """
 
     def __init__(
@@ -151,12 +159,18 @@ class StandinBackend:
         chunk_size: int = 4,
         chunk_delay_s: float = 0.0,
         record_requests: bool = True,
+        always_return_token_ids: bool = False,
+        call_tools_on: str | None = None,
+        fail_model: str | None = None,
     ) -> None:
         self.script = script
         self.delay_s = delay_s
         self.chunk_size = max(1, chunk_size)
         self.chunk_delay_s = chunk_delay_s
         self.record_requests = record_requests
+        self.always_return_token_ids = always_return_token_ids
+        self.call_tools_on = call_tools_on
+        self.fail_model = fail_model
         self.requests: list[dict[str, Any]] = []
         self.streams_started = 0
         self.streams_finished = 0
@@ -175,10 +189,27 @@ class StandinBackend:
             if inspect.isawaitable(result):
                 result = await result
         if result is None:
+            result = self._tool_call_for(body)
+        if result is None:
             messages = body.get("messages")
             prompt = _last_user_text(messages) if isinstance(messages, list) else str(body.get("prompt"))
             result = f"echo: {prompt}"
         return Reply(content=result) if isinstance(result, str) else result
+
+    def _tool_call_for(self, body: dict[str, Any]) -> Reply | None:
+        """The ``call_tools_on`` answer: a call of the first offered tool, or ``None``."""
+        tools = body.get("tools")
+        messages = body.get("messages")
+        if self.call_tools_on is None or not tools or not isinstance(messages, list):
+            return None
+        text = _last_user_text(cast("list[dict[str, Any]]", messages))
+        if not text.startswith(self.call_tools_on):
+            return None
+        name = str(cast("list[dict[str, Any]]", tools)[0].get("function", {}).get("name"))
+        return Reply(tool_calls=[ToolCall(name, {"q": text})])
+
+    def _wants_ids(self, body: dict[str, Any]) -> bool:
+        return self.always_return_token_ids or bool(body.get("return_token_ids"))
 
     # -- HTTP handlers --------------------------------------------------------------------------
 
@@ -193,6 +224,9 @@ class StandinBackend:
             self.requests.append(body)
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
+        if self.fail_model is not None and body.get("model") == self.fail_model:
+            message = f"model {self.fail_model!r} always fails"
+            return JSONResponse({"error": {"message": message}}, status_code=400)
         return body
 
     async def chat_completions(self, request: Request) -> Response:
@@ -233,7 +267,7 @@ class StandinBackend:
             "choices": [choice],
             "usage": _usage(prompt_ids, completion_ids),
         }
-        if body.get("return_token_ids"):
+        if self._wants_ids(body):
             payload["prompt_token_ids"] = prompt_ids
             choice["token_ids"] = completion_ids
         return JSONResponse(payload)
@@ -263,7 +297,7 @@ class StandinBackend:
         cid = self._next_id("chatcmpl")
         created = int(time.time())
         model = body.get("model", "standin")
-        want_ids = bool(body.get("return_token_ids"))
+        want_ids = self._wants_ids(body)
         position = 0
 
         def chunk(delta: dict[str, Any], ids: list[int], finish: str | None = None) -> bytes:
@@ -380,7 +414,7 @@ class StandinBackend:
             "choices": [choice],
             "usage": _usage(prompt_ids, ids),
         }
-        if body.get("return_token_ids"):
+        if self._wants_ids(body):
             payload["prompt_token_ids"] = prompt_ids
             choice["prompt_token_ids"] = prompt_ids
             choice["token_ids"] = ids

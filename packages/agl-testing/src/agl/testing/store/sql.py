@@ -17,8 +17,13 @@ def fresh_database(backend: str, tmp_path: Path) -> Iterator[tuple[str, dict[str
     if backend == "sqlite":
         yield f"sqlite:///{tmp_path / 'store.db'}", {}
         return
-    from _store_postgres import create_schema, drop_schema, schema_connect_args
-    from conftest import POSTGRES_URL, require_postgres
+    from agl.testing.postgres import (
+        POSTGRES_URL,
+        create_schema,
+        drop_schema,
+        require_postgres,
+        schema_connect_args,
+    )
 
     require_postgres()
     schema = asyncio.run(create_schema(POSTGRES_URL))

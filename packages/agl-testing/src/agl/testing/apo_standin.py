@@ -1,6 +1,6 @@
 """An offline OpenAI-compatible stand-in that plays every model of an APO run on the room-selector world.
 
-It serves on 127.0.0.1 (through :mod:`tests.support.openai_standin`) and tells its roles apart by the
+It serves on 127.0.0.1 (through :mod:`agl.testing.openai_standin`) and tells its roles apart by the
 request, the way one real model would be prompted for each:
 
 * **agent** (requests with ``tools``): first calls ``list_free_rooms`` for the requested slot, then
@@ -17,7 +17,7 @@ request, the way one real model would be prompted for each:
 Faults can be queued per role (``rate_limit``, ``server_error``, ``bad_request``, ``unauthorized``,
 ``empty``, ``refusal``, ``slow``) or made permanent, and every request is counted per role.
 
-Run alone with ``python -m tests.support.apo_standin --port 8000`` and point
+Run alone with ``python -m agl.testing.apo_standin --port 8000`` and point
 ``OPENAI_BASE_URL=http://127.0.0.1:8000/v1`` at it.
 """
 
@@ -33,10 +33,9 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from typing import Any, Literal
 
+from agl.testing.openai_standin import Reply, StandinBackend, StandinServer, ToolCall, serve_standin
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-
-from tests.support.openai_standin import Reply, StandinBackend, StandinServer, ToolCall, serve_standin
 
 __all__ = [
     "INSTRUCTIONS",

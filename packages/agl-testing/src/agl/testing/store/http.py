@@ -1,14 +1,18 @@
-"""Helpers for the HTTP tests: a running server around a fresh in-memory store, and raw requests."""
+"""Stores over real HTTP on 127.0.0.1: a running server (around a fresh in-memory store by default), a store
+served with a client connected to it (``async with serve_over_http(store) as client``), and raw requests."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import aiohttp
-from agl.store import InMemoryLightningStore, LightningStore, LightningStoreServer
+from agl.store import InMemoryLightningStore, LightningStore, LightningStoreClient, LightningStoreServer
+
+__all__ = ["call", "child_uses_store", "health", "http_session", "running_server", "serve_over_http"]
 
 
 @contextlib.contextmanager
@@ -21,6 +25,27 @@ def running_server(store: LightningStore | None = None, **kwargs: Any) -> Iterat
         yield server
     finally:
         server.stop()
+
+
+@contextlib.asynccontextmanager
+async def serve_over_http(store: LightningStore, **server_kwargs: Any) -> AsyncIterator[LightningStoreClient]:
+    """A ``LightningStoreServer`` on a free port around ``store``, and a client connected to it."""
+    server_kwargs.setdefault("port", 0)
+    token = server_kwargs.get("token")
+    server = LightningStoreServer(store, **server_kwargs)
+    await asyncio.to_thread(server.start)
+    client = LightningStoreClient(
+        server.endpoint,
+        token=token,
+        retry_delays=(0.05, 0.2),
+        health_retry_delays=(0.05,),
+        request_timeout=20.0,
+    )
+    try:
+        yield client
+    finally:
+        await client.close()
+        await asyncio.to_thread(server.stop)
 
 
 @contextlib.asynccontextmanager

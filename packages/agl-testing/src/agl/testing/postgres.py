@@ -1,12 +1,58 @@
-"""A fresh, empty PostgreSQL store per test: its own schema in the test database, dropped at close."""
+"""PostgreSQL for tests: where the test database is, whether it is reachable, and fresh schemas in it.
+
+``AGL_TEST_POSTGRES_URL`` names the database (default: the local one `.ci/run` starts). Tests that need it call
+:func:`require_postgres`: it skips loudly when no server is reachable, and fails instead when
+``AGL_TEST_REQUIRE_POSTGRES=1`` (CI). A store per test lives in a schema of its own, dropped at close.
+"""
 
 from __future__ import annotations
 
+import os
 import secrets
+import socket
+import warnings
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlparse
 
+import pytest
 from agl.store import SqlLightningStore
+
+__all__ = [
+    "POSTGRES_URL",
+    "create_schema",
+    "drop_schema",
+    "fresh_postgres_store",
+    "postgres_available",
+    "require_postgres",
+    "schema_connect_args",
+]
+
+POSTGRES_URL = os.environ.get(
+    "AGL_TEST_POSTGRES_URL", "postgresql://postgres:postgres@127.0.0.1:5432/agl_test"
+)
+"""The test database (``AGL_TEST_POSTGRES_URL``)."""
+
+
+def postgres_available() -> bool:
+    """Whether something accepts connections at :data:`POSTGRES_URL`'s host and port."""
+    parsed = urlparse(POSTGRES_URL)
+    try:
+        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 5432), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def require_postgres() -> None:
+    """Skip the calling test (with a warning) when PostgreSQL is not reachable; fail under ``AGL_TEST_REQUIRE_POSTGRES=1``."""
+    if postgres_available():
+        return
+    message = f"PostgreSQL is not reachable at {POSTGRES_URL}: PostgreSQL store tests SKIPPED"
+    if os.environ.get("AGL_TEST_REQUIRE_POSTGRES") == "1":
+        pytest.fail(message + " but AGL_TEST_REQUIRE_POSTGRES=1")
+    warnings.warn(message, stacklevel=2)
+    pytest.skip(message)
 
 
 async def _admin(url: str, sql: str) -> None:
