@@ -68,9 +68,9 @@ def test_a_failing_write_among_concurrent_ones_fails_alone(backend: str, tmp_pat
 def test_group_committed_writes_survive_sigkill(tmp_path: Path) -> None:
     """16 writers at once in one process, committed in groups: what was acknowledged survives kill -9."""
     url = f"sqlite:///{tmp_path / 'killed.db'}"
-    worker = Path(__file__).with_name("_sql_workers.py")
+    worker = ["-m", "agl.testing.store.sql_workers"]  # python -m: its folder must not shadow the stdlib
     proc = subprocess.Popen(
-        [sys.executable, str(worker), url, "160000", "16"], stdout=subprocess.PIPE, text=True, bufsize=1
+        [sys.executable, *worker, url, "160000", "16"], stdout=subprocess.PIPE, text=True, bufsize=1
     )
     acknowledged: list[str] = []
     assert proc.stdout is not None

@@ -34,7 +34,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -50,7 +50,10 @@ __all__ = [
     "ToolCall",
     "chat_prompt_text",
     "completion_token_ids",
+    "content_text",
     "free_port",
+    "json_list",
+    "json_object",
     "serve_standin",
     "token_ids",
     "token_logprob",
@@ -62,7 +65,7 @@ class ToolCall:
     """A function call the model makes; ``arguments`` is a dict (JSON-encoded on the wire) or raw text."""
 
     name: str
-    arguments: dict[str, Any] | str = field(default_factory=dict)
+    arguments: dict[str, Any] | str = field(default_factory=dict[str, Any])
     id: str | None = None
 
     def arguments_text(self) -> str:
@@ -74,7 +77,7 @@ class Reply:
     """What the model answers: text, tool calls, or both."""
 
     content: str | None = None
-    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list[ToolCall])
     finish_reason: str | None = None
 
 
@@ -91,13 +94,25 @@ def token_logprob(position: int) -> float:
     return -round(0.05 + 0.1 * (position % 7), 4)
 
 
-def _content_text(content: Any) -> str:
+def json_object(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object (a dict), else an empty one."""
+    return cast("dict[str, Any]", value) if isinstance(value, dict) else {}
+
+
+def json_list(value: Any) -> list[Any]:
+    """``value`` if it is a JSON array (a list), else an empty one."""
+    return cast("list[Any]", value) if isinstance(value, list) else []
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's ``content``: a string, or the ``text`` of each part of a list."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
+        parts = cast("list[Any]", content)
+        return "".join(str(json_object(p).get("text", "")) if isinstance(p, dict) else str(p) for p in parts)
     return str(content)
 
 
@@ -107,9 +122,9 @@ def chat_prompt_text(messages: list[dict[str, Any]], tools: list[Any] | None = N
     if tools:
         parts.append("<|tools|>" + json.dumps(tools, sort_keys=True))
     for message in messages:
-        text = _content_text(message.get("content"))
-        for call in message.get("tool_calls") or []:
-            fn = call.get("function", {})
+        text = content_text(message.get("content"))
+        for call in json_list(message.get("tool_calls")):
+            fn = json_object(json_object(call).get("function"))
             text += f"<tool_call>{fn.get('name')}:{fn.get('arguments')}</tool_call>"
         parts.append(f"<|{message.get('role')}|>{text}")
     parts.append("<|assistant|>")
@@ -131,7 +146,7 @@ def completion_token_ids(reply: Reply | str) -> list[int]:
 def _last_user_text(messages: list[dict[str, Any]]) -> str:
     for message in reversed(messages):
         if message.get("role") == "user":
-            return _content_text(message.get("content"))
+            return content_text(message.get("content"))
     return ""
 
 
@@ -192,7 +207,11 @@ class StandinBackend:
             result = self._tool_call_for(body)
         if result is None:
             messages = body.get("messages")
-            prompt = _last_user_text(messages) if isinstance(messages, list) else str(body.get("prompt"))
+            prompt = (
+                _last_user_text(json_list(messages))
+                if isinstance(messages, list)
+                else str(body.get("prompt"))
+            )
             result = f"echo: {prompt}"
         return Reply(content=result) if isinstance(result, str) else result
 
@@ -215,11 +234,12 @@ class StandinBackend:
 
     async def _read(self, request: Request) -> dict[str, Any] | Response:
         try:
-            body = json.loads(await request.body())
+            decoded: Any = json.loads(await request.body())
         except ValueError:
             return JSONResponse({"error": {"message": "body is not JSON"}}, status_code=400)
-        if not isinstance(body, dict):
+        if not isinstance(decoded, dict):
             return JSONResponse({"error": {"message": "body must be a JSON object"}}, status_code=400)
+        body = json_object(decoded)
         if self.record_requests:
             self.requests.append(body)
         if self.delay_s:
@@ -233,11 +253,11 @@ class StandinBackend:
         body = await self._read(request)
         if isinstance(body, Response):
             return body
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
+        messages = json_list(body.get("messages"))
+        if not messages:
             return JSONResponse({"error": {"message": "messages must be a non-empty list"}}, status_code=400)
         reply = await self.reply_for(body)
-        prompt_ids = token_ids(chat_prompt_text(messages, body.get("tools")))
+        prompt_ids = token_ids(chat_prompt_text(messages, json_list(body.get("tools"))))
         if body.get("stream"):
             return StreamingResponse(
                 self._chat_stream(body, reply, prompt_ids), media_type="text/event-stream"
@@ -276,7 +296,7 @@ class StandinBackend:
         if not body.get("logprobs"):
             return None
         top_n = int(body.get("top_logprobs") or 0)
-        content = []
+        content: list[dict[str, Any]] = []
         for i, tid in enumerate(ids):
             lp = token_logprob(offset + i)
             entry: dict[str, Any] = {
@@ -364,9 +384,9 @@ class StandinBackend:
             position += len(tail)
         finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
         yield chunk({}, [], finish)
-        options = body.get("stream_options") or {}
+        options = json_object(body.get("stream_options"))
         if options.get("include_usage"):
-            usage_chunk = {
+            usage_chunk: dict[str, Any] = {
                 "id": cid,
                 "object": "chat.completion.chunk",
                 "created": created,
@@ -384,7 +404,7 @@ class StandinBackend:
             return body
         prompt = body.get("prompt")
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
-            prompt_ids = [int(x) for x in prompt]
+            prompt_ids = [int(x) for x in json_list(prompt)]
             prompt = "".join(chr(x) for x in prompt_ids)
             body = {**body, "prompt": prompt}
         elif isinstance(prompt, str):
@@ -475,7 +495,7 @@ class StandinServer:
 @contextlib.contextmanager
 def serve_standin(
     backend: StandinBackend | None = None, *, port: int | None = None
-) -> Iterator[StandinServer]:
+) -> Generator[StandinServer, None, None]:
     """Serve ``backend`` with uvicorn on 127.0.0.1 in a background thread until the block exits."""
     import uvicorn
 

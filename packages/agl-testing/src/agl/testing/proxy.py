@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from agl.proxy import LLMProxy
@@ -29,7 +29,7 @@ def model_list(
 @contextlib.asynccontextmanager
 async def running_proxy(
     store: LightningStore, *servers: StandinServer, **kwargs: Any
-) -> AsyncIterator[LLMProxy]:
+) -> AsyncGenerator[LLMProxy, None]:
     proxy = LLMProxy(model_list(*servers), store=store, **kwargs)
     await proxy.start()
     try:

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -82,7 +82,7 @@ def agl_command() -> list[str]:
 
 
 @contextmanager
-def agl_store(db: Path, token: str | None, *extra: str) -> Iterator[str]:
+def agl_store(db: Path, token: str | None, *extra: str) -> Generator[str, None, None]:
     """Run ``agl store`` on ``db``; yields its endpoint; stops it with SIGTERM."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("AGL_STORE_TOKEN", None)

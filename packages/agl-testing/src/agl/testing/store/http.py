@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Generator
 from typing import Any
 
 import aiohttp
@@ -16,7 +16,9 @@ __all__ = ["call", "child_uses_store", "health", "http_session", "running_server
 
 
 @contextlib.contextmanager
-def running_server(store: LightningStore | None = None, **kwargs: Any) -> Iterator[LightningStoreServer]:
+def running_server(
+    store: LightningStore | None = None, **kwargs: Any
+) -> Generator[LightningStoreServer, None, None]:
     """A started server on a free 127.0.0.1 port (stopped afterwards)."""
     kwargs.setdefault("port", 0)
     server = LightningStoreServer(store if store is not None else InMemoryLightningStore(), **kwargs)
@@ -28,7 +30,9 @@ def running_server(store: LightningStore | None = None, **kwargs: Any) -> Iterat
 
 
 @contextlib.asynccontextmanager
-async def serve_over_http(store: LightningStore, **server_kwargs: Any) -> AsyncIterator[LightningStoreClient]:
+async def serve_over_http(
+    store: LightningStore, **server_kwargs: Any
+) -> AsyncGenerator[LightningStoreClient, None]:
     """A ``LightningStoreServer`` on a free port around ``store``, and a client connected to it."""
     server_kwargs.setdefault("port", 0)
     token = server_kwargs.get("token")
@@ -49,7 +53,7 @@ async def serve_over_http(store: LightningStore, **server_kwargs: Any) -> AsyncI
 
 
 @contextlib.asynccontextmanager
-async def http_session() -> AsyncIterator[aiohttp.ClientSession]:
+async def http_session() -> AsyncGenerator[aiohttp.ClientSession, None]:
     async with aiohttp.ClientSession() as session:
         yield session
 
