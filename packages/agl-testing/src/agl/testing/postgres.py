@@ -11,8 +11,8 @@ import os
 import secrets
 import socket
 import warnings
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, cast
 from urllib.parse import urlparse
 
 import pytest
@@ -55,10 +55,19 @@ def require_postgres() -> None:
     pytest.skip(message)
 
 
-async def _admin(url: str, sql: str) -> None:
-    import asyncpg
+class _Connection(Protocol):
+    """What :func:`_admin` uses of an asyncpg connection (asyncpg ships no type information)."""
 
-    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    async def execute(self, query: str) -> str: ...
+
+    async def close(self) -> None: ...
+
+
+async def _admin(url: str, sql: str) -> None:
+    import asyncpg  # pyright: ignore[reportMissingTypeStubs]  # no stubs; typed by _Connection below
+
+    connect = cast("Callable[[str], Awaitable[_Connection]]", asyncpg.connect)  # pyright: ignore[reportUnknownMemberType]  # untyped: cast right here
+    conn = await connect(url.replace("postgresql+asyncpg://", "postgresql://"))
     try:
         await conn.execute(sql)
     finally:

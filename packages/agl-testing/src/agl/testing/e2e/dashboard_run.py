@@ -18,13 +18,16 @@ import time
 from collections.abc import Generator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import openai
 from agl.runner import rollout
 from agl.testing.openai_standin import free_port
 from agl.tracer import emit_annotation, emit_reward
 from agl.types import LLM
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionToolParam
 
 __all__ = [
     "ADD_TOOL",
@@ -37,12 +40,13 @@ __all__ = [
     "stop",
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[6]
+"""The workspace root (agl-testing is installed editable, from packages/agl-testing/src/agl/testing/e2e)."""
 PROMPT_V1 = "You are a calculator.\nPlease add {a} and {b}.\nUse the add tool."
 PROMPT_V2 = (
     "You are a careful calculator.\nPlease add {a} and {b}.\nUse the add tool.\nAnswer with the sum only."
 )
-ADD_TOOL = {
+ADD_TOOL: ChatCompletionToolParam = {
     "type": "function",
     "function": {
         "name": "add",

@@ -89,7 +89,7 @@ def _check(endpoint: str) -> None:
     async def collect() -> list[dict[str, Any]]:
         client = LightningStoreClient(endpoint)
         try:
-            out = []
+            out: list[dict[str, Any]] = []
             for r in await client.query_rollouts():
                 attempts = await client.query_attempts(r.rollout_id)
                 spans = await client.query_spans(r.rollout_id)
@@ -100,7 +100,7 @@ def _check(endpoint: str) -> None:
                         "x": r.input["x"],
                         "attempts": [[a.status, a.worker_id, a.attempt_id] for a in attempts],
                         "errors": [(a.metadata or {}).get("error", {}).get("message") for a in attempts],
-                        "reward": find_final_reward(spans),
+                        "reward": find_final_reward(spans.items),
                     }
                 )
             return out

@@ -71,7 +71,7 @@ class RolloutResult:
 @dataclass
 class AgentRun:
     backend: StandinBackend
-    results: list[RolloutResult] = field(default_factory=list)
+    results: list[RolloutResult] = field(default_factory=list[RolloutResult])
 
 
 def run_agent(agent: LitAgent[Any], tasks: list[Any], *, timeout: float = 90.0) -> AgentRun:
