@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -26,6 +28,7 @@ from agl.testing.openai_standin import StandinServer
 from agl.types import LLM, PromptTemplate
 from prometheus_client import CollectorRegistry
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the workspace root: the apps are not installed
 from apps.room_selector.agent import SEED_PROMPT, make_room_selector
 from apps.room_selector.tasks import load_tasks, split_tasks
 
