@@ -160,7 +160,8 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.support.dashboard_run import agl_store
+    from agl.testing.e2e.dashboard_run import agl_store
+
     from tests.test_dashboard import CHROMIUM, CHROMIUM_ARGS
 
     with tempfile.TemporaryDirectory() as tmp:

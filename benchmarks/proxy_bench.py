@@ -1,6 +1,6 @@
 """LLM proxy overhead: requests/s and latency, direct to the stand-in backend vs through the proxy.
 
-Three processes: the OpenAI stand-in (tests/support/openai_standin.py), the proxy (this file with
+Three processes: the OpenAI stand-in (packages/agl-testing/src/agl/testing/openai_standin.py), the proxy (this file with
 ``--serve-proxy``: an ``LLMProxy`` over an in-memory store, recording every call of one attempt), and
 the load generator (this file). Each load level runs against the stand-in directly, then through the
 proxy; at the end the proxy reports how many spans it stored, which must equal the calls it served.
@@ -137,7 +137,7 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     port = _free_port()
     standin = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.openai_standin", "--port", str(port)], cwd=ROOT, env=env
+        [sys.executable, "-m", "agl.testing.openai_standin", "--port", str(port)], cwd=ROOT, env=env
     )
     backend = f"http://127.0.0.1:{port}/v1"
     proxy = subprocess.Popen(

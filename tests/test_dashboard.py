@@ -29,14 +29,13 @@ from agl.algorithms import Baseline
 from agl.proxy import LLMProxy
 from agl.runner import Trainer
 from agl.store import LightningStoreClient
+from agl.testing.e2e.dashboard_run import PROMPT_V1, PROMPT_V2, agl_store, calculator_agent
+from agl.testing.e2e.proxy_harness import calculator_script
+from agl.testing.openai_standin import StandinBackend, free_port, serve_standin
 from agl.tracer import find_final_reward
 from agl.types import PromptTemplate, ProxyLLM
 from agl.types.semconv import AGL_LLM_CALL
 from prometheus_client.parser import text_string_to_metric_families
-
-from tests.support.dashboard_run import PROMPT_V1, PROMPT_V2, agl_store, calculator_agent
-from tests.support.openai_standin import StandinBackend, free_port, serve_standin
-from tests.support.proxy_harness import calculator_script
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "packages" / "agl-store" / "docs"

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 from agl.store.client import LightningStoreClient
+from agl.testing.e2e.dashboard_run import agl_command, read_store_endpoint
 from agl.tracer import find_final_reward
-
-from tests.support.dashboard_run import agl_command, read_store_endpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,7 +69,7 @@ def test_store_algorithm_and_runners_as_three_commands(tmp_path: Path) -> None:
         endpoint = read_store_endpoint(store, time.monotonic() + 60)
         env["AGL_SERVER_PORT"] = endpoint.rsplit(":", 1)[1]
         # -W default: a ResourceWarning (an unclosed connection at exit) or an un-awaited coroutine shows
-        app = [sys.executable, "-W", "default", "-m", "tests.support.split_app", "40"]
+        app = [sys.executable, "-W", "default", "-m", "agl.testing.e2e.split_app", "40"]
         runners_err = (tmp_path / "runners.err").open("w")
         runners = subprocess.Popen(
             app, env={**env, "AGL_CURRENT_ROLE": "runner"}, cwd=ROOT, text=True, stderr=runners_err
@@ -128,7 +127,7 @@ def test_agl_runner_command_serves_an_agent_against_agl_store(tmp_path: Path) ->
         procs.append(store)
         endpoint = read_store_endpoint(store, time.monotonic() + 60)
         bad = subprocess.run(
-            [*agl_command(), "runner", "tests.support.e2e_agents:no_such_agent", "--store", endpoint],
+            [*agl_command(), "runner", "agl.testing.e2e.agents:no_such_agent", "--store", endpoint],
             capture_output=True,
             text=True,
             env=env,
@@ -141,7 +140,7 @@ def test_agl_runner_command_serves_an_agent_against_agl_store(tmp_path: Path) ->
             [
                 *agl_command(),
                 "runner",
-                "tests.support.e2e_agents:reward_agent",
+                "agl.testing.e2e.agents:reward_agent",
                 "--store",
                 endpoint,
                 "--n-runners",

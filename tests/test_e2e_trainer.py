@@ -14,10 +14,9 @@ import pytest
 from agl.algorithms import Baseline
 from agl.runner import LitAgentRunner, Trainer
 from agl.store import InMemoryLightningStore, LightningStore
+from agl.testing.e2e.agents import flaky_agent, reward_agent, victim_agent
 from agl.tracer import OtelTracer, find_final_reward, find_reward_spans, get_reward_value
 from agl.types import LLM, AttemptedRollout, RolloutConfig
-
-from tests.support.e2e_agents import flaky_agent, reward_agent, victim_agent
 
 INITIAL = {"main_llm": LLM(endpoint="http://127.0.0.1:9/v1", model="stand-in")}
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 from agl.runner import rollout
+from agl.testing.e2e.proxy_harness import run_agent
 from agl.types import LLM
 
-from tests.support.proxy_harness import run_agent
 from tests.test_frameworks_openai import check_calculator_run
 
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")  # its tracing would export to api.openai.com

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 from agl.runner import rollout
+from agl.testing.e2e.proxy_harness import run_agent
 from agl.types import LLM
 
-from tests.support.proxy_harness import run_agent
 from tests.test_frameworks_openai import check_calculator_run
 
 

@@ -8,12 +8,11 @@ from typing import Any
 import openai
 import pytest
 from agl.runner import rollout
+from agl.testing.e2e.dashboard_run import ADD_TOOL
+from agl.testing.e2e.proxy_harness import AgentRun, run_agent, tool_result_message
+from agl.testing.openai_standin import Reply, ToolCall, chat_prompt_text, completion_token_ids, token_ids
 from agl.types import LLM
 from agl.types.semconv import LLMCallAttributes
-
-from tests.support.dashboard_run import ADD_TOOL
-from tests.support.openai_standin import Reply, ToolCall, chat_prompt_text, completion_token_ids, token_ids
-from tests.support.proxy_harness import AgentRun, run_agent, tool_result_message
 
 
 def _stream_to_message(chunks: Any) -> dict[str, Any]:

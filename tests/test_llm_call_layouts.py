@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from agl.testing.e2e.proxy_harness import run_agent
 from agl.types.semconv import AGL_LLM_CALL, LLMCall, LLMCallFormat
 
-from tests.support.proxy_harness import run_agent
 from tests.test_frameworks_openai import async_agent, sync_agent
 
 TRACED = "openai.chat.completion"

@@ -17,10 +17,9 @@ from agl.algorithms import Baseline
 from agl.runner import ClientServerExecutionStrategy, StrategyError, Trainer
 from agl.store import InMemoryLightningStore, LightningStore
 from agl.store.client import LightningStoreClient
+from agl.testing.e2e.dashboard_run import agl_command, read_store_endpoint
+from agl.testing.e2e.fault_agents import always_exits, exits_on_first_attempt
 from agl.types import LLM, EnqueueRolloutRequest, RolloutConfig
-
-from tests.support.dashboard_run import agl_command, read_store_endpoint
-from tests.support.fault_agents import always_exits, exits_on_first_attempt
 
 ROOT = Path(__file__).resolve().parents[1]
 INITIAL = {"main_llm": LLM(endpoint="http://127.0.0.1:9/v1", model="stand-in")}
@@ -38,7 +37,9 @@ def test_an_agent_calling_os_exit_is_a_lost_runner_retried_and_replaced(
     """Before the fix: StrategyError ("runner-0 crashed (exited with code 1)") and the run aborted."""
     store = InMemoryLightningStore()
     strategy = ClientServerExecutionStrategy(n_runners=2, server_port=0, restart_backoff=0.05)
-    tasks = [{"x": i, "exit": i in (3, 11)} for i in range(20)]
+    # Each task takes 0.1 s, so work is left for a replacement when a runner dies: without it the other runner
+    # could finish the whole run before the replacement is due, and none would (rightly) be started.
+    tasks = [{"x": i, "exit": i in (3, 11), "pause": 0.1} for i in range(20)]
     trainer = Trainer(
         algorithm=Baseline(rollout_config=RETRY_LOST, polling_interval=0.2),
         strategy=strategy,
@@ -128,7 +129,7 @@ def test_agl_runner_replaces_runner_processes_that_die(n_runners: int) -> None:
             [
                 *agl_command(),
                 "runner",
-                "tests.support.fault_agents:exits_on_first_attempt",
+                "agl.testing.e2e.fault_agents:exits_on_first_attempt",
                 "--store",
                 endpoint,
                 "--n-runners",

@@ -29,15 +29,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.support.dashboard_run import agl_command
+from agl.testing.e2e.dashboard_run import agl_command
 
 ROOT = Path(__file__).resolve().parents[1]
 NET = "10.213.0"
 HOST_A, HOST_B, HOST_C = f"{NET}.1", f"{NET}.2", f"{NET}.3"
 STORE_PORT, LLM_PORT, PG_PORT = 4747, 8000, 5432
 N_TASKS = 60
-APP = [sys.executable, "-m", "tests.support.multihost_app"]
+APP = [sys.executable, "-m", "agl.testing.e2e.multihost_app"]
 
 
 def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -292,7 +291,7 @@ def test_three_hosts_one_cut_off_mid_run_every_rollout_ends_once(hosts: Hosts) -
                     *hosts.ns(host),
                     *agl_command(),
                     "runner",
-                    "tests.support.multihost_app:chat_agent",
+                    "agl.testing.e2e.multihost_app:chat_agent",
                     "--store",
                     store_url,
                     "--n-runners",

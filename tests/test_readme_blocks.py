@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.support.openai_standin import StandinBackend, serve_standin
+from agl.testing.openai_standin import StandinBackend, serve_standin
 
 ROOT = Path(__file__).resolve().parents[1]
 READMES = ("*.md", "apps/**/*.md", "packages/**/*.md", "benchmarks/**/*.md", "docs/**/*.md")  # every page

@@ -15,17 +15,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _store_postgres import create_schema, drop_schema, schema_connect_args
 from agl.algorithms import algo
 from agl.proxy import LLMProxy
 from agl.runner import Trainer
 from agl.store import LightningStore, SqlLightningStore
+from agl.testing.e2e.agents import BARRIER_TURNS, multi_turn_agent
+from agl.testing.openai_standin import StandinBackend, serve_standin
+from agl.testing.postgres import (
+    POSTGRES_URL,
+    create_schema,
+    drop_schema,
+    require_postgres,
+    schema_connect_args,
+)
 from agl.types import EnqueueRolloutRequest
 from agl.types.semconv import AGL_LLM_CALL
-from conftest import POSTGRES_URL, require_postgres
-
-from tests.support.e2e_agents import BARRIER_TURNS, multi_turn_agent
-from tests.support.openai_standin import StandinBackend, serve_standin
 
 ROLLOUTS = 256
 RUNNERS, CONCURRENCY = 2, 64

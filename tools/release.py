@@ -25,6 +25,7 @@ import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("agl-types", "agl-store", "agl-tracer", "agl-proxy", "agl-algorithms", "agl-runner")
+"""The published packages. agl-testing (the tests' shared code) is a workspace member too, never published."""
 TAG = re.compile(r"^(agl-[a-z]+)-v(\d+\.\d+\.\d+(?:[-.+][0-9A-Za-z.]+)?)$")
 
 IMPORT_ALL = """

@@ -9,17 +9,16 @@ import openai
 from agl.algorithms import LlmProxyTraceToTriplet, TracerTraceToTriplet
 from agl.proxy import LLMProxy
 from agl.store import InMemoryLightningStore
-from agl.tracer import emit_reward
-from agl.types import Span
-from agl.types.semconv import AGL_LLM_CALL, LLMCallAttributes
-
-from tests.support.openai_standin import (
+from agl.testing.openai_standin import (
     StandinBackend,
     chat_prompt_text,
     serve_standin,
     token_ids,
     token_logprob,
 )
+from agl.tracer import emit_reward
+from agl.types import Span
+from agl.types.semconv import AGL_LLM_CALL, LLMCallAttributes
 
 L = LLMCallAttributes
 

@@ -9,9 +9,8 @@ import openai
 import pytest
 from agl.algorithms.apo import LLMCallFailed, RetryPolicy
 from agl.algorithms.apo._llm import LLMCallStats, chat_text
-
-from tests.support.apo_standin import ApoStandinBackend, Fault, serve_apo_standin
-from tests.support.openai_standin import StandinServer
+from agl.testing.apo_standin import ApoStandinBackend, Fault, serve_apo_standin
+from agl.testing.openai_standin import StandinServer
 
 EDIT_PROMPT = "Edit this template.\n```text\nPick a room.\n```\nCritique: say that capacity must fit."
 FAST = RetryPolicy(max_attempts=3, initial_backoff_s=0.01, max_backoff_s=0.05)

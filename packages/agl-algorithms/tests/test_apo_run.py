@@ -2,16 +2,18 @@
 
 Everything is real but the models: rollouts go through the store and runners, the agent's OpenAI calls are
 traced and read back with ``TraceToMessages``, the critique and edit prompts are rendered by POML and sent
-over HTTP to the stand-in (see ``tests/support/apo_standin.py``).
+over HTTP to the stand-in (see ``packages/agl-testing/src/agl/testing/apo_standin.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -21,13 +23,14 @@ from agl.algorithms.apo import APO, RetryPolicy
 from agl.algorithms.metrics import AlgorithmMetrics
 from agl.runner import Trainer
 from agl.store import InMemoryLightningStore
+from agl.testing.apo_standin import INSTRUCTIONS, ApoStandinBackend, rules_in, serve_apo_standin
+from agl.testing.openai_standin import StandinServer
 from agl.types import LLM, PromptTemplate
 from prometheus_client import CollectorRegistry
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the workspace root: the apps are not installed
 from apps.room_selector.agent import SEED_PROMPT, make_room_selector
 from apps.room_selector.tasks import load_tasks, split_tasks
-from tests.support.apo_standin import INSTRUCTIONS, ApoStandinBackend, rules_in, serve_apo_standin
-from tests.support.openai_standin import StandinServer
 
 pytestmark = pytest.mark.slow
 

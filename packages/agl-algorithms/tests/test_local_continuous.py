@@ -15,9 +15,9 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import torch
-from _local_tiny import build_tiny_model
 from agl.algorithms.local import GenerationEngine, GenerationResult, SamplingParams
 from agl.algorithms.local.server import load_model
+from agl.testing.tiny_model import build_tiny_model
 
 PROMPTS = ["What is 12 + 30?", "Hello there", "How are you?", "What", "12 + 30 = 42. Hello, how are", "?"]
 

@@ -11,7 +11,6 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import torch
-from _local_tiny import build_tiny_model
 from agl.algorithms.local import GRPOConfig, LocalGRPO
 from agl.algorithms.local.grpo_core import (
     Sample,
@@ -21,6 +20,7 @@ from agl.algorithms.local.grpo_core import (
     grpo_update,
     sequence_logprobs,
 )
+from agl.testing.tiny_model import build_tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

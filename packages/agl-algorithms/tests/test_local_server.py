@@ -15,9 +15,9 @@ pytest.importorskip("transformers")
 
 import httpx
 import torch
-from _local_tiny import build_tiny_model
 from agl.algorithms.local import ModelServer, SamplingParams
 from agl.algorithms.local._chat import normalize_messages, parse_tool_calls, visible_prefix
+from agl.testing.tiny_model import build_tiny_model
 from openai import APIStatusError, AsyncOpenAI, OpenAI
 
 MODEL = "tiny"

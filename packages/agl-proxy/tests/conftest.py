@@ -4,8 +4,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from agl.store import InMemoryLightningStore
-
-from tests.support.openai_standin import StandinServer, serve_standin
+from agl.testing.openai_standin import StandinServer, serve_standin
 
 
 @pytest.fixture

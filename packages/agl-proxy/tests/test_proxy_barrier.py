@@ -7,11 +7,10 @@ from pathlib import Path
 
 import openai
 import pytest
-from _proxy_helpers import running_proxy
 from agl.store import InMemoryLightningStore, LightningStore, SqlLightningStore
+from agl.testing.openai_standin import StandinServer
+from agl.testing.proxy import running_proxy
 from agl.types.semconv import AGL_LLM_CALL
-
-from tests.support.openai_standin import StandinServer
 
 
 async def _call_spans(store: LightningStore, rollout_id: str) -> int:

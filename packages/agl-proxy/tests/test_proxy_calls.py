@@ -8,14 +8,9 @@ import json
 import httpx
 import openai
 import pytest
-from _proxy_helpers import llm_spans, model_list, running_proxy
 from agl.proxy import LLMProxy
 from agl.store import InMemoryLightningStore
-from agl.types import LLM, ProxyLLM
-from agl.types.semconv import GenAIAttributes as G
-from agl.types.semconv import LLMCallAttributes as L
-
-from tests.support.openai_standin import (
+from agl.testing.openai_standin import (
     Reply,
     StandinBackend,
     StandinServer,
@@ -26,6 +21,10 @@ from tests.support.openai_standin import (
     token_ids,
     token_logprob,
 )
+from agl.testing.proxy import llm_spans, model_list, running_proxy
+from agl.types import LLM, ProxyLLM
+from agl.types.semconv import GenAIAttributes as G
+from agl.types.semconv import LLMCallAttributes as L
 
 WEATHER_TOOL = {
     "type": "function",

@@ -8,10 +8,9 @@ import time
 
 import httpx
 import pytest
-from _proxy_helpers import llm_spans, running_proxy
 from agl.store import ConnectionLimits, InMemoryLightningStore
-
-from tests.support.openai_standin import StandinServer, serve_standin
+from agl.testing.openai_standin import StandinServer, serve_standin
+from agl.testing.proxy import llm_spans, running_proxy
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 

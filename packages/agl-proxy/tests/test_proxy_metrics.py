@@ -5,13 +5,12 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from _proxy_helpers import llm_spans, running_proxy
 from agl.proxy._metrics import proxy_route
 from agl.store import InMemoryLightningStore
+from agl.testing.openai_standin import StandinServer
+from agl.testing.prometheus import metric_value, parse_metrics
+from agl.testing.proxy import llm_spans, running_proxy
 from agl.types.semconv import GenAIAttributes as G
-
-from tests.support.openai_standin import StandinServer
-from tests.support.prometheus import metric_value, parse_metrics
 
 
 @pytest.mark.parametrize(

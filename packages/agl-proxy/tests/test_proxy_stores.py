@@ -6,12 +6,11 @@ import asyncio
 from pathlib import Path
 
 import openai
-from _proxy_helpers import running_proxy
 from agl.store import LightningStore, LightningStoreClient, LightningStoreServer, SqlLightningStore
+from agl.testing.openai_standin import StandinServer, token_ids
+from agl.testing.proxy import running_proxy
 from agl.types.semconv import AGL_LLM_CALL
 from agl.types.semconv import LLMCallAttributes as L
-
-from tests.support.openai_standin import StandinServer, token_ids
 
 
 async def _record_and_read(store: LightningStore, standin: StandinServer, calls: int = 6) -> list[int]:

@@ -8,13 +8,9 @@ import time
 
 import httpx
 import openai
-from _proxy_helpers import llm_spans, running_proxy
 from agl.proxy import LLMProxy
 from agl.store import InMemoryLightningStore
-from agl.types.semconv import GenAIAttributes as G
-from agl.types.semconv import LLMCallAttributes as L
-
-from tests.support.openai_standin import (
+from agl.testing.openai_standin import (
     Reply,
     StandinBackend,
     StandinServer,
@@ -25,6 +21,9 @@ from tests.support.openai_standin import (
     token_ids,
     token_logprob,
 )
+from agl.testing.proxy import llm_spans, running_proxy
+from agl.types.semconv import GenAIAttributes as G
+from agl.types.semconv import LLMCallAttributes as L
 
 
 async def test_stream_is_relayed_and_recorded_whole(

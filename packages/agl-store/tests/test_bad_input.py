@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _store_http_helpers import call, http_session, running_server
 from agl.store import InMemoryLightningStore, LightningStoreServer, SqlLightningStore
 from agl.store.http.server._ops import error_reply
+from agl.testing.store.http import call, http_session, running_server
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from sqlalchemy import exc as sa_exc
@@ -29,8 +29,7 @@ async def server(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
     elif request.param == "sqlite":
         store = SqlLightningStore(f"sqlite:///{tmp_path / 'store.sqlite'}")
     else:
-        from _store_postgres import fresh_postgres_store
-        from conftest import POSTGRES_URL, require_postgres
+        from agl.testing.postgres import POSTGRES_URL, fresh_postgres_store, require_postgres
 
         require_postgres()
         store = await fresh_postgres_store(POSTGRES_URL, __import__("time").time)

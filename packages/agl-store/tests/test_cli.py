@@ -5,56 +5,19 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import selectors
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _store_helpers import make_span
 from agl.store import LightningStoreClient, StoreAuthenticationError, StoreConnectionError
+from agl.testing.spans import make_span
+from agl.testing.store.cli import AGL
+from agl.testing.store.cli import launch as _launch
+from agl.testing.store.cli import stop as _stop
 from agl.types import PromptTemplate, RolloutConfig
-
-AGL = Path(sys.executable).parent / "agl"
-
-
-def _launch(
-    *args: str, env: dict[str, str] | None = None, command: list[str] | None = None
-) -> tuple[subprocess.Popen[str], str, str]:
-    """Start ``agl store`` and wait (with a deadline) for its banner; returns the process, address and banner."""
-    argv = [*(command or [sys.executable, "-m", "agl.store.cli"]), "store", *args]
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
-    assert proc.stdout is not None
-    selector = selectors.DefaultSelector()
-    selector.register(proc.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if selector.select(timeout=0.5):
-            line = proc.stdout.readline()
-            match = re.search(r"at (http://127\.0\.0\.1:\d+) ", line)
-            if match:
-                return proc, match.group(1), line
-            if not line and proc.poll() is not None:
-                break
-        elif proc.poll() is not None:
-            break
-    proc.kill()
-    raise AssertionError(f"agl store did not start: {proc.stderr.read() if proc.stderr else ''}")
-
-
-def _stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> tuple[int, str, str]:
-    proc.send_signal(sig)
-    out, err = proc.communicate(timeout=30)
-    return proc.returncode, out, err
 
 
 def test_agl_lists_its_commands() -> None:

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 from agl.store import LightningStoreClient, StoreAuthenticationError
-from test_cli import AGL, _launch, _stop
+from agl.testing.store.cli import AGL
+from agl.testing.store.cli import launch as _launch
+from agl.testing.store.cli import stop as _stop
 
 
 def test_the_token_can_come_from_a_file_and_stays_out_of_the_command_line(tmp_path: Path) -> None:

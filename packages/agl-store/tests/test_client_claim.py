@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from _store_http_helpers import call, http_session, running_server
 from agl.store import LightningStoreClient
+from agl.testing.store.http import call, http_session, running_server
 from agl.types import LLM
 
 

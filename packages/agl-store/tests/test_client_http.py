@@ -12,8 +12,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from _store_helpers import run_in_threads
-from _store_http_helpers import call, http_session, running_server
 from agl.store import (
     InMemoryLightningStore,
     LightningStoreClient,
@@ -22,6 +20,8 @@ from agl.store import (
     StoreNotFoundError,
     StoreServerError,
 )
+from agl.testing.store.http import call, http_session, running_server
+from agl.testing.threads import run_in_threads
 from agl.types import UNSET, InvalidRequestError, NotFoundError, RolloutQuery
 
 
@@ -229,7 +229,7 @@ async def test_unset_and_none_survive_the_wire() -> None:
 
 
 async def test_add_span_returns_the_span_given_or_none_for_a_duplicate() -> None:
-    from _store_helpers import make_span
+    from agl.testing.spans import make_span
 
     with running_server() as server:
         client = _client(server)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from _store_helpers import claim, make_span, span_for
 from agl.store import LightningStore
+from agl.testing.clock import ManualClock
+from agl.testing.spans import claim, make_span, span_for
 from agl.types import Attempt, AttemptedRollout, InvalidRequestError, NotFoundError, RolloutConfig
-from conftest import ManualClock
 
 
 async def rollout_status(store: LightningStore, rollout_id: str) -> str:

@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from _store_helpers import claim, make_span
 from agl.store import LightningStore
+from agl.testing.spans import claim, make_span
 from agl.types import EnqueueRolloutRequest, InvalidRequestError, Span
 from agl.types.validation import MAX_JSON_DEPTH
 from pydantic import ValidationError

@@ -10,8 +10,9 @@ import asyncio
 from collections import Counter
 
 import pytest
-from _store_helpers import claim, make_span, run_in_threads
 from agl.store import LightningStore
+from agl.testing.spans import claim, make_span
+from agl.testing.threads import run_in_threads
 from agl.types import AttemptedRollout, EnqueueRolloutRequest
 
 

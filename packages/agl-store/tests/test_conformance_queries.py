@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from _store_helpers import claim
 from agl.store import LightningStore
+from agl.testing.clock import ManualClock
+from agl.testing.spans import claim
 from agl.types import AttemptedRollout, InvalidRequestError, Rollout
-from conftest import ManualClock
 
 
 async def make_population(store: LightningStore, clock: ManualClock) -> dict[str, str]:

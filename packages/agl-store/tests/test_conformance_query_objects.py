@@ -10,8 +10,8 @@ import inspect
 from typing import Any
 
 import pytest
-from _store_helpers import claim, make_span, span_for
 from agl.store import LightningStore, LightningStoreClient
+from agl.testing.spans import claim, make_span, span_for
 from agl.types import (
     AttemptQuery,
     InvalidRequestError,

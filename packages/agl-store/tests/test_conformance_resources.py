@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from agl.store import LightningStore
+from agl.testing.clock import ManualClock
 from agl.types import LLM, InvalidRequestError, PromptTemplate, ProxyLLM
-from conftest import ManualClock
 
 
 def llm(port: int = 1) -> LLM:

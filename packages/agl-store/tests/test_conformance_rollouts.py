@@ -6,8 +6,9 @@ import asyncio
 import time
 
 import pytest
-from _store_helpers import claim
 from agl.store import LightningStore
+from agl.testing.clock import ManualClock
+from agl.testing.spans import claim
 from agl.types import (
     LLM,
     AttemptedRollout,
@@ -17,7 +18,6 @@ from agl.types import (
     Rollout,
     RolloutConfig,
 )
-from conftest import ManualClock
 
 
 async def test_enqueue_creates_a_queuing_rollout(store: LightningStore, clock: ManualClock) -> None:

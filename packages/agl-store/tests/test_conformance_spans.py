@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from _store_helpers import claim, make_span, span_for
 from agl.store import LightningStore
+from agl.testing.clock import ManualClock
+from agl.testing.spans import claim, make_span, span_for
 from agl.types import InvalidRequestError, NotFoundError
-from conftest import ManualClock
 
 
 async def test_add_span_stores_it_and_is_a_heartbeat(store: LightningStore, clock: ManualClock) -> None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from _store_helpers import claim, span_for
 from agl.store import LightningStore
+from agl.testing.clock import ManualClock
+from agl.testing.spans import claim, span_for
 from agl.types import RolloutConfig, Worker
-from conftest import ManualClock
 
 
 async def worker(store: LightningStore, worker_id: str) -> Worker:

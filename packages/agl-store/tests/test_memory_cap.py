@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from _store_helpers import make_span
-from _store_http_helpers import call, http_session, running_server
 from agl.store import InMemoryLightningStore, StoreFullError
 from agl.store.memory._cap import ROLLOUT_BYTES, SPAN_BYTES
+from agl.testing.spans import make_span
+from agl.testing.store.http import call, http_session, running_server
 from agl.types import InvalidRequestError
 
 

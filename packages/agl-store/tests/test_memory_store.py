@@ -7,10 +7,10 @@ import threading
 import time
 
 import pytest
-from _store_helpers import claim, make_span
 from agl.store import InMemoryLightningStore
+from agl.testing.clock import ManualClock
+from agl.testing.spans import claim, make_span
 from agl.types import EnqueueRolloutRequest, InvalidRequestError, RolloutConfig
-from conftest import ManualClock
 
 
 async def test_capabilities() -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _store_http_helpers import running_server
-from _store_postgres import create_schema, drop_schema, schema_connect_args
 from agl.store import (
     InMemoryLightningStore,
     LightningStore,
@@ -16,7 +14,14 @@ from agl.store import (
     open_store,
 )
 from agl.store.cli import open_store_backend
-from conftest import POSTGRES_URL, require_postgres
+from agl.testing.postgres import (
+    POSTGRES_URL,
+    create_schema,
+    drop_schema,
+    require_postgres,
+    schema_connect_args,
+)
+from agl.testing.store.http import running_server
 from hypothesis import given
 from hypothesis import strategies as st
 

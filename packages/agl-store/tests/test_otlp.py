@@ -8,9 +8,9 @@ import http.client
 from typing import Any
 
 import pytest
-from _store_http_helpers import running_server
 from agl.store import InMemoryLightningStore, LightningStoreServer
 from agl.store.otlp import rpc_status
+from agl.testing.store.http import running_server
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (

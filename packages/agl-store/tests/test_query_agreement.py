@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _store_helpers import make_span
 from agl.store import InMemoryLightningStore, LightningStore, SqlLightningStore
+from agl.testing.clock import ManualClock
+from agl.testing.spans import make_span
 from agl.types import (
     AttemptQuery,
     ResourcesQuery,
@@ -25,7 +26,6 @@ from agl.types import (
     StoreQuery,
     WorkerQuery,
 )
-from conftest import ManualClock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -7,8 +7,8 @@ import time
 from typing import Any
 
 import pytest
-from _store_http_helpers import call, http_session, running_server
 from agl.store import LightningStoreClient, LightningStoreServer, StoreAuthenticationError
+from agl.testing.store.http import call, http_session, running_server
 
 TOKEN = "t0ken-for-tests"
 

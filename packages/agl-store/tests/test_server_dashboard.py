@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _store_http_helpers import running_server
 from agl.store import LightningStoreServer
 from agl.store.dashboard import dashboard_files
+from agl.testing.store.http import running_server
 
 
 @pytest.fixture

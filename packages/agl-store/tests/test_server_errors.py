@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from _store_http_helpers import call, health, http_session, running_server
 from agl.store import InMemoryLightningStore, LightningStoreServer
+from agl.testing.store.http import call, health, http_session, running_server
 from agl.types import UNSET, ConflictError, InvalidRequestError, NamedResources, ResourcesUpdate, Worker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 from agl.store import InMemoryLightningStore, LightningStoreServer
-
-from ._store_http_helpers import call, http_session, running_server
+from agl.testing.store.http import call, http_session, running_server
 
 HOT = "/v1/agl/queues/rollouts/enqueue"  # served by the single layer
 GENERAL = "/v1/agl/resources"  # served by the general stack

@@ -11,9 +11,9 @@ import time
 from typing import Any
 
 import pytest
-from _store_helpers import run_in_threads
-from _store_http_helpers import child_uses_store, running_server
 from agl.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer, StoreConnectionError
+from agl.testing.store.http import child_uses_store, running_server
+from agl.testing.threads import run_in_threads
 
 
 def test_start_is_fast_and_stop_frees_the_port() -> None:

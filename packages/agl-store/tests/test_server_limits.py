@@ -11,8 +11,7 @@ import pytest
 from agl.store import ConnectionLimits, InMemoryLightningStore, LightningStoreServer
 from agl.store.http.server._middleware import IdempotencyMiddleware
 from agl.store.http.server._replay import MemoryReplayCache, RecordedAnswer
-
-from ._store_http_helpers import running_server
+from agl.testing.store.http import running_server
 
 # -- the idempotency replay cache ------------------------------------------------------------------
 

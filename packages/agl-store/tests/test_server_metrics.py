@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _store_http_helpers import running_server
 from agl.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer
 from agl.store.cli import _store_parser
 from agl.store.metrics import route_template
+from agl.testing.prometheus import metric_value, parse_metrics
+from agl.testing.store.http import running_server
 from agl.types import RolloutConfig
-
-from tests.support.prometheus import metric_value, parse_metrics
 
 
 def _get(url: str, token: str | None = None) -> tuple[int, str, Any]:

@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 import pytest
-from _store_helpers import make_span
-from _store_http_helpers import call, http_session, running_server
+from agl.testing.spans import make_span
+from agl.testing.store.http import call, http_session, running_server
 from jsonschema import Draft202012Validator
 
 PREFIX = "/v1/agl"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from _store_helpers import claim, span_for
-from _store_http_helpers import call, http_session, running_server
 from agl.store import InMemoryLightningStore
+from agl.testing.spans import claim, span_for
+from agl.testing.store.http import call, http_session, running_server
 
 P = "/v1/agl"
 

@@ -27,11 +27,11 @@ _MAX_EXAMPLES = 3
 
 
 def _postgres_store() -> SqlLightningStore | None:
-    from conftest import POSTGRES_URL, postgres_available
+    from agl.testing.postgres import POSTGRES_URL, postgres_available
 
     if not postgres_available():
         return None  # test_every_operation_on_postgres reports it (skip, or fail in CI)
-    from _store_postgres import drop_schema, fresh_postgres_store
+    from agl.testing.postgres import drop_schema, fresh_postgres_store
 
     store = asyncio.run(fresh_postgres_store(POSTGRES_URL, lambda: __import__("time").time()))
     atexit.register(lambda: asyncio.run(drop_schema(POSTGRES_URL, store.schema)))  # type: ignore[attr-defined]
@@ -83,7 +83,7 @@ def test_every_operation_on_sqlite_with_token(case: Any) -> None:
 @_SETTINGS
 def test_every_operation_on_postgres(case: Any) -> None:
     if _pg is None:
-        from conftest import require_postgres
+        from agl.testing.postgres import require_postgres
 
         require_postgres()
     _check(case)

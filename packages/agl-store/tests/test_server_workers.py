@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import POSTGRES_URL, require_postgres
+from agl.testing.postgres import POSTGRES_URL, require_postgres
 
 BACKENDS = ["sqlite", "postgres"]
 API = "/v1/agl"

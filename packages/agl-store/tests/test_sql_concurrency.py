@@ -9,9 +9,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from _sql_targets import SQL_BACKENDS, fresh_database
-from _sql_workers import drain_in_threads, drain_process
 from agl.store import SqlLightningStore
+from agl.testing.store.sql import SQL_BACKENDS, fresh_database
+from agl.testing.store.sql_workers import drain_in_threads, drain_process
 from agl.types import EnqueueRolloutRequest
 
 ROLLOUTS = 300

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from _sql_targets import SQL_BACKENDS, fresh_database
-from _store_helpers import make_span
 from agl.store import SqlLightningStore
+from agl.testing.spans import make_span
+from agl.testing.store.sql import SQL_BACKENDS, fresh_database
 from agl.types import LLM, PromptTemplate, RolloutConfig
 
 
@@ -81,9 +81,9 @@ def test_close_and_reopen_keeps_everything(backend: str, tmp_path: Path) -> None
 def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
     """WAL + synchronous=NORMAL: a commit is in the operating system's hands before it is acknowledged."""
     url = f"sqlite:///{tmp_path / 'killed.db'}"
-    worker = Path(__file__).with_name("_sql_workers.py")
+    worker = ["-m", "agl.testing.store.sql_workers"]  # python -m: its folder must not shadow the stdlib
     proc = subprocess.Popen(
-        [sys.executable, str(worker), url, "100000"], stdout=subprocess.PIPE, text=True, bufsize=1
+        [sys.executable, *worker, url, "100000"], stdout=subprocess.PIPE, text=True, bufsize=1
     )
     acknowledged: list[str] = []
     assert proc.stdout is not None

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from _sql_targets import SQL_BACKENDS, fresh_database
-from _store_helpers import make_span
 from agl.store import SqlLightningStore
 from agl.store.sql import _db
+from agl.testing.spans import make_span
+from agl.testing.store.sql import SQL_BACKENDS, fresh_database
 from agl.types import NotFoundError
 
 
@@ -68,9 +68,9 @@ def test_a_failing_write_among_concurrent_ones_fails_alone(backend: str, tmp_pat
 def test_group_committed_writes_survive_sigkill(tmp_path: Path) -> None:
     """16 writers at once in one process, committed in groups: what was acknowledged survives kill -9."""
     url = f"sqlite:///{tmp_path / 'killed.db'}"
-    worker = Path(__file__).with_name("_sql_workers.py")
+    worker = ["-m", "agl.testing.store.sql_workers"]  # python -m: its folder must not shadow the stdlib
     proc = subprocess.Popen(
-        [sys.executable, str(worker), url, "160000", "16"], stdout=subprocess.PIPE, text=True, bufsize=1
+        [sys.executable, *worker, url, "160000", "16"], stdout=subprocess.PIPE, text=True, bufsize=1
     )
     acknowledged: list[str] = []
     assert proc.stdout is not None

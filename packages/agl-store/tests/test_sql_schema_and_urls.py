@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _sql_targets import SQL_BACKENDS, fresh_database
-from _sql_workers import open_and_enqueue
-from _store_helpers import make_span
 from agl.store import SqlLightningStore
 from agl.store.sql._db import parse_url
 from agl.store.sql.schema import SCHEMA_VERSION
+from agl.testing.postgres import POSTGRES_URL, require_postgres
+from agl.testing.spans import make_span
+from agl.testing.store.sql import SQL_BACKENDS, fresh_database
+from agl.testing.store.sql_workers import open_and_enqueue
 from agl.types import RolloutConfig
-from conftest import POSTGRES_URL, require_postgres
 
 # -- URLs ------------------------------------------------------------------------------------------
 
@@ -77,7 +77,7 @@ async def test_every_postgres_url_form_works() -> None:
         POSTGRES_URL.replace("postgresql://", "postgres://"),
         POSTGRES_URL.replace("postgresql://", "postgresql+asyncpg://"),
     ):
-        from _store_postgres import fresh_postgres_store
+        from agl.testing.postgres import fresh_postgres_store
 
         store = await fresh_postgres_store(url, clock=lambda: 1.0)
         try:

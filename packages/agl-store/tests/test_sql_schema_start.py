@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from _sql_targets import SQL_BACKENDS, fresh_database
 from agl.store import SqlLightningStore
 from agl.store.sql import schema
+from agl.testing.store.sql import SQL_BACKENDS, fresh_database
 from sqlalchemy import event
 
 

@@ -7,10 +7,10 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from _sql_targets import SQL_BACKENDS, fresh_database
 from agl.store import SqlLightningStore
+from agl.testing.clock import ManualClock
+from agl.testing.store.sql import SQL_BACKENDS, fresh_database
 from agl.types import RolloutConfig
-from conftest import ManualClock
 
 _TIMEOUT = RolloutConfig(timeout_seconds=2)
 

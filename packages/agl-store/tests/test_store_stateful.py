@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from _store_backends import open_store
-from _store_helpers import make_span
 from agl.store import LightningStore
+from agl.testing.clock import ManualClock
+from agl.testing.spans import make_span
+from agl.testing.store.backends import open_store
 from agl.types import LLM, AttemptedRollout, EnqueueRolloutRequest, RolloutConfig
-from conftest import ManualClock
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 import pytest
-from _tracer_helpers import new_attempt, new_store, spans_of
+from agl.testing.tracer import new_attempt, new_store, spans_of
 
 agentops = pytest.importorskip("agentops")
 

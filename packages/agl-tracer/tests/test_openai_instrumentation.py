@@ -9,8 +9,16 @@ from typing import Any
 
 import openai
 import pytest
-from _tracer_helpers import new_attempt, new_store, spans_of, worker_tracer
-from _tracer_llm_server import prompt_text, serve_llm, token_ids
+from agl.testing.openai_standin import (
+    Reply,
+    StandinBackend,
+    ToolCall,
+    chat_prompt_text,
+    completion_token_ids,
+    serve_standin,
+    token_ids,
+)
+from agl.testing.tracer import new_attempt, new_store, spans_of, worker_tracer
 from agl.tracer import OtelTracer, operation
 from agl.tracer.instrumentation import instrument_openai, is_openai_instrumented
 from agl.types import Span
@@ -33,8 +41,9 @@ TOOLS = [
 
 @pytest.fixture(scope="module")
 def base_url() -> Iterator[str]:
-    with serve_llm() as url:
-        yield url
+    backend = StandinBackend(always_return_token_ids=True, call_tools_on="call", fail_model="fail")
+    with serve_standin(backend) as server:
+        yield server.base_url
 
 
 @pytest.fixture
@@ -85,10 +94,10 @@ def test_sync_call_records_prompt_completion_usage_and_token_ids(base_url: str, 
     assert attrs["gen_ai.completion.0.content"] == "echo: hello there"
     assert attrs["gen_ai.completion.0.finish_reason"] == "stop"
     assert attrs["gen_ai.response.id"].startswith("chatcmpl-")
-    assert attrs["prompt_token_ids"] == token_ids(prompt_text(MESSAGES))
+    assert attrs["prompt_token_ids"] == token_ids(chat_prompt_text(MESSAGES))
     assert attrs["response_token_ids"] == token_ids("echo: hello there")
     assert attrs["gen_ai.usage.prompt_tokens"] == len(attrs["prompt_token_ids"])
-    assert attrs["gen_ai.usage.completion_tokens"] == 3
+    assert attrs["gen_ai.usage.completion_tokens"] == len("echo: hello there")
     assert attrs["gen_ai.openai.api_base"].startswith("http://127.0.0.1:")
     assert span.status.status_code == "OK"
     parent = next(s for s in spans if s.name == "agentlightning.operation")
@@ -111,7 +120,9 @@ def test_async_call_with_tools_records_functions_and_tool_calls(base_url: str, t
     assert attrs["gen_ai.completion.0.tool_calls.0.name"] == "search"
     assert json.loads(attrs["gen_ai.completion.0.tool_calls.0.arguments"]) == {"q": "call the tool"}
     assert attrs["gen_ai.completion.0.finish_reason"] == "tool_calls"
-    assert attrs["response_token_ids"] == [7]
+    assert attrs["response_token_ids"] == completion_token_ids(
+        Reply(tool_calls=[ToolCall("search", {"q": "call the tool"})])
+    )
 
 
 def test_logprobs_are_recorded_as_json(base_url: str, tracer: OtelTracer) -> None:
@@ -120,7 +131,7 @@ def test_logprobs_are_recorded_as_json(base_url: str, tracer: OtelTracer) -> Non
         run(tracer, lambda: client.chat.completions.create(model="tiny", messages=MESSAGES, logprobs=True))
     ).attributes
     logprobs = json.loads(attrs["logprobs.content"])
-    assert [lp["token"] for lp in logprobs] == ["echo:", "hello", "there"]
+    assert [lp["token"] for lp in logprobs] == list("echo: hello there")
 
 
 def test_sync_stream_is_accumulated(base_url: str, tracer: OtelTracer) -> None:
@@ -139,9 +150,9 @@ def test_sync_stream_is_accumulated(base_url: str, tracer: OtelTracer) -> None:
     assert "".join(pieces) == "echo: hello there"
     assert attrs["gen_ai.completion.0.content"] == "echo: hello there"
     assert attrs["gen_ai.completion.0.finish_reason"] == "stop"
-    assert attrs["prompt_token_ids"] == token_ids(prompt_text(MESSAGES))
+    assert attrs["prompt_token_ids"] == token_ids(chat_prompt_text(MESSAGES))
     assert attrs["response_token_ids"] == token_ids("echo: hello there")
-    assert attrs["gen_ai.usage.completion_tokens"] == 3
+    assert attrs["gen_ai.usage.completion_tokens"] == len("echo: hello there")
 
 
 def test_async_stream_with_a_tool_call(base_url: str, tracer: OtelTracer) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from _tracer_helpers import names, new_attempt, new_store, spans_of, worker_tracer
+from agl.testing.tracer import names, new_attempt, new_store, spans_of, worker_tracer
 from agl.tracer import (
     OtelTracer,
     _context,

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from _tracer_helpers import names, new_attempt, new_store, poll_until, spans_of, worker_tracer
 from agl.store import InMemoryLightningStore, LightningStoreCapabilities
+from agl.testing.tracer import names, new_attempt, new_store, poll_until, spans_of, worker_tracer
 from agl.tracer import (
     DummyTracer,
     OtelTracer,
@@ -441,7 +441,7 @@ def test_tracers_pickle_without_their_runtime_state() -> None:
 
 
 async def test_pipeline_through_the_http_store_client() -> None:
-    from _store_http import serve_over_http
+    from agl.testing.store.http import serve_over_http
 
     inner = new_store()
     async with serve_over_http(inner) as client:

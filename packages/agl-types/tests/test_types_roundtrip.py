@@ -7,7 +7,7 @@ from typing import Any
 
 import agl.types
 import pytest
-from _types_strategies import EVERY_MODEL, resources_updates, spans
+from agl.testing.strategies import EVERY_MODEL, resources_updates, spans
 from agl.types import (
     LLM,
     Attempt,

@@ -1,10 +1,10 @@
 """The parts of the multi-host test that run inside its network namespaces.
 
-python -m tests.support.multihost_app standin HOST PORT      # the OpenAI-compatible stand-in LLM
-python -m tests.support.multihost_app algorithm N_TASKS LLM_URL  # Baseline against AGL_SERVER_HOST:AGL_SERVER_PORT
-python -m tests.support.multihost_app wait HOST PORT SECONDS # until HOST:PORT accepts connections
-python -m tests.support.multihost_app check STORE_URL        # what the store holds, as JSON
-agl runner tests.support.multihost_app:chat_agent --store http://HOST:PORT   # the runners
+python -m agl.testing.e2e.multihost_app standin HOST PORT      # the OpenAI-compatible stand-in LLM
+python -m agl.testing.e2e.multihost_app algorithm N_TASKS LLM_URL  # Baseline against AGL_SERVER_HOST:AGL_SERVER_PORT
+python -m agl.testing.e2e.multihost_app wait HOST PORT SECONDS # until HOST:PORT accepts connections
+python -m agl.testing.e2e.multihost_app check STORE_URL        # what the store holds, as JSON
+agl runner agl.testing.e2e.multihost_app:chat_agent --store http://HOST:PORT   # the runners
 """
 
 from __future__ import annotations
@@ -44,8 +44,7 @@ async def chat_agent(task: dict[str, Any], llm: LLM) -> None:
 
 def _standin(host: str, port: int) -> None:
     import uvicorn
-
-    from tests.support.openai_standin import StandinBackend
+    from agl.testing.openai_standin import StandinBackend
 
     backend = StandinBackend(record_requests=False, delay_s=0.15)
     uvicorn.run(backend.app(), host=host, port=port, log_level="warning", access_log=False)
@@ -90,7 +89,7 @@ def _check(endpoint: str) -> None:
     async def collect() -> list[dict[str, Any]]:
         client = LightningStoreClient(endpoint)
         try:
-            out = []
+            out: list[dict[str, Any]] = []
             for r in await client.query_rollouts():
                 attempts = await client.query_attempts(r.rollout_id)
                 spans = await client.query_spans(r.rollout_id)
@@ -101,7 +100,7 @@ def _check(endpoint: str) -> None:
                         "x": r.input["x"],
                         "attempts": [[a.status, a.worker_id, a.attempt_id] for a in attempts],
                         "errors": [(a.metadata or {}).get("error", {}).get("message") for a in attempts],
-                        "reward": find_final_reward(spans),
+                        "reward": find_final_reward(spans.items),
                     }
                 )
             return out

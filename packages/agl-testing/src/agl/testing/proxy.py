@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from agl.proxy import LLMProxy
 from agl.store import InMemoryLightningStore, LightningStore
+from agl.testing.openai_standin import StandinServer
 from agl.types import AttemptedRollout, Span
 from agl.types.semconv import AGL_LLM_CALL
-
-from tests.support.openai_standin import StandinServer
 
 
 def model_list(
@@ -30,7 +29,7 @@ def model_list(
 @contextlib.asynccontextmanager
 async def running_proxy(
     store: LightningStore, *servers: StandinServer, **kwargs: Any
-) -> AsyncIterator[LLMProxy]:
+) -> AsyncGenerator[LLMProxy, None]:
     proxy = LLMProxy(model_list(*servers), store=store, **kwargs)
     await proxy.start()
     try:

@@ -8,11 +8,14 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agl.runner import rollout
 from agl.tracer import emit_reward
 from agl.types import LLM, Rollout
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
 
 
 @rollout
@@ -46,13 +49,14 @@ BARRIER_TURNS = 4
 async def multi_turn_agent(task: dict[str, Any], llm: LLM, rollout: Rollout) -> None:
     """A conversation of ``BARRIER_TURNS`` turns, one after the other, its history growing as a chat agent's
     does; each message names the rollout first."""
-    import httpx
-    from openai import AsyncOpenAI
+    from openai import AsyncOpenAI, Timeout
 
     context = "Context: " + "the quick brown fox jumps over the lazy dog. " * 40
-    messages: list[dict[str, Any]] = [{"role": "system", "content": context}]
-    async with httpx.AsyncClient(timeout=httpx.Timeout(120.0, connect=60.0)) as http:
-        client = AsyncOpenAI(base_url=llm.get_base_url(), api_key="unused", http_client=http, max_retries=2)
+    messages: list[ChatCompletionMessageParam] = [{"role": "system", "content": context}]
+    timeout = Timeout(120.0, connect=60.0)
+    async with AsyncOpenAI(
+        base_url=llm.get_base_url(), api_key="unused", timeout=timeout, max_retries=2
+    ) as client:
         for turn in range(BARRIER_TURNS):
             messages.append({"role": "user", "content": f"{rollout.rollout_id} turn {turn}"})
             completion = await client.chat.completions.create(model=llm.model, messages=messages)

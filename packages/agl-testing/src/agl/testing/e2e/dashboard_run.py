@@ -15,17 +15,19 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import openai
 from agl.runner import rollout
+from agl.testing.openai_standin import free_port
 from agl.tracer import emit_annotation, emit_reward
 from agl.types import LLM
 
-from .openai_standin import free_port
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionToolParam
 
 __all__ = [
     "ADD_TOOL",
@@ -38,12 +40,13 @@ __all__ = [
     "stop",
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[6]
+"""The workspace root (agl-testing is installed editable, from packages/agl-testing/src/agl/testing/e2e)."""
 PROMPT_V1 = "You are a calculator.\nPlease add {a} and {b}.\nUse the add tool."
 PROMPT_V2 = (
     "You are a careful calculator.\nPlease add {a} and {b}.\nUse the add tool.\nAnswer with the sum only."
 )
-ADD_TOOL = {
+ADD_TOOL: ChatCompletionToolParam = {
     "type": "function",
     "function": {
         "name": "add",
@@ -83,7 +86,7 @@ def agl_command() -> list[str]:
 
 
 @contextmanager
-def agl_store(db: Path, token: str | None, *extra: str) -> Iterator[str]:
+def agl_store(db: Path, token: str | None, *extra: str) -> Generator[str, None, None]:
     """Run ``agl store`` on ``db``; yields its endpoint; stops it with SIGTERM."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("AGL_STORE_TOKEN", None)

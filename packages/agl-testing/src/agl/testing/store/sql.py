@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -12,13 +12,18 @@ SQL_BACKENDS = ["sqlite", "postgres"]
 
 
 @contextlib.contextmanager
-def fresh_database(backend: str, tmp_path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+def fresh_database(backend: str, tmp_path: Path) -> Generator[tuple[str, dict[str, Any]], None, None]:
     """``(url, engine_kwargs)`` of a new, empty database: a SQLite file, or a PostgreSQL schema (dropped after)."""
     if backend == "sqlite":
         yield f"sqlite:///{tmp_path / 'store.db'}", {}
         return
-    from _store_postgres import create_schema, drop_schema, schema_connect_args
-    from conftest import POSTGRES_URL, require_postgres
+    from agl.testing.postgres import (
+        POSTGRES_URL,
+        create_schema,
+        drop_schema,
+        require_postgres,
+        schema_connect_args,
+    )
 
     require_postgres()
     schema = asyncio.run(create_schema(POSTGRES_URL))

@@ -114,7 +114,7 @@ def open_and_enqueue(url: str, engine_kwargs: dict[str, Any], queue: Any, go: An
         queue.put(f"error: {exc!r}")
 
 
-if __name__ == "__main__":  # python _sql_workers.py URL COUNT [TASKS]
+if __name__ == "__main__":  # python -m agl.testing.store.sql_workers URL COUNT [TASKS]
     if len(sys.argv) > 3:
         enqueue_concurrently_and_report(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
     else:

@@ -1,6 +1,6 @@
 """An offline OpenAI-compatible stand-in that plays every model of an APO run on the room-selector world.
 
-It serves on 127.0.0.1 (through :mod:`tests.support.openai_standin`) and tells its roles apart by the
+It serves on 127.0.0.1 (through :mod:`agl.testing.openai_standin`) and tells its roles apart by the
 request, the way one real model would be prompted for each:
 
 * **agent** (requests with ``tools``): first calls ``list_free_rooms`` for the requested slot, then
@@ -17,7 +17,7 @@ request, the way one real model would be prompted for each:
 Faults can be queued per role (``rate_limit``, ``server_error``, ``bad_request``, ``unauthorized``,
 ``empty``, ``refusal``, ``slow``) or made permanent, and every request is counted per role.
 
-Run alone with ``python -m tests.support.apo_standin --port 8000`` and point
+Run alone with ``python -m agl.testing.apo_standin --port 8000`` and point
 ``OPENAI_BASE_URL=http://127.0.0.1:8000/v1`` at it.
 """
 
@@ -30,13 +30,12 @@ import re
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterator
-from typing import Any, Literal
+from collections.abc import Generator
+from typing import Any, Literal, cast
 
+from agl.testing.openai_standin import Reply, StandinBackend, StandinServer, ToolCall, serve_standin
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-
-from tests.support.openai_standin import Reply, StandinBackend, StandinServer, ToolCall, serve_standin
 
 __all__ = [
     "INSTRUCTIONS",
@@ -102,8 +101,19 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+        parts = cast("list[Any]", content)
+        return "".join(
+            str(cast("dict[str, Any]", p).get("text", "")) if isinstance(p, dict) else str(p) for p in parts
+        )
     return ""
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The request's messages that are JSON objects."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return []
+    return [cast("dict[str, Any]", m) for m in cast("list[Any]", messages) if isinstance(m, dict)]
 
 
 def classify(body: dict[str, Any]) -> Role:
@@ -112,7 +122,7 @@ def classify(body: dict[str, Any]) -> Role:
         return "judge"
     if body.get("tools"):
         return "agent"
-    text = " ".join(_text(m.get("content")) for m in body.get("messages") or [] if isinstance(m, dict))
+    text = " ".join(_text(m.get("content")) for m in _messages(body))
     return "critic" if "Meeting request:" in text else "editor"
 
 
@@ -161,7 +171,7 @@ def _rows_after(text: str, start: int) -> list[dict[str, Any]] | None:
         rows, _ = json.JSONDecoder().raw_decode(text, index)
     except ValueError:
         return None
-    return rows if isinstance(rows, list) else None
+    return cast("list[dict[str, Any]]", rows) if isinstance(rows, list) else None
 
 
 def diagnose(request: dict[str, Any], rows: list[dict[str, Any]], answer: str) -> list[tuple[str, str]]:
@@ -226,7 +236,7 @@ def edit_for(text: str) -> str:
 
 def agent_reply(body: dict[str, Any]) -> Reply:
     """The stand-in agent's next move."""
-    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    messages = _messages(body)
     system = " ".join(_text(m.get("content")) for m in messages if m.get("role") == "system")
     user = " ".join(_text(m.get("content")) for m in messages if m.get("role") == "user")
     request = _parse_request(user)
@@ -237,16 +247,17 @@ def agent_reply(body: dict[str, Any]) -> Reply:
         args = {"date": request["date"], "time": request["time"], "duration_min": request["duration_min"]}
         return Reply(tool_calls=[ToolCall("list_free_rooms", args)])
     try:
-        rows = json.loads(_text(tool_results[-1].get("content")))
+        rows: Any = json.loads(_text(tool_results[-1].get("content")))
     except ValueError:
         rows = None
     if not isinstance(rows, list):
         return Reply(content="Final answer: No Room (the room list could not be read)")
-    return Reply(content=f"Final answer: {choose(rows, request, set(rules_in(system)))}")
+    rooms = cast("list[dict[str, Any]]", rows)
+    return Reply(content=f"Final answer: {choose(rooms, request, set(rules_in(system)))}")
 
 
 def judge_reply(body: dict[str, Any]) -> str:
-    text = " ".join(_text(m.get("content")) for m in body.get("messages") or [] if isinstance(m, dict))
+    text = " ".join(_text(m.get("content")) for m in _messages(body))
     expected = re.search(r"Expected choice:\s*(.+)", text)
     answer = re.search(r"final answer:\s*(.+)", text, re.IGNORECASE)
     exp = expected.group(1).strip() if expected else ""
@@ -289,7 +300,7 @@ class ApoStandinBackend(StandinBackend):
 
     def _script(self, body: dict[str, Any]) -> Reply | str:
         role = classify(body)
-        text = "\n".join(_text(m.get("content")) for m in body.get("messages") or [] if isinstance(m, dict))
+        text = "\n".join(_text(m.get("content")) for m in _messages(body))
         if role == "agent":
             return agent_reply(body)
         if role == "critic":
@@ -300,15 +311,15 @@ class ApoStandinBackend(StandinBackend):
 
     async def chat_completions(self, request: Request) -> Response:
         try:
-            body = json.loads(await request.body())
+            body: Any = json.loads(await request.body())
         except ValueError:
             body = None
         if isinstance(body, dict):
-            role = classify(body)
+            role = classify(cast("dict[str, Any]", body))
             self.calls[role] += 1
             fault = self._next_fault(role)
             if fault is not None:
-                answer = await self._fault(fault, body)
+                answer = await self._fault(fault, cast("dict[str, Any]", body))
                 if answer is not None:
                     return answer
         return await super().chat_completions(request)
@@ -340,7 +351,7 @@ class ApoStandinBackend(StandinBackend):
 
 
 @contextlib.contextmanager
-def serve_apo_standin(backend: ApoStandinBackend | None = None) -> Iterator[StandinServer]:
+def serve_apo_standin(backend: ApoStandinBackend | None = None) -> Generator[StandinServer, None, None]:
     """Serve the APO stand-in on a free port of 127.0.0.1 until the block exits."""
     with serve_standin(backend or ApoStandinBackend()) as server:
         yield server

@@ -10,7 +10,7 @@ tested by advancing the clock.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from agl.store import LightningStore
 @contextlib.asynccontextmanager
 async def open_store(
     backend: str, clock: Callable[[], float], tmp_path: Path
-) -> AsyncIterator[LightningStore]:
+) -> AsyncGenerator[LightningStore, None]:
     if backend.startswith("http-"):
         async with open_http_store(backend.removeprefix("http-"), clock, tmp_path) as store:
             yield store
@@ -44,10 +44,10 @@ async def _make_store(backend: str, clock: Callable[[], float], tmp_path: Path) 
             f"sqlite:///{tmp_path / 'store.sqlite'}", clock=clock, scan_debounce_seconds=0.0
         )
     if backend == "postgres":
-        from conftest import POSTGRES_URL, require_postgres
+        from agl.testing.postgres import POSTGRES_URL, require_postgres
 
         require_postgres()
-        from _store_postgres import fresh_postgres_store
+        from agl.testing.postgres import fresh_postgres_store
 
         return await fresh_postgres_store(POSTGRES_URL, clock)
     raise ValueError(f"unknown store backend {backend!r}")
@@ -56,8 +56,8 @@ async def _make_store(backend: str, clock: Callable[[], float], tmp_path: Path) 
 @contextlib.asynccontextmanager
 async def open_http_store(
     inner: str, clock: Callable[[], float], tmp_path: Path
-) -> AsyncIterator[LightningStore]:
-    from _store_http import serve_over_http
+) -> AsyncGenerator[LightningStore, None]:
+    from agl.testing.store.http import serve_over_http
 
     store = await _make_store(inner, clock, tmp_path)
     try:

@@ -2,9 +2,9 @@
 
 It answers ``POST /v1/chat/completions`` (tools, tool calls, SSE streaming), ``POST /v1/completions``,
 ``GET /v1/models`` and ``GET /health`` the way vLLM does when asked for token ids
-(``return_token_ids: true``): ``prompt_token_ids`` on the response (first chunk when streaming) and
-``token_ids`` on every choice (every chunk's choice when streaming), plus per-token ``logprobs``
-when ``logprobs`` is requested.
+(``return_token_ids: true``, or always with ``always_return_token_ids=True``): ``prompt_token_ids`` on the
+response (first chunk when streaming) and ``token_ids`` on every choice (every chunk's choice when streaming),
+plus per-token ``logprobs`` when ``logprobs`` is requested.
 
 Its "tokenizer" is one token per character (``token id = ord(char)``) over a toy chat template,
 so tests can predict every id. By default the model answers ``"echo: <last user text>"``; a
@@ -18,7 +18,11 @@ scripting hook decides other answers::
     with serve_standin(StandinBackend(script=script)) as server:
         client = openai.OpenAI(base_url=server.base_url, api_key="x")
 
-Run it alone (for benchmarks) with ``python -m tests.support.openai_standin --port 8000``.
+Without a script, two options cover the usual cases: ``call_tools_on="call"`` answers a conversation whose
+last user message starts with ``call`` (when tools are offered) by calling the first tool with
+``{"q": <message>}``, and ``fail_model="fail"`` answers every request for that model with HTTP 400.
+
+Run it alone (for benchmarks) with ``python -m agl.testing.openai_standin --port 8000``.
 """
 
 from __future__ import annotations
@@ -30,9 +34,9 @@ import json
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -46,7 +50,10 @@ __all__ = [
     "ToolCall",
     "chat_prompt_text",
     "completion_token_ids",
+    "content_text",
     "free_port",
+    "json_list",
+    "json_object",
     "serve_standin",
     "token_ids",
     "token_logprob",
@@ -58,7 +65,7 @@ class ToolCall:
     """A function call the model makes; ``arguments`` is a dict (JSON-encoded on the wire) or raw text."""
 
     name: str
-    arguments: dict[str, Any] | str = field(default_factory=dict)
+    arguments: dict[str, Any] | str = field(default_factory=dict[str, Any])
     id: str | None = None
 
     def arguments_text(self) -> str:
@@ -70,7 +77,7 @@ class Reply:
     """What the model answers: text, tool calls, or both."""
 
     content: str | None = None
-    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list[ToolCall])
     finish_reason: str | None = None
 
 
@@ -87,13 +94,25 @@ def token_logprob(position: int) -> float:
     return -round(0.05 + 0.1 * (position % 7), 4)
 
 
-def _content_text(content: Any) -> str:
+def json_object(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object (a dict), else an empty one."""
+    return cast("dict[str, Any]", value) if isinstance(value, dict) else {}
+
+
+def json_list(value: Any) -> list[Any]:
+    """``value`` if it is a JSON array (a list), else an empty one."""
+    return cast("list[Any]", value) if isinstance(value, list) else []
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's ``content``: a string, or the ``text`` of each part of a list."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
+        parts = cast("list[Any]", content)
+        return "".join(str(json_object(p).get("text", "")) if isinstance(p, dict) else str(p) for p in parts)
     return str(content)
 
 
@@ -103,9 +122,9 @@ def chat_prompt_text(messages: list[dict[str, Any]], tools: list[Any] | None = N
     if tools:
         parts.append("<|tools|>" + json.dumps(tools, sort_keys=True))
     for message in messages:
-        text = _content_text(message.get("content"))
-        for call in message.get("tool_calls") or []:
-            fn = call.get("function", {})
+        text = content_text(message.get("content"))
+        for call in json_list(message.get("tool_calls")):
+            fn = json_object(json_object(call).get("function"))
             text += f"<tool_call>{fn.get('name')}:{fn.get('arguments')}</tool_call>"
         parts.append(f"<|{message.get('role')}|>{text}")
     parts.append("<|assistant|>")
@@ -127,7 +146,7 @@ def completion_token_ids(reply: Reply | str) -> list[int]:
 def _last_user_text(messages: list[dict[str, Any]]) -> str:
     for message in reversed(messages):
         if message.get("role") == "user":
-            return _content_text(message.get("content"))
+            return content_text(message.get("content"))
     return ""
 
 
@@ -141,6 +160,10 @@ class StandinBackend:
         chunk_size: characters per streamed content chunk.
         chunk_delay_s: wait between streamed chunks (to keep a stream open in tests).
         record_requests: keep every request body in :attr:`requests` (off for benchmarks).
+        always_return_token_ids: report token ids even when a request does not ask (``return_token_ids``).
+        call_tools_on: when tools are offered and the last user message starts with this text, the default
+            answer calls the first tool with ``{"q": <message>}``.
+        fail_model: requests for this model get an HTTP 400 error (a failed LLM call).
     """
 
     def __init__(
@@ -151,12 +174,18 @@ class StandinBackend:
         chunk_size: int = 4,
         chunk_delay_s: float = 0.0,
         record_requests: bool = True,
+        always_return_token_ids: bool = False,
+        call_tools_on: str | None = None,
+        fail_model: str | None = None,
     ) -> None:
         self.script = script
         self.delay_s = delay_s
         self.chunk_size = max(1, chunk_size)
         self.chunk_delay_s = chunk_delay_s
         self.record_requests = record_requests
+        self.always_return_token_ids = always_return_token_ids
+        self.call_tools_on = call_tools_on
+        self.fail_model = fail_model
         self.requests: list[dict[str, Any]] = []
         self.streams_started = 0
         self.streams_finished = 0
@@ -175,35 +204,60 @@ class StandinBackend:
             if inspect.isawaitable(result):
                 result = await result
         if result is None:
+            result = self._tool_call_for(body)
+        if result is None:
             messages = body.get("messages")
-            prompt = _last_user_text(messages) if isinstance(messages, list) else str(body.get("prompt"))
+            prompt = (
+                _last_user_text(json_list(messages))
+                if isinstance(messages, list)
+                else str(body.get("prompt"))
+            )
             result = f"echo: {prompt}"
         return Reply(content=result) if isinstance(result, str) else result
+
+    def _tool_call_for(self, body: dict[str, Any]) -> Reply | None:
+        """The ``call_tools_on`` answer: a call of the first offered tool, or ``None``."""
+        tools = body.get("tools")
+        messages = body.get("messages")
+        if self.call_tools_on is None or not tools or not isinstance(messages, list):
+            return None
+        text = _last_user_text(cast("list[dict[str, Any]]", messages))
+        if not text.startswith(self.call_tools_on):
+            return None
+        name = str(cast("list[dict[str, Any]]", tools)[0].get("function", {}).get("name"))
+        return Reply(tool_calls=[ToolCall(name, {"q": text})])
+
+    def _wants_ids(self, body: dict[str, Any]) -> bool:
+        return self.always_return_token_ids or bool(body.get("return_token_ids"))
 
     # -- HTTP handlers --------------------------------------------------------------------------
 
     async def _read(self, request: Request) -> dict[str, Any] | Response:
         try:
-            body = json.loads(await request.body())
+            decoded: Any = json.loads(await request.body())
         except ValueError:
             return JSONResponse({"error": {"message": "body is not JSON"}}, status_code=400)
-        if not isinstance(body, dict):
+        if not isinstance(decoded, dict):
             return JSONResponse({"error": {"message": "body must be a JSON object"}}, status_code=400)
+        body = json_object(decoded)
         if self.record_requests:
             self.requests.append(body)
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
+        if self.fail_model is not None and body.get("model") == self.fail_model:
+            message = f"model {self.fail_model!r} always fails"
+            return JSONResponse({"error": {"message": message}}, status_code=400)
         return body
 
     async def chat_completions(self, request: Request) -> Response:
         body = await self._read(request)
         if isinstance(body, Response):
             return body
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
+        messages = json_list(body.get("messages"))
+        if not messages:
             return JSONResponse({"error": {"message": "messages must be a non-empty list"}}, status_code=400)
         reply = await self.reply_for(body)
-        prompt_ids = token_ids(chat_prompt_text(messages, body.get("tools")))
+        prompt_ids = token_ids(chat_prompt_text(messages, json_list(body.get("tools"))))
         if body.get("stream"):
             return StreamingResponse(
                 self._chat_stream(body, reply, prompt_ids), media_type="text/event-stream"
@@ -233,7 +287,7 @@ class StandinBackend:
             "choices": [choice],
             "usage": _usage(prompt_ids, completion_ids),
         }
-        if body.get("return_token_ids"):
+        if self._wants_ids(body):
             payload["prompt_token_ids"] = prompt_ids
             choice["token_ids"] = completion_ids
         return JSONResponse(payload)
@@ -242,7 +296,7 @@ class StandinBackend:
         if not body.get("logprobs"):
             return None
         top_n = int(body.get("top_logprobs") or 0)
-        content = []
+        content: list[dict[str, Any]] = []
         for i, tid in enumerate(ids):
             lp = token_logprob(offset + i)
             entry: dict[str, Any] = {
@@ -263,7 +317,7 @@ class StandinBackend:
         cid = self._next_id("chatcmpl")
         created = int(time.time())
         model = body.get("model", "standin")
-        want_ids = bool(body.get("return_token_ids"))
+        want_ids = self._wants_ids(body)
         position = 0
 
         def chunk(delta: dict[str, Any], ids: list[int], finish: str | None = None) -> bytes:
@@ -330,9 +384,9 @@ class StandinBackend:
             position += len(tail)
         finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
         yield chunk({}, [], finish)
-        options = body.get("stream_options") or {}
+        options = json_object(body.get("stream_options"))
         if options.get("include_usage"):
-            usage_chunk = {
+            usage_chunk: dict[str, Any] = {
                 "id": cid,
                 "object": "chat.completion.chunk",
                 "created": created,
@@ -350,7 +404,7 @@ class StandinBackend:
             return body
         prompt = body.get("prompt")
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
-            prompt_ids = [int(x) for x in prompt]
+            prompt_ids = [int(x) for x in json_list(prompt)]
             prompt = "".join(chr(x) for x in prompt_ids)
             body = {**body, "prompt": prompt}
         elif isinstance(prompt, str):
@@ -380,7 +434,7 @@ class StandinBackend:
             "choices": [choice],
             "usage": _usage(prompt_ids, ids),
         }
-        if body.get("return_token_ids"):
+        if self._wants_ids(body):
             payload["prompt_token_ids"] = prompt_ids
             choice["prompt_token_ids"] = prompt_ids
             choice["token_ids"] = ids
@@ -441,7 +495,7 @@ class StandinServer:
 @contextlib.contextmanager
 def serve_standin(
     backend: StandinBackend | None = None, *, port: int | None = None
-) -> Iterator[StandinServer]:
+) -> Generator[StandinServer, None, None]:
     """Serve ``backend`` with uvicorn on 127.0.0.1 in a background thread until the block exits."""
     import uvicorn
 

@@ -1,18 +1,24 @@
-"""Helpers for the HTTP tests: a running server around a fresh in-memory store, and raw requests."""
+"""Stores over real HTTP on 127.0.0.1: a running server (around a fresh in-memory store by default), a store
+served with a client connected to it (``async with serve_over_http(store) as client``), and raw requests."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Generator
 from typing import Any
 
 import aiohttp
-from agl.store import InMemoryLightningStore, LightningStore, LightningStoreServer
+from agl.store import InMemoryLightningStore, LightningStore, LightningStoreClient, LightningStoreServer
+
+__all__ = ["call", "child_uses_store", "health", "http_session", "running_server", "serve_over_http"]
 
 
 @contextlib.contextmanager
-def running_server(store: LightningStore | None = None, **kwargs: Any) -> Iterator[LightningStoreServer]:
+def running_server(
+    store: LightningStore | None = None, **kwargs: Any
+) -> Generator[LightningStoreServer, None, None]:
     """A started server on a free 127.0.0.1 port (stopped afterwards)."""
     kwargs.setdefault("port", 0)
     server = LightningStoreServer(store if store is not None else InMemoryLightningStore(), **kwargs)
@@ -24,7 +30,30 @@ def running_server(store: LightningStore | None = None, **kwargs: Any) -> Iterat
 
 
 @contextlib.asynccontextmanager
-async def http_session() -> AsyncIterator[aiohttp.ClientSession]:
+async def serve_over_http(
+    store: LightningStore, **server_kwargs: Any
+) -> AsyncGenerator[LightningStoreClient, None]:
+    """A ``LightningStoreServer`` on a free port around ``store``, and a client connected to it."""
+    server_kwargs.setdefault("port", 0)
+    token = server_kwargs.get("token")
+    server = LightningStoreServer(store, **server_kwargs)
+    await asyncio.to_thread(server.start)
+    client = LightningStoreClient(
+        server.endpoint,
+        token=token,
+        retry_delays=(0.05, 0.2),
+        health_retry_delays=(0.05,),
+        request_timeout=20.0,
+    )
+    try:
+        yield client
+    finally:
+        await client.close()
+        await asyncio.to_thread(server.stop)
+
+
+@contextlib.asynccontextmanager
+async def http_session() -> AsyncGenerator[aiohttp.ClientSession, None]:
     async with aiohttp.ClientSession() as session:
         yield session
 

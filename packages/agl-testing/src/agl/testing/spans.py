@@ -1,16 +1,13 @@
-"""Small builders shared by the store conformance tests."""
+"""Span builders, and the attempt a span belongs to: what the store tests (and others) build their data from."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from agl.store import LightningStore
 from agl.types import AttemptedRollout, RolloutConfig, Span, TraceStatus, new_span_id, new_trace_id
 
-T = TypeVar("T")
+__all__ = ["claim", "make_span", "span_for"]
 
 
 def make_span(
@@ -60,27 +57,3 @@ async def span_for(store: LightningStore, rollout: AttemptedRollout, **kwargs: A
     stored = await store.add_span(span)
     assert stored is not None
     return stored
-
-
-def run_in_threads(count: int, work: Callable[[int], Awaitable[T]]) -> list[T]:
-    """Run ``work(i)`` in ``count`` threads, each in its own new event loop; re-raise the first error."""
-    results: list[Any] = [None] * count
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(count)
-
-    def target(i: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[i] = asyncio.run(work(i))  # type: ignore[arg-type]
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads), "a thread did not finish in time"
-    if errors:
-        raise errors[0]
-    return results

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 HERMES_TEMPLATE = (
     "{%- if tools -%}{{- '<|im_start|>system\\n<tools>' -}}"
@@ -40,15 +41,15 @@ def build_tiny_model(directory: Path, seed: int = 0) -> Path:
     trainer = trainers.BpeTrainer(
         vocab_size=320,
         special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        initial_alphabet=cast("list[str]", pre_tokenizers.ByteLevel.alphabet()),  # pyright: ignore[reportUnknownMemberType]  # partially typed third-party API
         show_progress=False,
     )
-    tok.train_from_iterator(corpus, trainer)
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ("<tool_call>", "</tool_call>")])
+    tok.train_from_iterator(corpus, trainer)  # pyright: ignore[reportUnknownMemberType]  # partially typed third-party API
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ("<tool_call>", "</tool_call>")])  # pyright: ignore[reportUnknownMemberType]  # partially typed third-party API
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=HERMES_TEMPLATE
     )
-    torch.manual_seed(seed)
+    torch.manual_seed(seed)  # pyright: ignore[reportUnknownMemberType]  # partially typed third-party API
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=32,
@@ -60,11 +61,11 @@ def build_tiny_model(directory: Path, seed: int = 0) -> Path:
         max_position_embeddings=256,
         tie_word_embeddings=True,
         bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=cast("int", tokenizer.eos_token_id),  # an int: the tokenizer has that token
+        pad_token_id=cast("int", tokenizer.pad_token_id),
     )
     model = LlamaForCausalLM(config)
     directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
+    model.save_pretrained(directory)  # pyright: ignore[reportUnknownMemberType]  # partially typed third-party API
+    tokenizer.save_pretrained(directory)  # pyright: ignore[reportUnknownMemberType]  # partially typed third-party API
     return directory

@@ -12,9 +12,8 @@ import sys
 
 from agl.algorithms import Baseline
 from agl.runner import Trainer
+from agl.testing.e2e.agents import reward_agent
 from agl.types import LLM
-
-from tests.support.e2e_agents import reward_agent
 
 
 def main() -> None:

@@ -20,10 +20,17 @@ from agl.algorithms.decorator import algo
 from agl.proxy import LLMProxy
 from agl.runner import LitAgent, Trainer
 from agl.store import InMemoryLightningStore
+from agl.testing.openai_standin import (
+    Reply,
+    StandinBackend,
+    ToolCall,
+    content_text,
+    json_list,
+    json_object,
+    serve_standin,
+)
 from agl.types import Rollout, Span, Triplet
 from agl.types.semconv import AGL_LLM_CALL
-
-from .openai_standin import Reply, StandinBackend, ToolCall, serve_standin
 
 __all__ = ["AgentRun", "RolloutResult", "calculator_script", "run_agent"]
 
@@ -31,23 +38,17 @@ ADD_TOOL_NAME = "add"
 _ASK = re.compile(r"add (-?\d+) and (-?\d+)")
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, list):
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
-    return "" if content is None else str(content)
-
-
 def calculator_script(request: dict[str, Any]) -> Reply | str | None:
     """The stand-in's behaviour for the framework tests."""
-    messages = request.get("messages") or []
+    messages = [json_object(m) for m in json_list(request.get("messages"))]
     last = messages[-1] if messages else {}
     if last.get("role") == "tool":
-        return f"The sum is {_text(last.get('content')).strip()}"
+        return f"The sum is {content_text(last.get('content')).strip()}"
     asked = None
     for message in messages:
         if message.get("role") == "user":
-            asked = _ASK.search(_text(message.get("content"))) or asked
-    names = [t.get("function", {}).get("name") for t in request.get("tools") or []]
+            asked = _ASK.search(content_text(message.get("content"))) or asked
+    names = [json_object(json_object(t).get("function")).get("name") for t in json_list(request.get("tools"))]
     if asked and ADD_TOOL_NAME in names:
         return Reply(
             tool_calls=[ToolCall(ADD_TOOL_NAME, {"a": int(asked.group(1)), "b": int(asked.group(2))})]
@@ -70,7 +71,7 @@ class RolloutResult:
 @dataclass
 class AgentRun:
     backend: StandinBackend
-    results: list[RolloutResult] = field(default_factory=list)
+    results: list[RolloutResult] = field(default_factory=list[RolloutResult])
 
 
 def run_agent(agent: LitAgent[Any], tasks: list[Any], *, timeout: float = 90.0) -> AgentRun:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from agl.runner import rollout
@@ -16,6 +17,7 @@ def exits_on_first_attempt(task: dict[str, Any], llm: LLM, rollout: Rollout) -> 
     in native code or a library calling exit."""
     if task.get("exit") and rollout.attempt.sequence_id == 1:  # type: ignore[attr-defined]
         os._exit(1)
+    time.sleep(task.get("pause", 0.0))
     emit_reward(task["x"] / 10)
 
 
