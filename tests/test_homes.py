@@ -25,6 +25,7 @@ SOURCES = sorted(
 ENV_HOME = "packages/agl-types/src/agl/types/env.py"
 ENV_EXCEPTIONS = {
     ("packages/agl-proxy/src/agl/proxy/_router.py", "LITELLM_LOCAL_MODEL_COST_MAP"),
+    ("packages/agl-tracer/src/agl/tracer/agentops.py", "AGENTOPS_LOGGING_TO_FILE"),
 }
 """(file, variable): other libraries' variables, documented in agl.types.env's docstring."""
 

@@ -27,7 +27,9 @@ names the variable, as is a malformed number or a value outside an enumeration.
 This module is the only place in ``packages/*/src`` that reads ``os.environ`` for agl's own variables.
 Documented exceptions, which are other libraries' variables and not agl's: ``agl.proxy`` sets LiteLLM's
 ``LITELLM_LOCAL_MODEL_COST_MAP`` (``setdefault``) before importing LiteLLM, so that it does not fetch its
-cost map over the network.
+cost map over the network; ``agl.tracer``'s AgentOps tracer sets AgentOps' ``AGENTOPS_LOGGING_TO_FILE``
+(``setdefault`` to false) before importing AgentOps, so that it writes no ``agentops.log`` into the working
+directory.
 
 One other library's variable is read here, through the same parser: ``PROMETHEUS_MULTIPROC_DIR``
 (:data:`PROMETHEUS_MULTIPROC_DIR`), prometheus-client's directory for multi-process metrics; when it is set,

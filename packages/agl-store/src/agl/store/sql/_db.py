@@ -225,6 +225,14 @@ class Database:
             else:  # that loop is gone: drop the connections without talking to the server
                 await engine.dispose(close=False)
 
+    async def release_loop(self) -> None:
+        """Close the running loop's PostgreSQL connections (asyncpg ties them to the loop that opened them);
+        the loop's next operation opens new ones. SQLite holds nothing per loop."""
+        with self._lock:
+            engine = self._engines.pop(asyncio.get_running_loop(), None)
+        if engine is not None:
+            await engine.dispose()
+
     # -- engines ------------------------------------------------------------------------------
 
     def _open_sqlite(self) -> None:

@@ -184,6 +184,11 @@ class SqlLightningStore(LightningStore):
                 )
         await self._db.close()
 
+    async def release_loop_resources(self) -> None:
+        """Close this event loop's database connections before the loop closes (PostgreSQL); the store stays
+        usable from other loops, and from this one, which would open new connections."""
+        await self._db.release_loop()
+
     # -- plumbing -----------------------------------------------------------------------------
 
     async def _write(self, fn: Callable[..., T], *args: Any) -> T:

@@ -271,6 +271,11 @@ class LightningStoreServer(ForwardingStore):
         finally:
             self._loop = None
             self._local = None
+            if self.store is not None:  # this loop closes next: what the backend opened on it goes first
+                try:
+                    await self.store.release_loop_resources()
+                except Exception:
+                    logger.warning("could not release the store's connections of the server loop", exc_info=True)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._request_exit()
