@@ -147,7 +147,7 @@ def test_kill_9_mid_workload_loses_nothing_acknowledged(tmp_path: Path) -> None:
         asyncio.run(drive())
     finally:
         proc.kill()
-        proc.wait(30)
+        proc.communicate(timeout=30)  # reaps it and closes its pipes
     assert proc.returncode == -signal.SIGKILL
     assert len(acked["rollouts"]) >= 40
 

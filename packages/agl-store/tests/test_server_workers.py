@@ -96,6 +96,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
         self.proc = None
 
     def connection_to(self, worker: int, attempts: int = 400) -> http.client.HTTPConnection:

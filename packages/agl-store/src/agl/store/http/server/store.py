@@ -275,7 +275,9 @@ class LightningStoreServer(ForwardingStore):
                 try:
                     await self.store.release_loop_resources()
                 except Exception:
-                    logger.warning("could not release the store's connections of the server loop", exc_info=True)
+                    logger.warning(
+                        "could not release the store's connections of the server loop", exc_info=True
+                    )
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._request_exit()
