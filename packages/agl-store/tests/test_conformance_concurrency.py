@@ -52,7 +52,7 @@ async def test_concurrent_dequeues_from_threads_never_share_a_rollout(store: Lig
                 return got
             got.extend(r.rollout_id for r in batch)
 
-    per_thread = await asyncio.to_thread(run_in_threads, 4, worker)
+    per_thread = await asyncio.to_thread(run_in_threads, 4, worker, store)
     claimed = [rid for ids in per_thread for rid in ids]
     assert sorted(claimed) == sorted(r.rollout_id for r in rollouts)
     assert max(Counter(claimed).values()) == 1
@@ -108,7 +108,7 @@ async def test_spans_and_sequence_ids_from_threads(store: LightningStore) -> Non
             await store.query_spans(rid, "latest", name=f"t{i}")
         return allocated
 
-    allocated = await asyncio.to_thread(run_in_threads, 4, writer)
+    allocated = await asyncio.to_thread(run_in_threads, 4, writer, store)
     flat = sorted(s for seqs in allocated for s in seqs)
     assert flat == list(range(1, 61))  # no sequence id handed out twice
     assert (await store.query_spans(rid)).total == 60
@@ -123,7 +123,7 @@ async def test_wait_for_rollouts_is_woken_from_another_thread(store: LightningSt
         for r in rollouts:
             await store.update_attempt(r.rollout_id, "latest", status="succeeded")
 
-    finisher = asyncio.ensure_future(asyncio.to_thread(run_in_threads, 1, finish))
+    finisher = asyncio.ensure_future(asyncio.to_thread(run_in_threads, 1, finish, store))
     done = await store.wait_for_rollouts(rollout_ids=[r.rollout_id for r in rollouts], timeout=20)
     await finisher
     assert sorted(r.rollout_id for r in done) == sorted(r.rollout_id for r in rollouts)

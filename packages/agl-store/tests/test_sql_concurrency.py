@@ -84,6 +84,7 @@ async def _wait_for_a_late_rollout(url: str, kwargs: dict, *, same_store: bool) 
             async def main() -> None:
                 await asyncio.sleep(0.2)
                 await writer.enqueue_rollout("late")
+                await writer.release_loop_resources()  # this thread's loop closes next
 
             asyncio.run(main())
 

@@ -33,7 +33,12 @@ def drain_in_threads(
     ``ready`` (a barrier) is waited on once the store is open, so that several processes start together.
     """
     store = _store(url, engine_kwargs)
-    asyncio.run(store.get_latest_resources())  # connected, schema checked
+
+    async def connect() -> None:
+        await store.get_latest_resources()  # connected, schema checked
+        await store.release_loop_resources()  # this loop closes next
+
+    asyncio.run(connect())
     if ready is not None:
         ready.wait()
     results: list[list[str]] = [[] for _ in range(threads)]
@@ -43,6 +48,7 @@ def drain_in_threads(
         async def main() -> None:
             start.wait()
             results[index] = await _drain(store, f"{name}-t{index}", batch=1 + index % 3)
+            await store.release_loop_resources()  # this thread's loop closes next
 
         asyncio.run(main())
 
