@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 
 import httpx
 import pytest
 from agl.store import ConnectionLimits, InMemoryLightningStore
 from agl.testing.openai_standin import StandinServer, serve_standin
 from agl.testing.proxy import llm_spans, running_proxy
+from agl.testing.sockets import closed_by_server
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -115,23 +115,6 @@ async def test_completions_fields_are_checked(store: InMemoryLightningStore, sta
         assert r.status_code == 200, r.text
 
 
-def _closed(sock: socket.socket, within: float) -> tuple[bool, bytes]:
-    received = b""
-    sock.settimeout(0.05)
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            chunk = sock.recv(65536)
-        except TimeoutError:
-            continue
-        except ConnectionResetError:
-            return True, received
-        if not chunk:
-            return True, received
-        received += chunk
-    return False, received
-
-
 async def test_stalled_connections_are_closed(store: InMemoryLightningStore, standin: StandinServer) -> None:
     limits = ConnectionLimits(idle_seconds=0.5, header_seconds=0.5, body_seconds=0.5)
     async with running_proxy(store, standin, connection_limits=limits) as proxy:
@@ -140,7 +123,7 @@ async def test_stalled_connections_are_closed(store: InMemoryLightningStore, sta
         def probe(data: bytes) -> tuple[bool, bytes]:
             with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
                 sock.sendall(data)
-                return _closed(sock, within=5)
+                return closed_by_server(sock, within=5)
 
         idle = await asyncio.to_thread(probe, b"")
         head = await asyncio.to_thread(probe, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-A: ")

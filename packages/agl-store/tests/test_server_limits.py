@@ -11,6 +11,7 @@ import pytest
 from agl.store import ConnectionLimits, InMemoryLightningStore, LightningStoreServer
 from agl.store.http.server._middleware import IdempotencyMiddleware
 from agl.store.http.server._replay import MemoryReplayCache, RecordedAnswer
+from agl.testing.sockets import closed_by_server
 from agl.testing.store.http import running_server
 
 # -- the idempotency replay cache ------------------------------------------------------------------
@@ -121,23 +122,6 @@ def _connect(server: LightningStoreServer) -> socket.socket:
     return sock
 
 
-def _closed_by_server(sock: socket.socket, within: float) -> tuple[bool, bytes]:
-    """Read until the server closes the connection (or ``within`` seconds pass): (closed, bytes read)."""
-    received = b""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            chunk = sock.recv(65536)
-        except TimeoutError:
-            continue
-        except ConnectionResetError:
-            return True, received
-        if not chunk:
-            return True, received
-        received += chunk
-    return False, received
-
-
 @pytest.fixture
 def guarded_server() -> Any:
     with running_server(InMemoryLightningStore(), connection_limits=_LIMITS) as server:
@@ -146,7 +130,7 @@ def guarded_server() -> Any:
 
 def test_a_connection_that_sends_nothing_is_closed(guarded_server: LightningStoreServer) -> None:
     with _connect(guarded_server) as sock:
-        closed, data = _closed_by_server(sock, within=5)
+        closed, data = closed_by_server(sock, within=5)
     assert closed and data == b""
 
 
@@ -161,7 +145,7 @@ def test_a_half_sent_head_is_closed_with_408(guarded_server: LightningStoreServe
             except OSError:
                 break
             time.sleep(0.05)
-        closed, data = _closed_by_server(sock, within=5)
+        closed, data = closed_by_server(sock, within=5)
     assert closed
     assert data.startswith(b"HTTP/1.1 408")
 
@@ -172,7 +156,7 @@ def test_a_half_sent_body_is_closed_with_408(guarded_server: LightningStoreServe
             b"POST /v1/agl/queues/rollouts/enqueue HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b'Content-Length: 100\r\n\r\n{"rollouts": ['
         )
-        closed, data = _closed_by_server(sock, within=5)
+        closed, data = closed_by_server(sock, within=5)
     assert closed
     assert data.startswith(b"HTTP/1.1 408")
 
@@ -180,7 +164,7 @@ def test_a_half_sent_body_is_closed_with_408(guarded_server: LightningStoreServe
 def test_an_oversized_head_is_refused_with_431(guarded_server: LightningStoreServer) -> None:
     with _connect(guarded_server) as sock:
         sock.sendall(b"GET /v1/agl/health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 10_000)
-        closed, data = _closed_by_server(sock, within=5)
+        closed, data = closed_by_server(sock, within=5)
     assert closed
     assert data.startswith(b"HTTP/1.1 431")
 
@@ -190,7 +174,7 @@ def test_an_idle_keep_alive_connection_is_closed_and_busy_ones_are_not(
 ) -> None:
     with _connect(guarded_server) as sock:
         sock.sendall(b"GET /v1/agl/health HTTP/1.1\r\nHost: x\r\n\r\n")
-        closed, data = _closed_by_server(sock, within=5)
+        closed, data = closed_by_server(sock, within=5)
     assert closed and data.startswith(b"HTTP/1.1 200")
     # A long poll (the app holds the request longer than every deadline) is answered, not cut off.
     with _connect(guarded_server) as sock:
@@ -199,7 +183,7 @@ def test_an_idle_keep_alive_connection_is_closed_and_busy_ones_are_not(
             b"POST /v1/agl/queues/rollouts/dequeue HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
         )
-        closed, data = _closed_by_server(sock, within=5)
+        closed, data = closed_by_server(sock, within=5)
     assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"[]")
 
 
@@ -213,7 +197,7 @@ def test_a_slow_but_moving_body_is_served(guarded_server: LightningStoreServer) 
         for i in range(0, len(body), 10):  # 0.8 s in all, each pause under the body deadline
             sock.sendall(body[i : i + 10])
             time.sleep(0.12)
-        _, data = _closed_by_server(sock, within=5)
+        _, data = closed_by_server(sock, within=5)
     assert data.startswith(b"HTTP/1.1 201")
 
 
