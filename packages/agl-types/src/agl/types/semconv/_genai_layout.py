@@ -9,13 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from .._narrow import as_dict, as_int_list, as_list, as_mapping
-from ._attribute_reader import (
-    AttributeReader,
-    indexed,
-    is_number,
-    parse_json_text,
-    text,
-)
+from ._attribute_reader import AttributeReader, indexed, is_number, parse_json_text, text
 from ._fields import Field, read_fields, write_fields
 from ._llm_record import CHAT, COMPLETIONS, LLMCallFields, LLMChoice, LLMUsage
 from ._names import GenAIAttributes as G
@@ -51,6 +45,21 @@ def _set_text(attrs: dict[str, Any], key: str, value: Any) -> None:
         attrs[key] = text(value)
 
 
+def _set_all(
+    attrs: dict[str, Any],
+    prefix: str,
+    source: Mapping[str, Any],
+    strings: Sequence[str],
+    texts: Sequence[str],
+) -> None:
+    """``<prefix>.<key>`` for each of ``strings`` (:func:`_set_str`) and ``texts`` (:func:`_set_text`) of
+    ``source``."""
+    for key in strings:
+        _set_str(attrs, f"{prefix}.{key}", source.get(key))
+    for key in texts:
+        _set_text(attrs, f"{prefix}.{key}", source.get(key))
+
+
 def _tool_calls(prefix: str, tool_calls: Sequence[Any]) -> dict[str, Any]:
     attrs: dict[str, Any] = {}
     for j, item in enumerate(tool_calls):
@@ -60,8 +69,7 @@ def _tool_calls(prefix: str, tool_calls: Sequence[Any]) -> dict[str, Any]:
         function = as_mapping(tool_call.get("function") or {}) or {}
         call_prefix = f"{prefix}.tool_calls.{j}"
         _set_str(attrs, f"{call_prefix}.id", tool_call.get("id"))
-        _set_str(attrs, f"{call_prefix}.name", function.get("name"))
-        _set_text(attrs, f"{call_prefix}.arguments", function.get("arguments"))
+        _set_all(attrs, call_prefix, function, strings=("name",), texts=("arguments",))
     return attrs
 
 
@@ -89,9 +97,7 @@ def genai_request(call: LLMCallFields) -> dict[str, Any]:
         prefix = f"{G.PROMPT.value}.{i}"
         if message.get("role") is not None:
             attrs[f"{prefix}.role"] = str(message["role"])
-        _set_text(attrs, f"{prefix}.content", message.get("content"))
-        for key in ("name", "tool_call_id"):
-            _set_str(attrs, f"{prefix}.{key}", message.get(key))
+        _set_all(attrs, prefix, message, strings=("name", "tool_call_id"), texts=("content",))
         if message.get("tool_calls"):
             attrs.update(_tool_calls(prefix, message["tool_calls"]))
     for i, item in enumerate(call.tools or []):
@@ -100,9 +106,7 @@ def genai_request(call: LLMCallFields) -> dict[str, Any]:
         if function is None:
             continue
         prefix = f"{G.REQUEST_FUNCTIONS.value}.{i}"
-        _set_str(attrs, f"{prefix}.name", function.get("name"))
-        _set_str(attrs, f"{prefix}.description", function.get("description"))
-        _set_text(attrs, f"{prefix}.parameters", function.get("parameters"))
+        _set_all(attrs, prefix, function, strings=("name", "description"), texts=("parameters",))
     return attrs
 
 
