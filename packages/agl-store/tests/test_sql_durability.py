@@ -9,7 +9,7 @@ import pytest
 from agl.store import SqlLightningStore
 from agl.testing.spans import make_span
 from agl.testing.store.sql import SQL_BACKENDS, fresh_database
-from agl.testing.store.sql_workers import kill_writer_after
+from agl.testing.store.sql_workers import kill_writer_after, stored_rollouts
 from agl.types import LLM, PromptTemplate, RolloutConfig
 
 
@@ -80,15 +80,6 @@ def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
     """WAL + synchronous=NORMAL: a commit is in the operating system's hands before it is acknowledged."""
     url = f"sqlite:///{tmp_path / 'killed.db'}"
     acknowledged = kill_writer_after(url, 100000, tasks=None, acknowledged=200)
-
-    async def check() -> None:
-        store = SqlLightningStore(url)
-        try:
-            found = await store.query_rollouts(rollout_id_in=acknowledged)
-            assert found.total == len(acknowledged)
-            everything = await store.query_rollouts(limit=0)
-            assert everything.total >= len(acknowledged)  # maybe a few more: committed, not yet printed
-        finally:
-            await store.close()
-
-    asyncio.run(check())
+    found, everything = stored_rollouts(url, acknowledged)
+    assert found == len(acknowledged)
+    assert everything >= len(acknowledged)  # maybe a few more: committed, not yet printed

@@ -147,6 +147,21 @@ def kill_writer_after(url: str, count: int, tasks: int | None, acknowledged: int
     return ids
 
 
+def stored_rollouts(url: str, rollout_ids: list[str]) -> tuple[int, int]:
+    """How many of ``rollout_ids`` the database at ``url`` holds, and how many rollouts it holds in all."""
+
+    async def main() -> tuple[int, int]:
+        store = SqlLightningStore(url)
+        try:
+            found = await store.query_rollouts(rollout_id_in=rollout_ids)
+            everything = await store.query_rollouts(limit=0)
+            return found.total, everything.total
+        finally:
+            await store.close()
+
+    return asyncio.run(main())
+
+
 if __name__ == "__main__":  # python -m agl.testing.store.sql_workers URL COUNT [TASKS]
     if len(sys.argv) > 3:
         enqueue_concurrently_and_report(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
