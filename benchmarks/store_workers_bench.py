@@ -10,7 +10,6 @@ Each configuration runs ``--repeats`` times on a fresh database; the median is r
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 import secrets
@@ -34,22 +33,10 @@ def fresh_backend(kind: str, postgres_url: str, workdir: str) -> Iterator[str]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path + suffix)
         return
-    import asyncpg
+    from agl.testing.postgres import fresh_postgres_database
 
-    name = "agl_bench_" + secrets.token_hex(4)
-
-    async def admin(sql: str) -> None:
-        conn = await asyncpg.connect(postgres_url)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
-    try:
-        yield postgres_url.rsplit("/", 1)[0] + "/" + name
-    finally:
-        asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with fresh_postgres_database(postgres_url, prefix="agl_bench_") as url:
+        yield url
 
 
 @contextlib.contextmanager

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 import textwrap
 import threading
 from pathlib import Path
 
 from agl.algorithms.metrics import AlgorithmMetrics
+from agl.testing.child import run_python
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
@@ -103,10 +102,7 @@ def test_multiprocess_mode_keeps_the_most_recent_value(tmp_path: Path) -> None:
     )
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
     for reward in ("0.1", "0.9"):
-        done = subprocess.run(
-            [sys.executable, "-c", child, reward], env=env, capture_output=True, text=True, timeout=60
-        )
-        assert done.returncode == 0, done.stderr
+        run_python(child, reward, env=env, timeout=60)
     reader = textwrap.dedent(
         """
         from prometheus_client import CollectorRegistry, generate_latest, multiprocess
@@ -115,10 +111,10 @@ def test_multiprocess_mode_keeps_the_most_recent_value(tmp_path: Path) -> None:
         print(generate_latest(registry).decode())
         """
     )
-    out = subprocess.run([sys.executable, "-c", reader], env=env, capture_output=True, text=True, timeout=60)
+    exposition = run_python(reader, env=env, timeout=60)
     samples = {
         (s.name, s.labels.get("kind")): s.value
-        for f in text_string_to_metric_families(out.stdout)
+        for f in text_string_to_metric_families(exposition)
         for s in f.samples
     }
     assert samples[("agl_algorithm_reward", "train")] == 0.9

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -11,6 +9,7 @@ from agl.algorithms import APO as LazyAPO
 from agl.algorithms.adapter import TraceToMessages
 from agl.algorithms.apo import APO
 from agl.store import InMemoryLightningStore
+from agl.testing.child import run_python
 from agl.types import LLM, PromptTemplate
 
 PROMPT = PromptTemplate(template="Pick a room.")
@@ -129,7 +128,4 @@ def test_importing_apo_loads_neither_poml_nor_openai() -> None:
         "from agl.algorithms import APO\n"
         "print(sorted(m for m in ('poml', 'openai', 'litellm', 'torch') if m in sys.modules))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert done.stdout.strip() == "[]"
+    assert run_python(code, timeout=60).strip() == "[]"

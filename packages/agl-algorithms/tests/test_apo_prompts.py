@@ -85,14 +85,20 @@ def test_gradient_variant_shows_every_run(gradient_render: tuple[str, str]) -> N
     assert text.index("system") < text.index("Meeting request") < text.index("Final answer")
 
 
+# What each prompt variant asks for (the variants of one kind differ in it).
+_VARIANT_ASKS = {
+    "critique_diagnose.poml": "bulleted list",
+    "critique_failures.poml": 'starting with "Critique:"',
+    "critique_checklist.poml": "under 300 words",
+    "edit_rewrite.poml": "addresses every point of the critique",
+    "edit_minimal.poml": "single most important point",
+    "edit_add_rules.poml": "word for word",
+}
+
+
 def test_gradient_variants_ask_for_different_critiques(gradient_render: tuple[str, str]) -> None:
     variant, text = gradient_render
-    expected = {
-        "critique_diagnose.poml": "bulleted list",
-        "critique_failures.poml": 'starting with "Critique:"',
-        "critique_checklist.poml": "under 300 words",
-    }[variant]
-    assert expected in text
+    assert _VARIANT_ASKS[variant] in text
 
 
 def test_edit_variant_shows_template_and_critique_verbatim(edit_render: tuple[str, str]) -> None:
@@ -105,12 +111,7 @@ def test_edit_variant_shows_template_and_critique_verbatim(edit_render: tuple[st
 
 def test_edit_variants_ask_for_different_edits(edit_render: tuple[str, str]) -> None:
     variant, text = edit_render
-    expected = {
-        "edit_rewrite.poml": "addresses every point of the critique",
-        "edit_minimal.poml": "single most important point",
-        "edit_add_rules.poml": "word for word",
-    }[variant]
-    assert expected in text
+    assert _VARIANT_ASKS[variant] in text
 
 
 def test_render_unknown_variant_names_the_file() -> None:

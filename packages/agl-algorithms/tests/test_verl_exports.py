@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import agl.algorithms.verl as verl_package
 import pytest
+from agl.testing.child import run_python
 
 
 def test_dir_lists_every_export_and_an_unknown_name_is_an_attribute_error() -> None:
@@ -25,9 +24,7 @@ def test_the_pure_exports_resolve_without_importing_verl() -> None:
         "         v.LoopSample, v.ConversionStats, v.read_task, v.write_tasks]\n"
         "print(json.dumps({'verl_loaded': 'verl' in sys.modules, 'cached': 'VERL' in vars(v)}))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"verl_loaded": False, "cached": True}
+    assert json.loads(run_python(code)) == {"verl_loaded": False, "cached": True}
 
 
 def test_a_verl_export_without_the_verl_extra_names_the_extra() -> None:
@@ -41,7 +38,6 @@ def test_a_verl_export_without_the_verl_extra_names_the_extra() -> None:
         "except MissingExtraError as exc:\n"
         "    print(exc)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("agl.algorithms.verl.AglBridgeAgentLoop needs 'verl")
-    assert "the 'verl' extra: pip install 'agl-algorithms[verl]'" in done.stdout
+    out = run_python(code)
+    assert out.startswith("agl.algorithms.verl.AglBridgeAgentLoop needs 'verl")
+    assert "the 'verl' extra: pip install 'agl-algorithms[verl]'" in out

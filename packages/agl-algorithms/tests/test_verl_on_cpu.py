@@ -5,12 +5,11 @@ round trip through verl's RLHFDataset, the trainer hook publishing proxy backend
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from agl.testing.child import run_python
 
 pytest.importorskip("verl")
 pytest.importorskip("transfer_queue")
@@ -119,9 +118,8 @@ def test_verl_constructs_without_verl_and_run_names_the_extra() -> None:
         "algo = a.VERL({'trainer': {'total_training_steps': 1}})\n"
         "try:\n    algo.run([{'q': 1}])\nexcept RuntimeError as e:\n    print('ERR', e)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert "ERR VERL needs verl, ray, transfer_queue" in out.stdout and "--extra verl" in out.stdout
+    out = run_python(code)
+    assert "ERR VERL needs verl, ray, transfer_queue" in out and "--extra verl" in out
 
 
 def test_run_on_a_machine_without_vllm_or_gpu_says_what_is_missing() -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+
+from agl.testing.child import run_python
 
 GUARD = """
 import socket, json, sys, time
@@ -29,16 +29,8 @@ print(json.dumps({"import_s": import_s, "import_cpu_s": import_cpu_s, "litellm_o
 
 
 def test_import_is_light_and_nothing_touches_the_network() -> None:
-    env_free = subprocess.run(
-        [sys.executable, "-c", GUARD],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
-    )
-    assert env_free.returncode == 0, env_free.stderr
-    result = json.loads(env_free.stdout.strip().splitlines()[-1])
+    out = run_python(GUARD, env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}, timeout=300)
+    result = json.loads(out.strip().splitlines()[-1])
     # CPU time: wall time on a machine shared by many jobs measures the neighbours (typically ~0.5 s here).
     assert result["import_cpu_s"] < 3.0, result
     assert result["litellm_on_import"] is False

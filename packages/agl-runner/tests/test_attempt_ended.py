@@ -10,8 +10,8 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import pytest
 from agl.runner import LitAgentRunner, rollout
@@ -127,22 +127,35 @@ async def test_a_timed_out_attempt_cancels_its_hung_agent_and_frees_the_runner(k
             )
 
 
+R = TypeVar("R")
+
+
+async def _interrupt_a_hung_agent(
+    store: LightningStore, inner: LightningStore, interrupt: Callable[[str], Awaitable[R]]
+) -> tuple[str, R]:
+    """One runner on one rollout whose agent hangs; once the agent is in, ``interrupt(rollout_id)``.
+    Returns the rollout id and what ``interrupt`` returned, once the runner has stopped."""
+    await inner.add_resources(RESOURCES)
+    hung = await inner.enqueue_rollout("hang")
+    runner = make_runner(max_rollouts=1)
+    with runner.run_context(agent=async_hang, store=store):
+        task = asyncio.create_task(_run_until(runner, 20))
+        await _until_entered(hung.rollout_id)
+        assert hung.rollout_id in entered, "the agent never started"
+        result = await interrupt(hung.rollout_id)
+        await task
+    return hung.rollout_id, result
+
+
 @pytest.mark.timeout(60)
 async def test_a_cancelled_rollout_cancels_its_agent_and_stays_cancelled() -> None:
     async with a_store("http") as (store, inner):
-        await inner.add_resources(RESOURCES)
-        hung = await inner.enqueue_rollout("hang")
-        runner = make_runner(max_rollouts=1)
-        with runner.run_context(agent=async_hang, store=store):
-            task = asyncio.create_task(_run_until(runner, 20))
-            await _until_entered(hung.rollout_id)
-            assert hung.rollout_id in entered, "the agent never started"
-            await inner.update_rollout(hung.rollout_id, status="cancelled")
-            await task
-
-        ended = await inner.get_rollout_by_id(hung.rollout_id)
+        rollout_id, _ = await _interrupt_a_hung_agent(
+            store, inner, lambda rollout_id: inner.update_rollout(rollout_id, status="cancelled")
+        )
+        ended = await inner.get_rollout_by_id(rollout_id)
         assert ended is not None and ended.status == "cancelled"
-        attempts = list(await inner.query_attempts(hung.rollout_id))
+        attempts = list(await inner.query_attempts(rollout_id))
         assert [a.status for a in attempts] == ["failed"]
         assert "the rollout was cancelled" in attempts[0].metadata["error"]["message"]
 
@@ -152,16 +165,10 @@ async def test_an_attempt_another_attempt_took_over_is_dropped() -> None:
     """The store retried the rollout elsewhere (here: a manual retry); the old agent stops, and only the new
     attempt can succeed."""
     async with a_store("memory") as (store, inner):
-        await inner.add_resources(RESOURCES)
-        hung = await inner.enqueue_rollout("hang")
-        runner = make_runner(max_rollouts=1)
-        with runner.run_context(agent=async_hang, store=store):
-            task = asyncio.create_task(_run_until(runner, 20))
-            await _until_entered(hung.rollout_id)
-            retry = await inner.start_attempt(hung.rollout_id, worker_id="someone-else")
-            await task
-
-        attempts = list(await inner.query_attempts(hung.rollout_id))
+        rollout_id, retry = await _interrupt_a_hung_agent(
+            store, inner, lambda rollout_id: inner.start_attempt(rollout_id, worker_id="someone-else")
+        )
+        attempts = list(await inner.query_attempts(rollout_id))
         assert [a.attempt_id for a in attempts][-1] == retry.attempt.attempt_id
         assert attempts[0].status == "failed"
         assert "took over" in attempts[0].metadata["error"]["message"]

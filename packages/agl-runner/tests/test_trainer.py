@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -17,6 +15,7 @@ from agl.runner import (
     rollout,
 )
 from agl.store import InMemoryLightningStore
+from agl.testing.child import run_python
 from agl.tracer import OtelTracer
 from agl.types import LLM
 
@@ -106,7 +105,4 @@ def test_import_is_light() -> None:
         "heavy = ('litellm', 'torch', 'transformers', 'fastapi', 'uvicorn', 'aiohttp', 'rich', 'openai', 'sqlalchemy')\n"
         "print([m for m in heavy if m in sys.modules])\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
-    )
-    assert out.stdout.strip() == "[]"
+    assert run_python(code).strip() == "[]"

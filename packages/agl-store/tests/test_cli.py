@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agl.store import LightningStoreClient, StoreAuthenticationError, StoreConnectionError
+from agl.store import LightningStoreClient, StoreConnectionError
 from agl.testing.spans import make_span
-from agl.testing.store.cli import AGL
+from agl.testing.store.cli import AGL, check_token_guard
 from agl.testing.store.cli import launch as _launch
 from agl.testing.store.cli import stop as _stop
 from agl.types import PromptTemplate, RolloutConfig
@@ -52,20 +52,7 @@ def test_store_command_serves_and_stops_cleanly(sig: int) -> None:
     proc, address, banner = _launch("--port", "0", "--token", "tok", command=[str(AGL)])
     assert "bearer token required" in banner
     try:
-
-        async def use() -> None:
-            client = LightningStoreClient(address, token="tok")
-            anonymous = LightningStoreClient(address, token="", retry_delays=())
-            try:
-                rollout = await client.enqueue_rollout({"q": 1})
-                assert (await client.get_rollout_by_id(rollout.rollout_id)) is not None
-                with pytest.raises(StoreAuthenticationError):
-                    await anonymous.query_rollouts()
-            finally:
-                await client.close()
-                await anonymous.close()
-
-        asyncio.run(use())
+        check_token_guard(address, token="tok", wrong="")
     finally:
         code, out, err = _stop(proc, sig)
     assert code == 0, err

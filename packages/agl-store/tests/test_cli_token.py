@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from agl.store import LightningStoreClient, StoreAuthenticationError
-from agl.testing.store.cli import AGL
+from agl.testing.store.cli import AGL, check_token_guard
 from agl.testing.store.cli import launch as _launch
 from agl.testing.store.cli import stop as _stop
 
@@ -22,19 +20,7 @@ def test_the_token_can_come_from_a_file_and_stays_out_of_the_command_line(tmp_pa
     try:
         cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
         assert b"file-tok" not in cmdline
-
-        async def use() -> None:
-            client = LightningStoreClient(address, token="file-tok")
-            anonymous = LightningStoreClient(address, token="wrong", retry_delays=())
-            try:
-                await client.enqueue_rollout(1)
-                with pytest.raises(StoreAuthenticationError):
-                    await anonymous.query_rollouts()
-            finally:
-                await client.close()
-                await anonymous.close()
-
-        asyncio.run(use())
+        check_token_guard(address, token="file-tok", wrong="wrong")
     finally:
         code, _, err = _stop(proc)
     assert code == 0, err

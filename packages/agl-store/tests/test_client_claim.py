@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-from agl.store import LightningStoreClient
+from agl.store import LightningStore, LightningStoreClient
 from agl.testing.store.http import call, http_session, running_server
-from agl.types import LLM
+from agl.types import LLM, ResourcesUpdate
 
 
 def _llm(port: int) -> LLM:
     return LLM(endpoint=f"http://127.0.0.1:{port}/v1", model="m")
 
 
+async def _snapshot_and_three_rollouts(store: LightningStore) -> ResourcesUpdate:
+    """A resources snapshot and three queued rollouts (inputs 0, 1, 2) that use it."""
+    snapshot = await store.add_resources({"llm": _llm(1)})
+    for i in range(3):
+        await store.enqueue_rollout(input=i, resources_id=snapshot.resources_id)
+    return snapshot
+
+
 async def test_claim_sends_resources_only_when_the_known_version_is_stale() -> None:
     with running_server() as server:
         store = server.store
-        snapshot = await store.add_resources({"llm": _llm(1)})
-        for i in range(3):
-            await store.enqueue_rollout(input=i, resources_id=snapshot.resources_id)
+        snapshot = await _snapshot_and_three_rollouts(store)
         path = "/v1/agl/queues/rollouts/claim"
         async with http_session() as session:
             status, body, _ = await call(session, server, "POST", path, json_body={"worker_id": "w"})
@@ -41,9 +47,7 @@ async def test_claim_sends_resources_only_when_the_known_version_is_stale() -> N
 async def test_client_claims_with_its_cache_and_an_agent_cannot_spoil_it() -> None:
     with running_server() as server:
         store = server.store
-        snapshot = await store.add_resources({"llm": _llm(1)})
-        for i in range(3):
-            await store.enqueue_rollout(input=i, resources_id=snapshot.resources_id)
+        snapshot = await _snapshot_and_three_rollouts(store)
         client = LightningStoreClient(server.endpoint)
         try:
             got = await client.dequeue_rollout_with_resources("w")

@@ -4,11 +4,10 @@ path hands out the very objects of the module that defines them, and no module g
 from __future__ import annotations
 
 import importlib
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from agl.testing.child import run_python
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "agl" / "store"
 
@@ -69,10 +68,7 @@ def test_importing_the_metrics_or_the_uvicorn_plumbing_does_not_import_the_serve
         "print(sorted(m for m in ('agl.store.http.server.store', 'agl.store.http.server._app', 'fastapi')"
         " if m in sys.modules))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert done.stdout.strip() == "[]"
+    assert run_python(code, timeout=60).strip() == "[]"
 
 
 def test_no_module_is_over_600_lines() -> None:

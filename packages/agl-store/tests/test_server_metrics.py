@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 import textwrap
 import urllib.error
 import urllib.request
@@ -17,6 +15,7 @@ import pytest
 from agl.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer
 from agl.store.cli import _store_parser
 from agl.store.metrics import route_template
+from agl.testing.child import run_python
 from agl.testing.prometheus import metric_value, parse_metrics
 from agl.testing.store.http import running_server
 from agl.types import RolloutConfig
@@ -166,16 +165,9 @@ def test_multiprocess_mode_sums_the_request_counts_of_every_process(tmp_path: Pa
     """With PROMETHEUS_MULTIPROC_DIR, each process writes its counters there and /metrics adds them up."""
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
     env.pop("AGL_STORE_TOKEN", None)
-    first = subprocess.run(
-        [sys.executable, "-c", _CHILD, "3", "quiet"], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert first.returncode == 0, first.stderr
+    run_python(_CHILD, "3", "quiet", env=env, timeout=60)
     assert list(tmp_path.glob("counter_*.db")), "the first process wrote no counter file"
-    second = subprocess.run(
-        [sys.executable, "-c", _CHILD, "2", "scrape"], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert second.returncode == 0, second.stderr
-    samples = parse_metrics(second.stdout)
+    samples = parse_metrics(run_python(_CHILD, "2", "scrape", env=env, timeout=60))
     assert (
         metric_value(samples, "agl_store_http_requests_total", route="/v1/agl/statistics", status="200") == 5
     )

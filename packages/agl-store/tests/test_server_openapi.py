@@ -102,138 +102,54 @@ async def test_real_answers_match_the_schema() -> None:
                 "POST", P + "/rollouts", body={"input": "direct", "worker_id": "w-2"}, expect=201
             )
 
-            await check(
-                "GET",
-                P + "/rollouts",
-                f"{P}/rollouts?status_in=preparing&status_in=queuing&limit=10",
-                expect=200,
-            )
-            await check(
-                "POST", P + "/rollouts/search", body={"rollout_id_in": [queued[0]["rollout_id"]]}, expect=200
-            )
-            await check("GET", P + "/rollouts/{rollout_id}", f"{P}/rollouts/{rollout_id}", expect=200)
-            await check("GET", P + "/rollouts/{rollout_id}", f"{P}/rollouts/ro-none", expect=200)
-            await check(
-                "POST",
-                P + "/rollouts/{rollout_id}",
-                f"{P}/rollouts/{started['rollout_id']}",
-                body={"metadata": {"x": 1}},
-                expect=200,
-            )
-            await check(
-                "POST",
-                P + "/rollouts/{rollout_id}",
-                f"{P}/rollouts/ro-none",
-                body={"status": "cancelled"},
-                expect=404,
-            )
-            await check(
-                "POST",
-                P + "/rollouts/{rollout_id}",
-                f"{P}/rollouts/{rollout_id}",
-                body={"status": None},
-                expect=422,
-            )
-            await check(
-                "POST",
-                P + "/rollouts/{rollout_id}/attempts",
-                f"{P}/rollouts/{started['rollout_id']}/attempts",
-                body={"worker_id": "w-3"},
-                expect=201,
-            )
-            await check(
-                "GET",
-                P + "/rollouts/{rollout_id}/attempts",
-                f"{P}/rollouts/{rollout_id}/attempts",
-                expect=200,
-            )
-            await check(
-                "POST",
-                P + "/rollouts/{rollout_id}/attempts/search",
-                f"{P}/rollouts/{rollout_id}/attempts/search",
-                body={"sort_order": "desc"},
-                expect=200,
-            )
-            await check(
-                "GET",
-                P + "/rollouts/{rollout_id}/attempts/latest",
-                f"{P}/rollouts/{rollout_id}/attempts/latest",
-                expect=200,
-            )
-
+            started_id, here = started["rollout_id"], f"{P}/rollouts/{rollout_id}"
+            rollouts, waits, workers = P + "/rollouts", P + "/waits/rollouts", P + "/workers"
+            rollout, worker = rollouts + "/{rollout_id}", workers + "/{worker_id}"
+            attempts, attempt = rollout + "/attempts", rollout + "/attempts/{attempt_id}"
             span = make_span(rollout_id, attempt_id, 1).model_dump(mode="json")
-            await check("POST", P + "/spans", body=span, expect=201)
-            await check("POST", P + "/spans", body=span, expect=201)  # duplicate → null
             batch = [make_span(rollout_id, attempt_id, i).model_dump(mode="json") for i in (2, 3)]
-            await check("POST", P + "/spans/batch", body={"spans": batch}, expect=201)
-            await check("POST", P + "/spans/batch", body={"spans": [{"name": "x"}]}, expect=422)
             unnumbered = [make_span(rollout_id, attempt_id, 0).model_dump(mode="json") for _ in range(2)]
-            await check("POST", P + "/spans/in-order", body={"spans": unnumbered}, expect=201)
-            await check("POST", P + "/spans/in-order", body={"spans": [{"name": "x"}]}, expect=422)
-            await check(
-                "GET", P + "/spans", f"{P}/spans?rollout_id={rollout_id}&attempt_id=latest", expect=200
-            )
-            await check(
-                "POST",
-                P + "/spans/search",
-                body={"rollout_id": rollout_id, "name_contains": "st"},
-                expect=200,
-            )
-            await check(
-                "POST",
-                P + "/spans/next",
-                body={"rollout_id": rollout_id, "attempt_id": attempt_id},
-                expect=200,
-            )
-            await check(
-                "POST",
-                P + "/spans/next/batch",
-                body={"pairs": [[rollout_id, attempt_id], ["ro-b", "at-b"]]},
-                expect=200,
-            )
-
-            await check(
-                "POST",
-                P + "/rollouts/{rollout_id}/attempts/{attempt_id}",
-                f"{P}/rollouts/{rollout_id}/attempts/{attempt_id}",
-                body={"status": "succeeded"},
-                expect=200,
-            )
-            await check(
-                "POST",
-                P + "/rollouts/{rollout_id}/attempts/{attempt_id}",
-                f"{P}/rollouts/{rollout_id}/attempts/at-none",
-                body={"status": "failed"},
-                expect=404,
-            )
-            await check(
-                "POST",
-                P + "/waits/rollouts",
-                body={"rollout_ids": [rollout_id, "ro-none"], "timeout": 0},
-                expect=200,
-            )
-            await check(
-                "POST",
-                P + "/waits/rollouts",
-                body={"rollout_ids": [queued[1]["rollout_id"]], "timeout": 0.05},
-                expect=200,
-            )
-
-            await check(
-                "POST",
-                P + "/workers/{worker_id}",
-                f"{P}/workers/w-1",
-                body={"heartbeat_stats": {"gpu": 0.5}},
-                expect=200,
-            )
-            await check("POST", P + "/workers/{worker_id}", f"{P}/workers/w-9", expect=200)
-            await check("GET", P + "/workers/{worker_id}", f"{P}/workers/w-1", expect=200)
-            await check("GET", P + "/workers/{worker_id}", f"{P}/workers/w-none", expect=200)
-            await check("GET", P + "/workers", f"{P}/workers?status_in=busy", expect=200)
-            await check("POST", P + "/workers/search", body={"worker_id_contains": "w-"}, expect=200)
-            await check("GET", P + "/statistics", expect=200)
-            await check("GET", P + "/rollouts", f"{P}/rollouts?sort_by=nothing", expect=422)
-            await check("GET", P + "/rollouts", f"{P}/rollouts?limit=x", expect=422)
+            pairs = [[rollout_id, attempt_id], ["ro-b", "at-b"]]
+            first_queued, second_queued = (q["rollout_id"] for q in queued)
+            # (verb, route template, path when it is not the template, body, expected status), in order
+            cases: list[tuple[str, str, str | None, Any, int]] = [
+                ("GET", rollouts, f"{rollouts}?status_in=preparing&status_in=queuing&limit=10", None, 200),
+                ("POST", rollouts + "/search", None, {"rollout_id_in": [first_queued]}, 200),
+                ("GET", rollout, here, None, 200),
+                ("GET", rollout, f"{rollouts}/ro-none", None, 200),
+                ("POST", rollout, f"{rollouts}/{started_id}", {"metadata": {"x": 1}}, 200),
+                ("POST", rollout, f"{rollouts}/ro-none", {"status": "cancelled"}, 404),
+                ("POST", rollout, here, {"status": None}, 422),
+                ("POST", attempts, f"{rollouts}/{started_id}/attempts", {"worker_id": "w-3"}, 201),
+                ("GET", attempts, f"{here}/attempts", None, 200),
+                ("POST", attempts + "/search", f"{here}/attempts/search", {"sort_order": "desc"}, 200),
+                ("GET", attempts + "/latest", f"{here}/attempts/latest", None, 200),
+                ("POST", P + "/spans", None, span, 201),
+                ("POST", P + "/spans", None, span, 201),  # duplicate → null
+                ("POST", P + "/spans/batch", None, {"spans": batch}, 201),
+                ("POST", P + "/spans/batch", None, {"spans": [{"name": "x"}]}, 422),
+                ("POST", P + "/spans/in-order", None, {"spans": unnumbered}, 201),
+                ("POST", P + "/spans/in-order", None, {"spans": [{"name": "x"}]}, 422),
+                ("GET", P + "/spans", f"{P}/spans?rollout_id={rollout_id}&attempt_id=latest", None, 200),
+                ("POST", P + "/spans/search", None, {"rollout_id": rollout_id, "name_contains": "st"}, 200),
+                ("POST", P + "/spans/next", None, {"rollout_id": rollout_id, "attempt_id": attempt_id}, 200),
+                ("POST", P + "/spans/next/batch", None, {"pairs": pairs}, 200),
+                ("POST", attempt, f"{here}/attempts/{attempt_id}", {"status": "succeeded"}, 200),
+                ("POST", attempt, f"{here}/attempts/at-none", {"status": "failed"}, 404),
+                ("POST", waits, None, {"rollout_ids": [rollout_id, "ro-none"], "timeout": 0}, 200),
+                ("POST", waits, None, {"rollout_ids": [second_queued], "timeout": 0.05}, 200),
+                ("POST", worker, f"{workers}/w-1", {"heartbeat_stats": {"gpu": 0.5}}, 200),
+                ("POST", worker, f"{workers}/w-9", None, 200),
+                ("GET", worker, f"{workers}/w-1", None, 200),
+                ("GET", worker, f"{workers}/w-none", None, 200),
+                ("GET", workers, f"{workers}?status_in=busy", None, 200),
+                ("POST", workers + "/search", None, {"worker_id_contains": "w-"}, 200),
+                ("GET", P + "/statistics", None, None, 200),
+                ("GET", rollouts, f"{rollouts}?sort_by=nothing", None, 422),
+                ("GET", rollouts, f"{rollouts}?limit=x", None, 422),
+            ]
+            for verb, template, path, body, expect in cases:
+                await check(verb, template, path, body, expect)
 
         documented = {
             (verb.upper(), path)

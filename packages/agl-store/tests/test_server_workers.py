@@ -6,13 +6,11 @@ worker and send a request to the worker it means.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import http.client
 import json
 import os
 import re
-import secrets
 import signal
 import socket
 import subprocess
@@ -24,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agl.testing.postgres import POSTGRES_URL, require_postgres
+from agl.testing.postgres import POSTGRES_URL, fresh_postgres_database, require_postgres
 
 BACKENDS = ["sqlite", "postgres"]
 API = "/v1/agl"
@@ -37,23 +35,8 @@ def database(backend: str, tmp_path: Path) -> Iterator[str]:
         yield f"sqlite:///{tmp_path / 'store.db'}"
         return
     require_postgres()
-    import asyncpg
-
-    name = "agl_workers_" + secrets.token_hex(5)
-    admin = POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://")
-
-    async def run(sql: str) -> None:
-        conn = await asyncpg.connect(admin)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    asyncio.run(run(f'CREATE DATABASE "{name}"'))
-    try:
-        yield admin.rsplit("/", 1)[0] + "/" + name
-    finally:
-        asyncio.run(run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with fresh_postgres_database(POSTGRES_URL, prefix="agl_workers_") as url:
+        yield url
 
 
 def _free_port() -> int:

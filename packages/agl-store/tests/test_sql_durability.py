@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from agl.store import SqlLightningStore
 from agl.testing.spans import make_span
 from agl.testing.store.sql import SQL_BACKENDS, fresh_database
+from agl.testing.store.sql_workers import kill_writer_after, stored_rollouts
 from agl.types import LLM, PromptTemplate, RolloutConfig
 
 
@@ -81,32 +79,7 @@ def test_close_and_reopen_keeps_everything(backend: str, tmp_path: Path) -> None
 def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
     """WAL + synchronous=NORMAL: a commit is in the operating system's hands before it is acknowledged."""
     url = f"sqlite:///{tmp_path / 'killed.db'}"
-    worker = ["-m", "agl.testing.store.sql_workers"]  # python -m: its folder must not shadow the stdlib
-    proc = subprocess.Popen(
-        [sys.executable, *worker, url, "100000"], stdout=subprocess.PIPE, text=True, bufsize=1
-    )
-    acknowledged: list[str] = []
-    assert proc.stdout is not None
-    try:
-        while len(acknowledged) < 200:
-            line = proc.stdout.readline()
-            assert line, f"the writer stopped early (exit code {proc.poll()})"
-            acknowledged.append(line.strip())
-        proc.send_signal(signal.SIGKILL)  # mid-stream: it is still writing
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
-        proc.stdout.close()
-    assert proc.returncode == -signal.SIGKILL
-
-    async def check() -> None:
-        store = SqlLightningStore(url)
-        try:
-            found = await store.query_rollouts(rollout_id_in=acknowledged)
-            assert found.total == len(acknowledged)
-            everything = await store.query_rollouts(limit=0)
-            assert everything.total >= len(acknowledged)  # maybe a few more: committed, not yet printed
-        finally:
-            await store.close()
-
-    asyncio.run(check())
+    acknowledged = kill_writer_after(url, 100000, tasks=None, acknowledged=200)
+    found, everything = stored_rollouts(url, acknowledged)
+    assert found == len(acknowledged)
+    assert everything >= len(acknowledged)  # maybe a few more: committed, not yet printed

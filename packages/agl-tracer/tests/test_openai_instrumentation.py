@@ -229,9 +229,7 @@ def test_parse_is_recorded_too(base_url: str, tracer: OtelTracer) -> None:
 
 
 def test_uninstrument_restores_the_client() -> None:
-    import subprocess
-    import sys
-    import textwrap
+    from agl.testing.child import run_python
 
     code = """
         import openai
@@ -244,7 +242,4 @@ def test_uninstrument_restores_the_client() -> None:
         assert not is_openai_instrumented() and Completions.create is original
         print("ok")
     """
-    out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
-    )
-    assert out.stdout.strip() == "ok", out.stderr
+    assert run_python(code).strip() == "ok"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,14 +105,18 @@ class ResponseAssembler:
         if usage is not None:
             self.usage = usage
 
-    def add_response(self, payload: dict[str, Any]) -> None:
-        """A whole (non-streamed) response."""
+    def _choices_of(self, payload: dict[str, Any]) -> Iterator[tuple[dict[str, Any], ChoiceState]]:
+        """Reads the fields common to a response and a chunk, then yields each choice object of ``payload``
+        with the state of its index."""
         self._common(payload)
         for item in payload.get("choices") or ():
             raw = as_dict(item)
-            if raw is None:
-                continue
-            state = self._choice(int(raw.get("index", 0)))
+            if raw is not None:
+                yield raw, self._choice(int(raw.get("index", 0)))
+
+    def add_response(self, payload: dict[str, Any]) -> None:
+        """A whole (non-streamed) response."""
+        for raw, state in self._choices_of(payload):
             state.finish_reason = raw.get("finish_reason")
             state.add_token_ids(raw.get("token_ids") or _provider_token_ids(raw))
             self._choice_prompt_ids(raw)
@@ -136,12 +141,7 @@ class ResponseAssembler:
     def add_chunk(self, payload: dict[str, Any]) -> None:
         """One streamed chunk."""
         self.chunks += 1
-        self._common(payload)
-        for item in payload.get("choices") or ():
-            raw = as_dict(item)
-            if raw is None:
-                continue
-            state = self._choice(int(raw.get("index", 0)))
+        for raw, state in self._choices_of(payload):
             if raw.get("finish_reason"):
                 state.finish_reason = raw["finish_reason"]
             state.add_token_ids(raw.get("token_ids"))

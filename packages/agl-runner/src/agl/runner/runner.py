@@ -28,6 +28,7 @@ from agl.types import (
 from agl.types.semconv import FINAL_REWARD_METADATA_KEY
 
 from ._agent_call import run_sync_agent
+from ._bounds import check_at_least
 from ._heartbeat import RunningAttempts, heartbeat_loop
 from ._results import record_returned_reward, rollout_result_to_spans
 from .errors import AttemptEnded
@@ -166,14 +167,10 @@ class LitAgentRunner(Runner[T]):
         _check_number("heartbeat_interval", heartbeat_interval)
         _check_number("interval_jitter", interval_jitter)
         _check_number("concurrency", concurrency, integer=True)
-        if max_rollouts is not None and max_rollouts < 1:
-            raise ValueError(f"max_rollouts must be >= 1 or None, got {max_rollouts}")
-        if poll_interval <= 0:
-            raise ValueError(f"poll_interval must be > 0, got {poll_interval}")
-        if interval_jitter < 0:
-            raise ValueError(f"interval_jitter must be >= 0, got {interval_jitter}")
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        check_at_least("max_rollouts", max_rollouts, 1, optional=True)
+        check_at_least("poll_interval", poll_interval, 0, exclusive=True)
+        check_at_least("interval_jitter", interval_jitter, 0)
+        check_at_least("concurrency", concurrency, 1)
         self.tracer = tracer
         self.max_rollouts = max_rollouts
         self.poll_interval = poll_interval

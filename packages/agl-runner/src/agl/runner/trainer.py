@@ -13,6 +13,7 @@ from agl.algorithms import Algorithm, Baseline, FastAlgorithm, SupportsAdapt, Su
 from agl.types import Dataset, NamedResources
 from agl.types.env import SERVER_HOST, SERVER_PORT
 
+from ._bounds import check_at_least
 from .build import build_component
 from .events import ExecutionEvent
 from .hooks import Hook
@@ -99,8 +100,7 @@ class Trainer:
         progress: bool | None = None,
     ) -> None:
         self.n_runners = 1 if n_runners is None else n_runners
-        if self.n_runners < 1:
-            raise ValueError(f"n_runners must be >= 1, got {self.n_runners}")
+        check_at_least("n_runners", self.n_runners, 1)
         self.max_rollouts = max_rollouts
         self.initial_resources = initial_resources
         self.port = port

@@ -3,26 +3,5 @@
 This is the public import path; the code lives in :mod:`agl.store.http.server.metrics`.
 """
 
-from .http.server.metrics import (
-    METRICS_PATH,
-    MULTIPROC_ENV,
-    HttpMetrics,
-    MetricsMiddleware,
-    StoreFigures,
-    exposition,
-    http_metrics,
-    multiprocess_enabled,
-    route_template,
-)
-
-__all__ = [
-    "METRICS_PATH",
-    "MULTIPROC_ENV",
-    "HttpMetrics",
-    "MetricsMiddleware",
-    "StoreFigures",
-    "exposition",
-    "http_metrics",
-    "multiprocess_enabled",
-    "route_template",
-]
+from .http.server.metrics import *  # noqa: F403
+from .http.server.metrics import __all__ as __all__

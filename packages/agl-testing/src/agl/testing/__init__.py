@@ -14,6 +14,7 @@ Modules, each imported on its own (this package imports nothing, so its pytest p
 - :mod:`agl.testing.tiny_model` -- a tiny real Llama model and tokenizer built on the spot;
 - :mod:`agl.testing.tracer`, :mod:`agl.testing.proxy` -- the tracer's and the proxy's test helpers;
 - :mod:`agl.testing.prometheus` -- reading Prometheus text exposition;
+- :mod:`agl.testing.child` -- ``run_python``, code run in a fresh interpreter (what importing does);
 - :mod:`agl.testing.e2e` -- agents, apps and harnesses of the end-to-end tests;
 - :mod:`agl.testing.isolated_env` -- the plugin that clears ``AGL_*`` variables for every test.
 

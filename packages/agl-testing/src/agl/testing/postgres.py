@@ -7,11 +7,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import secrets
 import socket
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Protocol, cast
 from urllib.parse import urlparse
 
@@ -22,6 +24,7 @@ __all__ = [
     "POSTGRES_URL",
     "create_schema",
     "drop_schema",
+    "fresh_postgres_database",
     "fresh_postgres_store",
     "postgres_available",
     "require_postgres",
@@ -109,6 +112,19 @@ async def create_schema(url: str) -> str:
 
 async def drop_schema(url: str, schema: str) -> None:
     await _admin(url, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@contextlib.contextmanager
+def fresh_postgres_database(url: str = POSTGRES_URL, prefix: str = "agl_test_") -> Generator[str, None, None]:
+    """The URL of a new, empty database on ``url``'s server, dropped with everything in it after (for a
+    server in another process, which creates its own schema). Call it outside a running event loop."""
+    name = prefix + secrets.token_hex(5)
+    admin = url.replace("postgresql+asyncpg://", "postgresql://")
+    asyncio.run(_admin(admin, f'CREATE DATABASE "{name}"'))
+    try:
+        yield admin.rsplit("/", 1)[0] + "/" + name
+    finally:
+        asyncio.run(_admin(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 def schema_connect_args(schema: str) -> dict[str, Any]:

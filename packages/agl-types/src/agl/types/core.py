@@ -4,60 +4,17 @@
 ``from agl.types.core import Rollout`` keeps working; new code imports from :mod:`agl.types` itself.
 """
 
-from .datasets import Dataset
-from .rollouts import (
-    Attempt,
-    AttemptedRollout,
-    AttemptUpdate,
-    EnqueueRolloutRequest,
-    Rollout,
-    RolloutConfig,
-    RolloutMode,
-    RolloutUpdate,
-    TaskInput,
-)
-from .statuses import (
-    ATTEMPT_STATUSES,
-    FINISHED_STATUSES,
-    LIVE_ATTEMPT_STATUSES,
-    QUEUED_STATUSES,
-    ROLLOUT_STATUSES,
-    RUNNING_STATUSES,
-    AttemptStatus,
-    RolloutStatus,
-    StatusCounts,
-    WorkerStatus,
-    is_finished,
-    is_queued,
-    is_running,
-)
-from .triplets import Triplet
-from .workers import Worker
+from . import datasets, rollouts, statuses, triplets, workers
+from .datasets import *  # noqa: F403
+from .rollouts import *  # noqa: F403
+from .statuses import *  # noqa: F403
+from .triplets import *  # noqa: F403
+from .workers import *  # noqa: F403
 
-__all__ = [
-    "ATTEMPT_STATUSES",
-    "FINISHED_STATUSES",
-    "LIVE_ATTEMPT_STATUSES",
-    "QUEUED_STATUSES",
-    "ROLLOUT_STATUSES",
-    "RUNNING_STATUSES",
-    "Attempt",
-    "AttemptStatus",
-    "AttemptUpdate",
-    "AttemptedRollout",
-    "Dataset",
-    "EnqueueRolloutRequest",
-    "Rollout",
-    "RolloutConfig",
-    "RolloutMode",
-    "RolloutStatus",
-    "RolloutUpdate",
-    "StatusCounts",
-    "TaskInput",
-    "Triplet",
-    "Worker",
-    "WorkerStatus",
-    "is_finished",
-    "is_queued",
-    "is_running",
-]
+# Each concept module's own list, so this path offers exactly what they define.
+__all__: list[str] = []
+__all__ += statuses.__all__
+__all__ += rollouts.__all__
+__all__ += workers.__all__
+__all__ += triplets.__all__
+__all__ += datasets.__all__

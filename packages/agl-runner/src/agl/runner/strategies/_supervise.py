@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .._bounds import check_at_least
 from ._processes import RunnerProcess, describe_exit
 from .base import StrategyError
 
@@ -68,10 +69,8 @@ class RestartPolicy:
     def __init__(
         self, max_restarts: int, backoff: float, *, max_backoff: float = 30.0, healthy_after: float = 60.0
     ) -> None:
-        if max_restarts < 0:
-            raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
-        if backoff < 0:
-            raise ValueError(f"restart_backoff must be >= 0, got {backoff}")
+        check_at_least("max_restarts", max_restarts, 0)
+        check_at_least("restart_backoff", backoff, 0)
         self.max_restarts = max_restarts
         self.backoff = backoff
         self.max_backoff = max_backoff

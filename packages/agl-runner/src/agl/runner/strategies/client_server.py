@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agl.types.env import DEFAULT_STORE_PORT
 
+from .._bounds import check_at_least
 from ..env import LightningEnvVar, resolve_bool_env_var, resolve_int_env_var, resolve_str_env_var
 from ._processes import RunnerProcess, shutdown_runner_processes, start_runner_process
 from ._runner_process import preload_for_children, run_runner_here
@@ -100,8 +101,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         resolved_role = resolve_str_env_var(LightningEnvVar.AGL_CURRENT_ROLE, role, fallback="both")
         if resolved_role not in ("algorithm", "runner", "both"):
             raise ValueError(f"role must be 'algorithm', 'runner' or 'both', got {resolved_role!r}")
-        if n_runners < 1:
-            raise ValueError(f"n_runners must be >= 1, got {n_runners}")
+        check_at_least("n_runners", n_runners, 1)
         if main_process != "algorithm":
             raise ValueError(f"main_process must be 'algorithm', got {main_process!r}")
         if start_method is None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agl.store import as_thread_safe
 
+from .._bounds import check_at_least
 from ..env import resolve_bool_env_var
 from .base import (
     AlgorithmBundle,
@@ -56,8 +57,7 @@ class SharedMemoryExecutionStrategy(ExecutionStrategy):
         graceful_delay: float = 5.0,
         managed_store: bool | None = None,
     ) -> None:
-        if n_runners < 1:
-            raise ValueError(f"n_runners must be >= 1, got {n_runners}")
+        check_at_least("n_runners", n_runners, 1)
         if main_thread not in ("algorithm", "runner"):
             raise ValueError(f"main_thread must be 'algorithm' or 'runner', got {main_thread!r}")
         if main_thread == "runner" and n_runners != 1:

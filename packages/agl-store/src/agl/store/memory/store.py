@@ -14,7 +14,7 @@ spans the store holds. Every status decision comes from ``_rules``, shared with 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any, cast
 
@@ -80,20 +80,7 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
     Queued and running rollouts are never evicted.
     """
 
-    def __init__(
-        self,
-        *,
-        clock: Callable[[], float] = time.time,
-        scan_debounce_seconds: float = 10.0,
-        max_rollouts: int | None = None,
-        max_bytes: int | None = None,
-    ) -> None:
-        super().__init__(
-            clock=clock,
-            scan_debounce_seconds=scan_debounce_seconds,
-            max_rollouts=max_rollouts,
-            max_bytes=max_bytes,
-        )
+    # __init__ (the arguments above) is MemoryCore's.
 
     serialises_spans = True
 

@@ -112,46 +112,48 @@ def _claim(conn: sa.Connection, key: str, run_id: str, now: float, hold: float, 
     if row["state"] == "running" and row["run_id"] == run_id and now - row["claimed"] <= hold:
         return _HELD
     # an expired answer, or a stale hold: take the key over
-    execute(
+    _update_row(
         conn,
-        prepared(
-            ("replay_take", dialect),
-            lambda: (
-                sa.update(T)
-                .where(T.c.key == sa.bindparam("b_key"))
-                .values(
-                    state="running",
-                    run_id=sa.bindparam("b_run_id"),
-                    claimed=sa.bindparam("b_now"),
-                    status=None,
-                    headers=None,
-                    body=None,
-                )
-            ),
-        ),
+        "replay_take",
+        lambda: {
+            "state": "running",
+            "run_id": sa.bindparam("b_run_id"),
+            "claimed": sa.bindparam("b_now"),
+            "status": None,
+            "headers": None,
+            "body": None,
+        },
         {"b_key": key, "b_run_id": run_id, "b_now": now},
     )
     return _CLAIMED
 
 
-def _record(conn: sa.Connection, key: str, now: float, answer: RecordedAnswer) -> None:
-    headers = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in answer.headers]
+def _update_row(
+    conn: sa.Connection, name: str, values: Callable[[], dict[str, Any]], params: dict[str, Any]
+) -> None:
+    """``UPDATE agl_replays SET values() WHERE key = :b_key``, built once per dialect (as ``name``)."""
     execute(
         conn,
         prepared(
-            ("replay_record", conn.dialect.name),
-            lambda: (
-                sa.update(T)
-                .where(T.c.key == sa.bindparam("b_key"))
-                .values(
-                    state="done",
-                    claimed=sa.bindparam("b_now"),
-                    status=sa.bindparam("b_status"),
-                    headers=sa.bindparam("b_headers", type_=schema.replays.c.headers.type),
-                    body=sa.bindparam("b_body", type_=sa.LargeBinary()),
-                )
-            ),
+            (name, conn.dialect.name),
+            lambda: sa.update(T).where(T.c.key == sa.bindparam("b_key")).values(**values()),
         ),
+        params,
+    )
+
+
+def _record(conn: sa.Connection, key: str, now: float, answer: RecordedAnswer) -> None:
+    headers = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in answer.headers]
+    _update_row(
+        conn,
+        "replay_record",
+        lambda: {
+            "state": "done",
+            "claimed": sa.bindparam("b_now"),
+            "status": sa.bindparam("b_status"),
+            "headers": sa.bindparam("b_headers", type_=schema.replays.c.headers.type),
+            "body": sa.bindparam("b_body", type_=sa.LargeBinary()),
+        },
         {"b_key": key, "b_now": now, "b_status": answer.status, "b_headers": headers, "b_body": answer.body},
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import selectors
@@ -11,7 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["AGL", "launch", "stop"]
+import pytest
+from agl.store import LightningStoreClient, StoreAuthenticationError
+
+__all__ = ["AGL", "check_token_guard", "launch", "stop"]
 
 AGL = Path(sys.executable).parent / "agl"
 """The ``agl`` command of the running environment."""
@@ -52,3 +56,22 @@ def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> tuple[int, s
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
     return proc.returncode, out, err
+
+
+def check_token_guard(address: str, token: str, wrong: str) -> None:
+    """A client of the store at ``address`` with ``token`` writes and reads back; one with ``wrong`` (``""``:
+    no token) is refused with :class:`StoreAuthenticationError`."""
+
+    async def use() -> None:
+        client = LightningStoreClient(address, token=token)
+        refused = LightningStoreClient(address, token=wrong, retry_delays=())
+        try:
+            rollout = await client.enqueue_rollout({"q": 1})
+            assert (await client.get_rollout_by_id(rollout.rollout_id)) is not None
+            with pytest.raises(StoreAuthenticationError):
+                await refused.query_rollouts()
+        finally:
+            await client.close()
+            await refused.close()
+
+    asyncio.run(use())

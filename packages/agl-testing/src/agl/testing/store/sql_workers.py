@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
 import sys
 import threading
 from typing import Any
@@ -118,6 +120,46 @@ def open_and_enqueue(url: str, engine_kwargs: dict[str, Any], queue: Any, go: An
         queue.put(asyncio.run(main()))
     except Exception as exc:  # reported to the test rather than lost in a child's stderr
         queue.put(f"error: {exc!r}")
+
+
+def kill_writer_after(url: str, count: int, tasks: int | None, acknowledged: int) -> list[str]:
+    """Run this module's writer in a child process (``python -m agl.testing.store.sql_workers URL COUNT
+    [TASKS]``: :func:`enqueue_and_report`, or :func:`enqueue_concurrently_and_report` with ``tasks``),
+    ``kill -9`` it mid-stream once it has acknowledged ``acknowledged`` rollouts; their ids."""
+    # python -m: this folder must not shadow the stdlib
+    args = [sys.executable, "-m", "agl.testing.store.sql_workers", url, str(count)]
+    if tasks is not None:
+        args.append(str(tasks))
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, bufsize=1)
+    ids: list[str] = []
+    assert proc.stdout is not None
+    try:
+        while len(ids) < acknowledged:
+            line = proc.stdout.readline()
+            assert line, f"the writer stopped early (exit code {proc.poll()})"
+            ids.append(line.strip())
+        proc.send_signal(signal.SIGKILL)  # it is still writing
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+        proc.stdout.close()
+    assert proc.returncode == -signal.SIGKILL
+    return ids
+
+
+def stored_rollouts(url: str, rollout_ids: list[str]) -> tuple[int, int]:
+    """How many of ``rollout_ids`` the database at ``url`` holds, and how many rollouts it holds in all."""
+
+    async def main() -> tuple[int, int]:
+        store = SqlLightningStore(url)
+        try:
+            found = await store.query_rollouts(rollout_id_in=rollout_ids)
+            everything = await store.query_rollouts(limit=0)
+            return found.total, everything.total
+        finally:
+            await store.close()
+
+    return asyncio.run(main())
 
 
 if __name__ == "__main__":  # python -m agl.testing.store.sql_workers URL COUNT [TASKS]

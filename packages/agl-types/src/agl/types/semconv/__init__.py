@@ -6,47 +6,10 @@ its two layouts' entry points), ``_proxy_layout`` / ``_genai_layout`` (writing a
 ``_attribute_reader`` (decoding what is read). Import from ``agl.types.semconv``.
 """
 
-from ._llm_call import MAX_JSON_DEPTH, LLMCall, LLMCallFormat, LLMChoice, LLMUsage, parse_json_text
-from ._names import (
-    AGL_ANNOTATION,
-    AGL_EXCEPTION,
-    AGL_LLM_CALL,
-    AGL_MESSAGE,
-    AGL_OBJECT,
-    AGL_OPERATION,
-    AGL_REWARD,
-    AGL_VIRTUAL,
-    FINAL_REWARD_METADATA_KEY,
-    GenAIAttributes,
-    InstrumentedLLMAttributes,
-    LightningResourceAttributes,
-    LightningSpanAttributes,
-    LinkPydanticModel,
-    LLMCallAttributes,
-    RewardPydanticModel,
-)
+from . import _llm_call, _names
+from ._llm_call import *  # noqa: F403
+from ._names import *  # noqa: F403
 
-__all__ = [
-    "AGL_ANNOTATION",
-    "AGL_EXCEPTION",
-    "AGL_LLM_CALL",
-    "AGL_MESSAGE",
-    "AGL_OBJECT",
-    "AGL_OPERATION",
-    "AGL_REWARD",
-    "AGL_VIRTUAL",
-    "FINAL_REWARD_METADATA_KEY",
-    "MAX_JSON_DEPTH",
-    "GenAIAttributes",
-    "InstrumentedLLMAttributes",
-    "LLMCall",
-    "LLMCallAttributes",
-    "LLMCallFormat",
-    "LLMChoice",
-    "LLMUsage",
-    "LightningResourceAttributes",
-    "LightningSpanAttributes",
-    "LinkPydanticModel",
-    "RewardPydanticModel",
-    "parse_json_text",
-]
+__all__: list[str] = []
+__all__ += _names.__all__
+__all__ += _llm_call.__all__

@@ -9,13 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from .._narrow import as_dict, as_int_list, as_list, as_mapping
-from ._attribute_reader import (
-    AttributeReader,
-    indexed,
-    is_number,
-    parse_json_text,
-    text,
-)
+from ._attribute_reader import AttributeReader, indexed, is_number, parse_json_text, text
+from ._fields import Field, read_fields, write_fields
 from ._llm_record import CHAT, COMPLETIONS, LLMCallFields, LLMChoice, LLMUsage
 from ._names import GenAIAttributes as G
 from ._names import InstrumentedLLMAttributes as I
@@ -23,6 +18,19 @@ from ._names import InstrumentedLLMAttributes as I
 __all__ = ["genai_request", "genai_response", "read_genai"]
 
 CallT = TypeVar("CallT", bound=LLMCallFields)
+
+_REQUEST_FIELDS = (
+    Field("system", G.SYSTEM.value, AttributeReader.text, skip_empty=True),
+    Field("api_base", G.OPENAI_API_BASE.value, AttributeReader.text, skip_empty=True),
+    Field("model", G.REQUEST_MODEL.value, AttributeReader.text),
+)
+_RESPONSE_FIELDS = (
+    Field("error_type", G.ERROR_TYPE.value, AttributeReader.text, skip_empty=True),
+    Field("response_id", G.RESPONSE_ID.value, AttributeReader.text, skip_empty=True),
+    Field("response_model", G.RESPONSE_MODEL.value, AttributeReader.text, skip_empty=True),
+    Field("prompt_token_ids", I.PROMPT_TOKEN_IDS.value, AttributeReader.ints),
+    Field("response_token_ids", I.RESPONSE_TOKEN_IDS.value, AttributeReader.ints),
+)
 
 
 def _set_str(attrs: dict[str, Any], key: str, value: Any) -> None:
@@ -37,6 +45,21 @@ def _set_text(attrs: dict[str, Any], key: str, value: Any) -> None:
         attrs[key] = text(value)
 
 
+def _set_all(
+    attrs: dict[str, Any],
+    prefix: str,
+    source: Mapping[str, Any],
+    strings: Sequence[str],
+    texts: Sequence[str],
+) -> None:
+    """``<prefix>.<key>`` for each of ``strings`` (:func:`_set_str`) and ``texts`` (:func:`_set_text`) of
+    ``source``."""
+    for key in strings:
+        _set_str(attrs, f"{prefix}.{key}", source.get(key))
+    for key in texts:
+        _set_text(attrs, f"{prefix}.{key}", source.get(key))
+
+
 def _tool_calls(prefix: str, tool_calls: Sequence[Any]) -> dict[str, Any]:
     attrs: dict[str, Any] = {}
     for j, item in enumerate(tool_calls):
@@ -46,22 +69,17 @@ def _tool_calls(prefix: str, tool_calls: Sequence[Any]) -> dict[str, Any]:
         function = as_mapping(tool_call.get("function") or {}) or {}
         call_prefix = f"{prefix}.tool_calls.{j}"
         _set_str(attrs, f"{call_prefix}.id", tool_call.get("id"))
-        _set_str(attrs, f"{call_prefix}.name", function.get("name"))
-        _set_text(attrs, f"{call_prefix}.arguments", function.get("arguments"))
+        _set_all(attrs, call_prefix, function, strings=("name",), texts=("arguments",))
     return attrs
 
 
 def genai_request(call: LLMCallFields) -> dict[str, Any]:
     """The attributes of ``call`` known when the request is sent."""
-    attrs: dict[str, Any] = {}
-    if call.system:
-        attrs[G.SYSTEM.value] = call.system
-    attrs[G.OPERATION_NAME.value] = call.operation_name
-    attrs[I.REQUEST_TYPE.value] = "chat" if call.endpoint == CHAT else "completion"
-    if call.api_base:
-        attrs[G.OPENAI_API_BASE.value] = call.api_base
-    if call.model is not None:
-        attrs[G.REQUEST_MODEL.value] = call.model
+    attrs: dict[str, Any] = {
+        G.OPERATION_NAME.value: call.operation_name,
+        I.REQUEST_TYPE.value: "chat" if call.endpoint == CHAT else "completion",
+    }
+    write_fields(call, _REQUEST_FIELDS, attrs)
     request = G.REQUEST.value
     for key, value in call.params.items():
         if isinstance(value, (str, bool, int, float)):
@@ -79,9 +97,7 @@ def genai_request(call: LLMCallFields) -> dict[str, Any]:
         prefix = f"{G.PROMPT.value}.{i}"
         if message.get("role") is not None:
             attrs[f"{prefix}.role"] = str(message["role"])
-        _set_text(attrs, f"{prefix}.content", message.get("content"))
-        for key in ("name", "tool_call_id"):
-            _set_str(attrs, f"{prefix}.{key}", message.get(key))
+        _set_all(attrs, prefix, message, strings=("name", "tool_call_id"), texts=("content",))
         if message.get("tool_calls"):
             attrs.update(_tool_calls(prefix, message["tool_calls"]))
     for i, item in enumerate(call.tools or []):
@@ -90,21 +106,14 @@ def genai_request(call: LLMCallFields) -> dict[str, Any]:
         if function is None:
             continue
         prefix = f"{G.REQUEST_FUNCTIONS.value}.{i}"
-        _set_str(attrs, f"{prefix}.name", function.get("name"))
-        _set_str(attrs, f"{prefix}.description", function.get("description"))
-        _set_text(attrs, f"{prefix}.parameters", function.get("parameters"))
+        _set_all(attrs, prefix, function, strings=("name", "description"), texts=("parameters",))
     return attrs
 
 
 def genai_response(call: LLMCallFields) -> dict[str, Any]:
     """The attributes of ``call`` known once it ended: the response and its token counts."""
     attrs: dict[str, Any] = {}
-    if call.error_type:
-        attrs[G.ERROR_TYPE.value] = call.error_type
-    if call.response_id:
-        attrs[G.RESPONSE_ID.value] = call.response_id
-    if call.response_model:
-        attrs[G.RESPONSE_MODEL.value] = call.response_model
+    write_fields(call, _RESPONSE_FIELDS, attrs)
     for choice in call.choices:
         prefix = f"{G.COMPLETION.value}.{choice.index}"
         message = choice.message
@@ -120,10 +129,6 @@ def genai_response(call: LLMCallFields) -> dict[str, Any]:
         attrs[I.LOGPROBS_CONTENT.value] = json.dumps(call.choices[0].logprobs_content)
     if call.finish_reasons:
         attrs[G.RESPONSE_FINISH_REASONS.value] = call.finish_reasons
-    if call.prompt_token_ids is not None:
-        attrs[I.PROMPT_TOKEN_IDS.value] = call.prompt_token_ids
-    if call.response_token_ids is not None:
-        attrs[I.RESPONSE_TOKEN_IDS.value] = call.response_token_ids
     usage = call.usage
     if usage is not None:
         if usage.input_tokens is not None:
@@ -163,14 +168,7 @@ def read_genai(r: AttributeReader, record: type[CallT]) -> CallT:
     operation = r.attributes.get(G.OPERATION_NAME.value)
     call = record(
         endpoint=COMPLETIONS if operation == "text_completion" else CHAT,
-        system=r.text(G.SYSTEM.value),
-        model=r.text(G.REQUEST_MODEL.value),
-        api_base=r.text(G.OPENAI_API_BASE.value),
-        error_type=r.text(G.ERROR_TYPE.value),
-        response_id=r.text(G.RESPONSE_ID.value),
-        response_model=r.text(G.RESPONSE_MODEL.value),
-        prompt_token_ids=r.ints(I.PROMPT_TOKEN_IDS.value),
-        response_token_ids=r.ints(I.RESPONSE_TOKEN_IDS.value),
+        **read_fields(r, (*_REQUEST_FIELDS, *_RESPONSE_FIELDS)),
     )
     functions = G.REQUEST_FUNCTIONS.value.removeprefix(G.REQUEST.value + ".") + "."
     for key, value in r.under(G.REQUEST.value).items():

@@ -6,13 +6,8 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from .._narrow import as_dict, as_int_list, as_list, as_mapping
-from ._attribute_reader import (
-    AttributeReader,
-    dumps,
-    floats,
-    is_number,
-    str_or_none,
-)
+from ._attribute_reader import AttributeReader, dumps, floats, is_number, str_or_none
+from ._fields import Field, read_fields, write_fields
 from ._llm_record import CHAT, COMPLETIONS, LLMCallFields, LLMChoice, LLMUsage
 from ._names import GenAIAttributes as G
 from ._names import LLMCallAttributes as L
@@ -33,6 +28,59 @@ _PROXY_PARAM_ATTRS = {
     "n": G.REQUEST_CHOICE_COUNT,
 }
 
+_REQUEST_FIELDS = (
+    Field("stream", L.STREAM.value, AttributeReader.flag),
+    Field("route", L.ROUTE.value, AttributeReader.text),
+    Field("system", G.SYSTEM.value, AttributeReader.text, skip_empty=True),
+    Field("model", G.REQUEST_MODEL.value, AttributeReader.text),
+)
+_PAYLOAD_FIELDS = (
+    Field(
+        "messages",
+        L.REQUEST_MESSAGES.value,
+        lambda r, key: r.json_list(key, "a JSON list of messages"),
+        encode=dumps,
+    ),
+    Field("prompt", L.REQUEST_PROMPT.value, AttributeReader.json, encode=dumps),
+    Field(
+        "tools",
+        L.REQUEST_TOOLS.value,
+        lambda r, key: r.json_list(key, "a JSON list of tools"),
+        skip_empty=True,
+        encode=dumps,
+    ),
+    Field(
+        "params",
+        L.REQUEST_PARAMS.value,
+        lambda r, key: r.json(key, dict, "a JSON object") or {},
+        skip_empty=True,
+        encode=dumps,
+    ),
+    Field("deployment_model", L.DEPLOYMENT_MODEL.value, AttributeReader.text, skip_empty=True),
+    Field("api_base", L.DEPLOYMENT_API_BASE.value, AttributeReader.text, skip_empty=True),
+)
+_RESPONSE_FIELDS = (
+    Field("http_status", L.HTTP_STATUS.value, AttributeReader.integer),
+    Field("latency_ms", L.LATENCY_MS.value, AttributeReader.number),
+    Field("time_to_first_chunk_ms", L.TIME_TO_FIRST_CHUNK_MS.value, AttributeReader.number),
+    Field(
+        "client_disconnected",
+        L.CLIENT_DISCONNECTED.value,
+        lambda r, key: bool(r.flag(key)),
+        skip_empty=True,
+    ),
+    Field("error_type", G.ERROR_TYPE.value, AttributeReader.text, skip_empty=True),
+    Field("error_message", L.ERROR_MESSAGE.value, AttributeReader.text, skip_empty=True),
+    Field("response_id", G.RESPONSE_ID.value, AttributeReader.text, skip_empty=True),
+    Field("response_model", G.RESPONSE_MODEL.value, AttributeReader.text, skip_empty=True),
+    Field("prompt_token_ids", L.PROMPT_TOKEN_IDS.value, AttributeReader.ints),
+    Field("response_token_ids", L.RESPONSE_TOKEN_IDS.value, AttributeReader.ints),
+)
+_USAGE_FIELDS = (
+    Field("input_tokens", G.USAGE_INPUT_TOKENS.value, AttributeReader.integer),
+    Field("output_tokens", G.USAGE_OUTPUT_TOKENS.value, AttributeReader.integer),
+)
+
 
 def proxy_request(call: LLMCallFields) -> dict[str, Any]:
     """The attributes of ``call`` known when the request is sent."""
@@ -40,14 +88,7 @@ def proxy_request(call: LLMCallFields) -> dict[str, Any]:
         G.OPERATION_NAME.value: call.operation_name,
         L.ENDPOINT.value: call.endpoint,
     }
-    if call.stream is not None:
-        attrs[L.STREAM.value] = call.stream
-    if call.route is not None:
-        attrs[L.ROUTE.value] = call.route
-    if call.system:
-        attrs[G.SYSTEM.value] = call.system
-    if call.model is not None:
-        attrs[G.REQUEST_MODEL.value] = call.model
+    write_fields(call, _REQUEST_FIELDS, attrs)
     for key, name in _PROXY_PARAM_ATTRS.items():
         value = call.params.get(key)
         if is_number(value):
@@ -59,46 +100,16 @@ def proxy_request(call: LLMCallFields) -> dict[str, Any]:
         stops = as_list(stop) or []
         if all(isinstance(s, str) for s in stops):
             attrs[G.REQUEST_STOP_SEQUENCES.value] = stop
-    if call.messages is not None:
-        attrs[L.REQUEST_MESSAGES.value] = dumps(call.messages)
-    if call.prompt is not None:
-        attrs[L.REQUEST_PROMPT.value] = dumps(call.prompt)
-    if call.tools:
-        attrs[L.REQUEST_TOOLS.value] = dumps(call.tools)
-    if call.params:
-        attrs[L.REQUEST_PARAMS.value] = dumps(call.params)
-    if call.deployment_model:
-        attrs[L.DEPLOYMENT_MODEL.value] = call.deployment_model
-    if call.api_base:
-        attrs[L.DEPLOYMENT_API_BASE.value] = call.api_base
+    write_fields(call, _PAYLOAD_FIELDS, attrs)
     return attrs
 
 
 def proxy_response(call: LLMCallFields) -> dict[str, Any]:
     """The attributes of ``call`` known once it ended: the response, its outcome and its timing."""
     attrs: dict[str, Any] = {}
-    if call.http_status is not None:
-        attrs[L.HTTP_STATUS.value] = call.http_status
-    if call.latency_ms is not None:
-        attrs[L.LATENCY_MS.value] = call.latency_ms
-    if call.time_to_first_chunk_ms is not None:
-        attrs[L.TIME_TO_FIRST_CHUNK_MS.value] = call.time_to_first_chunk_ms
-    if call.client_disconnected:
-        attrs[L.CLIENT_DISCONNECTED.value] = True
-    if call.error_type:
-        attrs[G.ERROR_TYPE.value] = call.error_type
-    if call.error_message:
-        attrs[L.ERROR_MESSAGE.value] = call.error_message
-    if call.response_id:
-        attrs[G.RESPONSE_ID.value] = call.response_id
-    if call.response_model:
-        attrs[G.RESPONSE_MODEL.value] = call.response_model
-    if call.prompt_token_ids is not None:
-        attrs[L.PROMPT_TOKEN_IDS.value] = call.prompt_token_ids
+    write_fields(call, _RESPONSE_FIELDS, attrs)
     if call.finish_reasons:
         attrs[G.RESPONSE_FINISH_REASONS.value] = call.finish_reasons
-    if call.response_token_ids is not None:
-        attrs[L.RESPONSE_TOKEN_IDS.value] = call.response_token_ids
     if call.choices:
         first = call.choices[0]
         if first.logprobs is not None:
@@ -117,10 +128,7 @@ def proxy_response(call: LLMCallFields) -> dict[str, Any]:
                 ]
             )
     if call.usage is not None:
-        if call.usage.input_tokens is not None:
-            attrs[G.USAGE_INPUT_TOKENS.value] = call.usage.input_tokens
-        if call.usage.output_tokens is not None:
-            attrs[G.USAGE_OUTPUT_TOKENS.value] = call.usage.output_tokens
+        write_fields(call.usage, _USAGE_FIELDS, attrs)
     return attrs
 
 
@@ -131,26 +139,7 @@ def read_proxy(r: AttributeReader, record: type[CallT]) -> CallT:
         endpoint = COMPLETIONS if r.attributes.get(G.OPERATION_NAME.value) == "text_completion" else CHAT
     call = record(
         endpoint=endpoint,
-        system=r.text(G.SYSTEM.value),
-        model=r.text(G.REQUEST_MODEL.value),
-        stream=r.flag(L.STREAM.value),
-        params=r.json(L.REQUEST_PARAMS.value, dict, "a JSON object") or {},
-        messages=r.json_list(L.REQUEST_MESSAGES.value, "a JSON list of messages"),
-        prompt=r.json(L.REQUEST_PROMPT.value),
-        tools=r.json_list(L.REQUEST_TOOLS.value, "a JSON list of tools"),
-        api_base=r.text(L.DEPLOYMENT_API_BASE.value),
-        route=r.text(L.ROUTE.value),
-        deployment_model=r.text(L.DEPLOYMENT_MODEL.value),
-        http_status=r.integer(L.HTTP_STATUS.value),
-        latency_ms=r.number(L.LATENCY_MS.value),
-        time_to_first_chunk_ms=r.number(L.TIME_TO_FIRST_CHUNK_MS.value),
-        client_disconnected=bool(r.flag(L.CLIENT_DISCONNECTED.value)),
-        error_type=r.text(G.ERROR_TYPE.value),
-        error_message=r.text(L.ERROR_MESSAGE.value),
-        response_id=r.text(G.RESPONSE_ID.value),
-        response_model=r.text(G.RESPONSE_MODEL.value),
-        prompt_token_ids=r.ints(L.PROMPT_TOKEN_IDS.value),
-        response_token_ids=r.ints(L.RESPONSE_TOKEN_IDS.value),
+        **read_fields(r, (*_REQUEST_FIELDS, *_PAYLOAD_FIELDS, *_RESPONSE_FIELDS)),
     )
     messages = r.json_list(L.RESPONSE_MESSAGES.value, "a JSON list of messages") or []
     details = r.json_list(L.RESPONSE_CHOICES.value, "a JSON list of choices")
@@ -189,10 +178,7 @@ def read_proxy(r: AttributeReader, record: type[CallT]) -> CallT:
             call.choices[0].logprobs = floats(
                 r.get(L.RESPONSE_LOGPROBS.value, (list, tuple), "a list of numbers")
             )
-    usage = LLMUsage(
-        input_tokens=r.integer(G.USAGE_INPUT_TOKENS.value),
-        output_tokens=r.integer(G.USAGE_OUTPUT_TOKENS.value),
-    )
+    usage = LLMUsage(**read_fields(r, _USAGE_FIELDS))
     if usage.input_tokens is not None or usage.output_tokens is not None:
         call.usage = usage
     return call

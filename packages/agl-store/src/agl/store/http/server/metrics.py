@@ -39,6 +39,8 @@ __all__ = [
     "HttpMetrics",
     "MetricsMiddleware",
     "StoreFigures",
+    "exposition",
+    "http_metrics",
     "multiprocess_enabled",
     "route_template",
 ]
