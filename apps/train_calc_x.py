@@ -141,6 +141,23 @@ def make_store(spec: str | None, out_dir: Path) -> Any:
         raise SystemExit(f"--store: {exc}") from None
 
 
+def startup_breakdown(marks: dict[str, float], first_step_at: float) -> str:
+    """Seconds between the start-up milestones (``LocalGRPO.startup``), e.g. "app imports and store 3.1 s, ..."."""
+    labels = {
+        "run": "app imports, store, runners",
+        "torch": "torch",
+        "model": "model load (transformers)",
+        "server": "model server",
+        "proxy": "LLM proxy",
+    }
+    parts: list[str] = []
+    previous = LAUNCHED
+    for name, at in [*marks.items(), ("first step", first_step_at)]:
+        parts.append(f"{labels.get(name, name)} {at - previous:.1f}s")
+        previous = at
+    return ", ".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.algorithm == "verl":
@@ -225,7 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     trainer.fit(calc_agent, train, val_dataset=val)
     bar.close()
     if algorithm.first_step_at is not None:
-        print(f"first training step began {algorithm.first_step_at - LAUNCHED:.1f}s after launch")
+        print(
+            f"first training step began {algorithm.first_step_at - LAUNCHED:.1f}s after launch "
+            f"({startup_breakdown(algorithm.startup, algorithm.first_step_at)})"
+        )
     metrics.close()
     if not algorithm.validations:
         print("no validation ran; nothing to summarise", file=sys.stderr)

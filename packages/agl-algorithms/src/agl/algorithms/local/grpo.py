@@ -130,18 +130,23 @@ class LocalGRPO(Algorithm):
         self.policy: Any = None
         self.tokenizer: Any = None
         self.first_step_at: float | None = None
-        self._update_threads = _ThreadChoice(os.cpu_count() or 1)
         """``time.time()`` when the first training step began (its rollouts were enqueued)."""
+        self.startup: dict[str, float] = {}
+        """``time.time()`` at each start-up milestone of :meth:`run`, in order: ``run`` (called),
+        ``torch`` (imported), ``model`` (loaded), ``server`` (model server up), ``proxy`` (LLM proxy up)."""
+        self._update_threads = _ThreadChoice(os.cpu_count() or 1)
 
     # -- main loop -----------------------------------------------------------------------------
 
     async def run(
         self, train_dataset: Dataset[Any] | None = None, val_dataset: Dataset[Any] | None = None
     ) -> None:
+        self.startup = {"run": time.time()}
         with requires_extra("agl-algorithms", "LocalGRPO"):
             import torch
 
             from .server import ModelServer, load_model
+        self.startup["torch"] = time.time()
 
         cfg = self.config
         if train_dataset is None or len(train_dataset) == 0:
@@ -157,6 +162,7 @@ class LocalGRPO(Algorithm):
         store = self.get_store()
 
         self.policy, self.tokenizer = await asyncio.to_thread(load_model, self.model_path, device=cfg.device)
+        self.startup["model"] = time.time()
         self.server = ModelServer(
             copy.deepcopy(self.policy),
             self.tokenizer,
@@ -164,9 +170,11 @@ class LocalGRPO(Algorithm):
             max_batch_size=cfg.max_batch_size,
         )
         await asyncio.to_thread(self.server.start)
+        self.startup["server"] = time.time()
         proxy = await self._prepare_proxy()
         proxy_lifetime = contextlib.AsyncExitStack()
         await proxy_lifetime.enter_async_context(running_proxy(proxy))
+        self.startup["proxy"] = time.time()
         optimizer = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         try:
             self.first_step_at = None
