@@ -206,9 +206,12 @@ class CountingStore(InMemoryLightningStore):
         self.in_flight = 0
         self.most_in_flight = 0
         self.limits: list[int] = []
+        self.polled = asyncio.Event()
 
     async def _dequeue_rollouts(self, limit: int, worker_id: str | None, timeout: float) -> list[Any]:
         self.dequeues += 1
+        if self.dequeues >= 3:
+            self.polled.set()
         self.limits.append(limit)
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
@@ -222,23 +225,23 @@ async def test_idle_slots_share_one_poll_and_a_burst_is_claimed_at_once() -> Non
     store = CountingStore()
     await store.add_resources(LLM_RESOURCES)
     release = asyncio.Event()
+    all_running = asyncio.Event()
     seen: list[tuple[int, str]] = []
 
     @rollout
     async def waiting(task: int, llm: LLM) -> float:
         seen.append((task, llm.model))
+        if len(seen) == 16:
+            all_running.set()
         await release.wait()
         return 1.0
 
     runner = make_runner(max_rollouts=16, concurrency=16, poll_interval=0.05, interval_jitter=0.0)
     with runner.run_context(agent=waiting, store=store):
         task = asyncio.create_task(runner.iter())
-        deadline = time.monotonic() + 10
-        while store.dequeues < 3 and time.monotonic() < deadline:  # idle: a few polls go by
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(store.polled.wait(), 10)  # idle: a few polls go by
         await store.enqueue_many_rollouts([EnqueueRolloutRequest(input=i) for i in range(16)])
-        while len(seen) < 16 and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(all_running.wait(), 10)
         release.set()
         await asyncio.wait_for(task, timeout=10)
     assert runner.processed == 16 and sorted(t for t, _ in seen) == list(range(16))
