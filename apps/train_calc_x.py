@@ -95,6 +95,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--turn-discount", type=float, default=0.9, help="gamma of --credit turn-discount")
     p.add_argument("--threads", type=int, default=1, help="torch threads of the training process")
     p.add_argument(
+        "--trace-client-calls",
+        action="store_true",
+        help="also record each LLM call as the agent's openai client saw it (a second span per call; the "
+        "LLM proxy's span, with the token ids training uses, is recorded either way)",
+    )
+    p.add_argument(
         "--trace-level",
         choices=["transition", "trajectory"],
         default="transition",
@@ -231,9 +237,12 @@ def main(argv: list[str] | None = None) -> int:
         on_validation=on_validation,
         metrics=metrics,
     )
+    from agl.tracer import OtelTracer
+
     trainer = Trainer(
         algorithm=algorithm,
         n_runners=args.n_runners,
+        tracer=OtelTracer(instrument_openai=args.trace_client_calls),
         store=make_store(args.store, out_dir),
         strategy="shm",
         runner={"type": "agl.runner.LitAgentRunner", "concurrency": args.concurrency},
