@@ -344,6 +344,7 @@ class LocalGRPO(Algorithm):
 
         cfg = self.config
         t0 = time.perf_counter()
+        cpu0 = time.process_time()
         resources_id = await self._publish(store, proxy, cfg.temperature, "train")
         picked = rng.sample(range(len(train_dataset)), cfg.prompts_per_step)
         tasks = [train_dataset[i] for i in picked for _ in range(cfg.n)]
@@ -360,6 +361,7 @@ class LocalGRPO(Algorithm):
                 validating.cancel()
             raise
         t1 = time.perf_counter()
+        cpu1 = time.process_time()
         generated = self.server.engine.stats["generated_tokens"] - tokens_before
         generation_batches = self.server.engine.stats["batches"] - batches_before
         generation_s = self.server.engine.stats["busy_s"] - busy_before
@@ -413,6 +415,7 @@ class LocalGRPO(Algorithm):
         if samples:
             await asyncio.to_thread(self.server.update_weights, self.policy.state_dict())
         t2 = time.perf_counter()
+        cpu2 = time.process_time()
         all_rewards = [e[0] for e in episodes]
         kept_groups = len({groups[i] for i, a in zip(usable, advantages, strict=False) if a is not None})
         return {
@@ -434,6 +437,11 @@ class LocalGRPO(Algorithm):
             "validation_wait_s": waited,
             "update_threads": threads,
             "step_s": t2 - t0,
+            # CPU seconds of this whole process (every thread: runners, proxy, store, model server) in
+            # the step: a measure that the machine's other jobs inflate far less than wall time.
+            "rollout_cpu_s": cpu1 - cpu0,
+            "update_cpu_s": cpu2 - cpu1,
+            "step_cpu_s": cpu2 - cpu0,
             "model_version": self.server.version,
         }
 
