@@ -95,6 +95,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--turn-discount", type=float, default=0.9, help="gamma of --credit turn-discount")
     p.add_argument("--threads", type=int, default=1, help="torch threads of the training process")
     p.add_argument(
+        "--trace-client-calls",
+        action="store_true",
+        help="also record each LLM call as the agent's openai client saw it (a second span per call; the "
+        "LLM proxy's span, with the token ids training uses, is recorded either way)",
+    )
+    p.add_argument(
         "--trace-level",
         choices=["transition", "trajectory"],
         default="transition",
@@ -139,6 +145,23 @@ def make_store(spec: str | None, out_dir: Path) -> Any:
         return open_store(spec)
     except ValueError as exc:
         raise SystemExit(f"--store: {exc}") from None
+
+
+def startup_breakdown(marks: dict[str, float], first_step_at: float) -> str:
+    """Seconds between the start-up milestones (``LocalGRPO.startup``), e.g. "app imports and store 3.1 s, ..."."""
+    labels = {
+        "run": "app imports, store, runners",
+        "torch": "torch",
+        "model": "model load (transformers)",
+        "server": "model server",
+        "proxy": "LLM proxy",
+    }
+    parts: list[str] = []
+    previous = LAUNCHED
+    for name, at in [*marks.items(), ("first step", first_step_at)]:
+        parts.append(f"{labels.get(name, name)} {at - previous:.1f}s")
+        previous = at
+    return ", ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,9 +237,12 @@ def main(argv: list[str] | None = None) -> int:
         on_validation=on_validation,
         metrics=metrics,
     )
+    from agl.tracer import OtelTracer
+
     trainer = Trainer(
         algorithm=algorithm,
         n_runners=args.n_runners,
+        tracer=OtelTracer(instrument_openai=args.trace_client_calls),
         store=make_store(args.store, out_dir),
         strategy="shm",
         runner={"type": "agl.runner.LitAgentRunner", "concurrency": args.concurrency},
@@ -225,7 +251,10 @@ def main(argv: list[str] | None = None) -> int:
     trainer.fit(calc_agent, train, val_dataset=val)
     bar.close()
     if algorithm.first_step_at is not None:
-        print(f"first training step began {algorithm.first_step_at - LAUNCHED:.1f}s after launch")
+        print(
+            f"first training step began {algorithm.first_step_at - LAUNCHED:.1f}s after launch "
+            f"({startup_breakdown(algorithm.startup, algorithm.first_step_at)})"
+        )
     metrics.close()
     if not algorithm.validations:
         print("no validation ran; nothing to summarise", file=sys.stderr)

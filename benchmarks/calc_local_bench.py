@@ -87,8 +87,10 @@ async def main() -> None:
     print(f"validation before: accuracy {before:.1%}, tool use {before_tool:.1%}", flush=True)
     rollout_s = update_s = 0.0
     step_times: list[float] = []
+    step_cpu: list[float] = []
     for step in range(1, args.steps + 1):
         t0 = time.perf_counter()
+        cpu0 = time.process_time()
         tasks = rng.sample(train, args.prompts)
         batch = [t for t in tasks for _ in range(args.n)]
         tokens_before = server.engine.stats["generated_tokens"]
@@ -108,6 +110,7 @@ async def main() -> None:
         rollout_s += t1 - t0
         update_s += t2 - t1
         step_times.append(t2 - t0)
+        step_cpu.append(time.process_time() - cpu0)
         generated = server.engine.stats["generated_tokens"] - tokens_before
         mean_reward = sum(e["reward"] for e in episodes) / len(episodes)
         tool = sum(e["tool"] for e in episodes) / len(episodes)
@@ -131,7 +134,15 @@ async def main() -> None:
     print(f"validation accuracy: {before:.1%} -> {after:.1%}")
     if args.json:
         args.json.write_text(
-            json.dumps({"step_s": step_times, "before": before, "after": after, "minutes": minutes})
+            json.dumps(
+                {
+                    "step_s": step_times,
+                    "step_cpu_s": step_cpu,
+                    "before": before,
+                    "after": after,
+                    "minutes": minutes,
+                }
+            )
         )
 
 

@@ -7,7 +7,8 @@ Runs ``benchmarks/calc_local_bench.py`` (agent -> model server -> GRPO update; n
 proxy) and then ``apps/train_calc_x.py`` (runners, LLM proxy, SQLite store, adapter, LocalGRPO) with the
 same model, seed, batch (16 x 8) and number of steps, and prints each one's median seconds per step and
 their ratio (the whole system's overhead). Validation is kept small on both sides (64 questions, before
-and after only) since it is not what is compared.
+and after only) since it is not what is compared. Also prints the ratio of CPU seconds per step (each
+process's own, every thread), which other jobs on the machine inflate far less than wall time.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def main() -> None:
             check=True,
             stdout=subprocess.DEVNULL,
         )
-        bare = json.loads(bench_json.read_text())["step_s"]
+        bench = json.loads(bench_json.read_text())
+        bare, bare_cpu = bench["step_s"], bench.get("step_cpu_s", [])
         print(f"load average between: {os.getloadavg()[0]:.2f}", flush=True)
         out = Path(tmp) / "app"
         subprocess.run(
@@ -55,12 +57,17 @@ def main() -> None:
             stderr=subprocess.DEVNULL,
         )
         rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-        app = [float(r["step_s"]) for r in rows if r.get("kind") == "train"]
+        train_rows = [r for r in rows if r.get("kind") == "train"]
+        app = [float(r["step_s"]) for r in train_rows]
+        app_cpu = [float(r["step_cpu_s"]) for r in train_rows if "step_cpu_s" in r]
         print(f"load average after: {os.getloadavg()[0]:.2f}")
     b, a = statistics.median(bare), statistics.median(app)
     print(f"bare loop: median {b:.2f} s/step over {len(bare)} steps")
     print(f"whole system: median {a:.2f} s/step over {len(app)} steps")
     print(f"whole system / bare loop: {a / b:.2f}x per step")
+    if bare_cpu and app_cpu:  # CPU seconds of each process per step: less sensitive to the machine's load
+        bc, ac = statistics.median(bare_cpu), statistics.median(app_cpu)
+        print(f"CPU per step: bare loop {bc:.2f} s, whole system {ac:.2f} s: {ac / bc:.2f}x")
 
 
 if __name__ == "__main__":

@@ -56,6 +56,10 @@ def test_three_steps_through_the_whole_system(tmp_path: Path) -> None:
     assert [m["step"] for m in validations] == [0, 2, 3]
     assert all(m["failed"] == 0 for m in lines)
     assert all(m["generated_tokens"] > 0 and m["rollout_s"] > 0 for m in train)
+    assert all(m["step_cpu_s"] == pytest.approx(m["rollout_cpu_s"] + m["update_cpu_s"]) for m in train)
+    assert all(m["step_cpu_s"] > 0 for m in train)
+    first = next(line for line in result.stdout.splitlines() if line.startswith("first training step"))
+    assert re.search(r"torch [\d.]+s, model load \(transformers\) [\d.]+s, .*LLM proxy [\d.]+s", first), first
     assert (out / "reward_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "checkpoint" / "final" / "config.json").exists()
 
@@ -72,7 +76,9 @@ def test_three_steps_through_the_whole_system(tmp_path: Path) -> None:
 
             for rollout in rollouts[:5]:
                 spans = (await store.query_spans(rollout.rollout_id)).items
-                assert "agentlightning.llm_call" in {s.name for s in spans}  # recorded by the LLM proxy
+                names = {s.name for s in spans}
+                assert "agentlightning.llm_call" in names  # recorded by the LLM proxy
+                assert "openai.chat.completion" not in names  # the client side is not traced twice by default
                 assert find_final_reward(spans) in (0.0, 1.0)  # emitted by the agent
         finally:
             await store.close()

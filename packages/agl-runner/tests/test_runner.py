@@ -13,7 +13,16 @@ import pytest
 from agl.runner import Hook, LitAgent, LitAgentRunner, rollout
 from agl.store import InMemoryLightningStore
 from agl.tracer import OtelTracer, emit_reward, find_final_reward, get_reward_value
-from agl.types import LLM, NamedResources, Rollout, RolloutConfig, Span, SpanCoreFields, TraceStatus
+from agl.types import (
+    LLM,
+    EnqueueRolloutRequest,
+    NamedResources,
+    Rollout,
+    RolloutConfig,
+    Span,
+    SpanCoreFields,
+    TraceStatus,
+)
 
 LLM_RESOURCES: NamedResources = {"llm": LLM(endpoint="http://127.0.0.1:9/v1", model="m")}
 
@@ -186,6 +195,60 @@ async def test_max_rollouts_and_concurrency() -> None:
     assert runner.processed == 4 and sorted(seen) == [0, 1, 2, 3]
     statuses = sorted(r.status for r in await store.query_rollouts())
     assert statuses == ["queuing"] + ["succeeded"] * 4
+
+
+class CountingStore(InMemoryLightningStore):
+    """Counts the dequeue calls and how many are in flight at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dequeues = 0
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.limits: list[int] = []
+        self.polled = asyncio.Event()
+
+    async def _dequeue_rollouts(self, limit: int, worker_id: str | None, timeout: float) -> list[Any]:
+        self.dequeues += 1
+        if self.dequeues >= 3:
+            self.polled.set()
+        self.limits.append(limit)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            return await super()._dequeue_rollouts(limit, worker_id, timeout)
+        finally:
+            self.in_flight -= 1
+
+
+async def test_idle_slots_share_one_poll_and_a_burst_is_claimed_at_once() -> None:
+    store = CountingStore()
+    await store.add_resources(LLM_RESOURCES)
+    release = asyncio.Event()
+    all_running = asyncio.Event()
+    seen: list[tuple[int, str]] = []
+
+    @rollout
+    async def waiting(task: int, llm: LLM) -> float:
+        seen.append((task, llm.model))
+        if len(seen) == 16:
+            all_running.set()
+        await release.wait()
+        return 1.0
+
+    runner = make_runner(max_rollouts=16, concurrency=16, poll_interval=0.05, interval_jitter=0.0)
+    with runner.run_context(agent=waiting, store=store):
+        task = asyncio.create_task(runner.iter())
+        await asyncio.wait_for(store.polled.wait(), 10)  # idle: a few polls go by
+        await store.enqueue_many_rollouts([EnqueueRolloutRequest(input=i) for i in range(16)])
+        await asyncio.wait_for(all_running.wait(), 10)
+        release.set()
+        await asyncio.wait_for(task, timeout=10)
+    assert runner.processed == 16 and sorted(t for t, _ in seen) == list(range(16))
+    assert {m for _, m in seen} == {"m"}  # every claim came with its resources
+    assert store.most_in_flight == 1  # sixteen idle slots, one poll at a time
+    assert max(store.limits) == 16  # the burst was claimed for every waiting slot in one call
+    assert sorted(r.status for r in await store.query_rollouts()) == ["succeeded"] * 16
 
 
 async def test_heartbeats_reach_the_worker_and_keep_a_long_attempt_alive() -> None:

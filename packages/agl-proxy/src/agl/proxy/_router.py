@@ -136,17 +136,25 @@ class Deployment:
 
 
 class ModelRouter:
-    """Wraps a LiteLLM ``Router`` built from a ``model_list`` (LiteLLM's format)."""
+    """Wraps a LiteLLM ``Router`` built from a ``model_list`` (LiteLLM's format).
+
+    LiteLLM (seconds of CPU to import) is loaded only when something may use it: a model name served by
+    several deployments (the Router chooses), a backend the proxy cannot forward to directly, or
+    ``direct_forwarding=False``. A proxy in front of OpenAI-compatible servers, one deployment a name,
+    never imports it; :attr:`router` still builds it on first access.
+    """
 
     def __init__(
-        self, model_list: Sequence[dict[str, Any]], router_kwargs: dict[str, Any] | None = None
+        self,
+        model_list: Sequence[dict[str, Any]],
+        router_kwargs: dict[str, Any] | None = None,
+        *,
+        direct_forwarding: bool = True,
     ) -> None:
         validate_model_list(model_list)
-        litellm = import_litellm()
         self.model_list = [dict(entry) for entry in model_list]
-        self.router = litellm.Router(
-            model_list=[_copy_entry(e) for e in self.model_list], **(router_kwargs or {})
-        )
+        self._router_kwargs = dict(router_kwargs or {})
+        self._router: Any = None
         self.model_names = sorted({str(e["model_name"]) for e in self.model_list})
         self._by_id: dict[str, Deployment] = {}
         # A name served by one deployment leaves the Router nothing to choose: skip its selection
@@ -159,6 +167,21 @@ class ModelRouter:
             for e in self.model_list
             if counts[str(e["model_name"])] == 1
         }
+        all_direct = len(self._single) == len(self.model_list) and all(
+            d.direct for d in self._single.values()
+        )
+        if not (direct_forwarding and all_direct):
+            _ = self.router  # LiteLLM will serve or route calls: import it now, not on the first request
+
+    @property
+    def router(self) -> Any:
+        """LiteLLM's ``Router`` over the model list (imported and built on first use)."""
+        if self._router is None:
+            litellm = import_litellm()
+            self._router = litellm.Router(
+                model_list=[_copy_entry(e) for e in self.model_list], **self._router_kwargs
+            )
+        return self._router
 
     async def select(self, model: str, request: dict[str, Any]) -> Deployment:
         """Pick a deployment for ``model`` with the Router's strategy. Unknown model → ``LookupError``."""

@@ -193,8 +193,13 @@ class LLMProxy:
             raise RuntimeError("LLMProxy needs a store before start(): LLMProxy(store=...) or set_store()")
         if not self.model_list:
             raise RuntimeError("LLMProxy needs a non-empty model_list before start()")
-        # Importing LiteLLM and building the Router take seconds: not on the caller's loop.
-        router = await asyncio.to_thread(ModelRouter, self.model_list, self.router_kwargs)
+        # Importing LiteLLM (when the model list needs it) takes seconds: not on the caller's loop.
+        router = await asyncio.to_thread(
+            ModelRouter,
+            self.model_list,
+            self.router_kwargs,
+            direct_forwarding=self.settings.direct_forwarding,
+        )
         sock = _bind(self.host, self.port)
         self._bound_port = int(sock.getsockname()[1])
         home_loop = asyncio.get_running_loop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import random
@@ -263,8 +264,9 @@ class LitAgentRunner(Runner[T]):
             heartbeat = asyncio.create_task(beats, name=f"{self.get_worker_id()}-heartbeat")
         self._processed = 0
         claimed = [0]
+        gate = _ClaimGate()
         try:
-            loops = [self._claim_loop(store, event, claimed) for _ in range(self.concurrency)]
+            loops = [self._claim_loop(store, event, claimed, gate) for _ in range(self.concurrency)]
             await asyncio.gather(*loops)
         finally:
             if heartbeat is not None:
@@ -274,36 +276,58 @@ class LitAgentRunner(Runner[T]):
         logger.info("%s stopped after %d rollouts", self.get_worker_id(), self._processed)
 
     async def _claim_loop(
-        self, store: LightningStore, event: ExecutionEvent | None, claimed: list[int]
+        self, store: LightningStore, event: ExecutionEvent | None, claimed: list[int], gate: _ClaimGate
     ) -> None:
         worker_id = self.get_worker_id()
         backoff = 0.05
-        while not _stopped(event):
+        while True:
+            if gate.ready:  # claimed for this runner by another loop (counted in ``claimed``): run it first
+                rollout, resources = gate.ready.popleft()
+                await self._run_claimed(rollout, resources)
+                continue
+            if _stopped(event):
+                return
             if self.max_rollouts is not None and claimed[0] >= self.max_rollouts:
                 return
-            claimed[0] += 1  # reserve a slot before claiming, released if nothing came
-            timeout = self._jittered(self.poll_interval)
-            asked = time.monotonic()
+            # One idle loop at a time polls the store and claims work for every loop waiting behind it
+            # (one store call instead of one long poll per idle slot: 64 slots would poll 64 times).
+            gate.idle += 1
             try:
-                got = await store.dequeue_rollout_with_resources(worker_id, timeout=timeout)
-            except Exception as exc:
-                claimed[0] -= 1
-                logger.warning("%s: dequeue failed (%s); retrying in %.2fs", worker_id, exc, backoff)
-                await _sleep_unless(event, backoff)
-                backoff = min(backoff * 2, 2.0)
-                continue
-            backoff = 0.05
-            if got is None:
-                claimed[0] -= 1
-                if time.monotonic() - asked < min(timeout, 0.05) / 2:
-                    # The store answered at once instead of waiting (no long poll): do not spin.
-                    await _sleep_unless(event, min(timeout, 0.05))
-                continue
-            rollout, resources = got
-            await self._step_impl(rollout, resources=_ClaimedResources(resources))
-            self._processed += 1
-            if self._processed == 1 or self._processed % 100 == 0:
-                logger.info("%s: %d rollouts done", worker_id, self._processed)
+                async with gate.lock:
+                    if gate.ready or _stopped(event):
+                        continue
+                    limit = gate.idle
+                    if self.max_rollouts is not None:
+                        limit = min(limit, self.max_rollouts - claimed[0])
+                    if limit <= 0:
+                        continue
+                    claimed[0] += limit  # reserve the slots before claiming; released if nothing came
+                    timeout = self._jittered(self.poll_interval)
+                    asked = time.monotonic()
+                    try:
+                        got = await _claim(store, worker_id, limit, timeout)
+                    except Exception as exc:
+                        claimed[0] -= limit
+                        logger.warning("%s: dequeue failed (%s); retrying in %.2fs", worker_id, exc, backoff)
+                        await _sleep_unless(event, backoff)
+                        backoff = min(backoff * 2, 2.0)
+                        continue
+                    backoff = 0.05
+                    claimed[0] -= limit - len(got)
+                    if not got:
+                        if time.monotonic() - asked < min(timeout, 0.05) / 2:
+                            # The store answered at once instead of waiting (no long poll): do not spin.
+                            await _sleep_unless(event, min(timeout, 0.05))
+                        continue
+                    gate.ready.extend(got)
+            finally:
+                gate.idle -= 1
+
+    async def _run_claimed(self, rollout: AttemptedRollout, resources: ResourcesUpdate | None) -> None:
+        await self._step_impl(rollout, resources=_ClaimedResources(resources))
+        self._processed += 1
+        if self._processed == 1 or self._processed % 100 == 0:
+            logger.info("%s: %d rollouts done", self.get_worker_id(), self._processed)
 
     async def step(
         self,
@@ -541,6 +565,37 @@ class _ClaimedResources:
     """The resources that came with a claim (``update`` ``None``: unknown id, or no resources at all)."""
 
     update: ResourcesUpdate | None
+
+
+class _ClaimGate:
+    """What the claim loops of one runner share: the lock of the one loop that polls the store, how many
+    loops wait for work, and the rollouts it claimed for them."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.idle = 0
+        self.ready: collections.deque[tuple[AttemptedRollout, ResourcesUpdate | None]] = collections.deque()
+
+
+async def _claim(
+    store: LightningStore, worker_id: str, limit: int, timeout: float
+) -> list[tuple[AttemptedRollout, ResourcesUpdate | None]]:
+    """Claim up to ``limit`` rollouts (waiting up to ``timeout`` for the first), each with its resources: the
+    snapshot its ``resources_id`` names, else the latest (fetched once per claim for each distinct id)."""
+    if limit == 1:
+        one = await store.dequeue_rollout_with_resources(worker_id, timeout=timeout)
+        return [] if one is None else [one]
+    rollouts = await store.dequeue_many_rollouts(limit=limit, worker_id=worker_id, timeout=timeout)
+    resources: dict[str | None, ResourcesUpdate | None] = {}
+    claimed: list[tuple[AttemptedRollout, ResourcesUpdate | None]] = []
+    for rollout in rollouts:
+        key = rollout.resources_id or None
+        if key not in resources:
+            resources[key] = await (
+                store.get_resources_by_id(key) if key is not None else store.get_latest_resources()
+            )
+        claimed.append((rollout, resources[key]))
+    return claimed
 
 
 async def _sleep_unless(event: ExecutionEvent | None, seconds: float) -> None:

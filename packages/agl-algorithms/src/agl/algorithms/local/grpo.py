@@ -130,18 +130,23 @@ class LocalGRPO(Algorithm):
         self.policy: Any = None
         self.tokenizer: Any = None
         self.first_step_at: float | None = None
-        self._update_threads = _ThreadChoice(os.cpu_count() or 1)
         """``time.time()`` when the first training step began (its rollouts were enqueued)."""
+        self.startup: dict[str, float] = {}
+        """``time.time()`` at each start-up milestone of :meth:`run`, in order: ``run`` (called),
+        ``torch`` (imported), ``model`` (loaded), ``server`` (model server up), ``proxy`` (LLM proxy up)."""
+        self._update_threads = _ThreadChoice(os.cpu_count() or 1)
 
     # -- main loop -----------------------------------------------------------------------------
 
     async def run(
         self, train_dataset: Dataset[Any] | None = None, val_dataset: Dataset[Any] | None = None
     ) -> None:
+        self.startup = {"run": time.time()}
         with requires_extra("agl-algorithms", "LocalGRPO"):
             import torch
 
             from .server import ModelServer, load_model
+        self.startup["torch"] = time.time()
 
         cfg = self.config
         if train_dataset is None or len(train_dataset) == 0:
@@ -157,6 +162,7 @@ class LocalGRPO(Algorithm):
         store = self.get_store()
 
         self.policy, self.tokenizer = await asyncio.to_thread(load_model, self.model_path, device=cfg.device)
+        self.startup["model"] = time.time()
         self.server = ModelServer(
             copy.deepcopy(self.policy),
             self.tokenizer,
@@ -164,9 +170,11 @@ class LocalGRPO(Algorithm):
             max_batch_size=cfg.max_batch_size,
         )
         await asyncio.to_thread(self.server.start)
+        self.startup["server"] = time.time()
         proxy = await self._prepare_proxy()
         proxy_lifetime = contextlib.AsyncExitStack()
         await proxy_lifetime.enter_async_context(running_proxy(proxy))
+        self.startup["proxy"] = time.time()
         optimizer = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         try:
             self.first_step_at = None
@@ -336,6 +344,7 @@ class LocalGRPO(Algorithm):
 
         cfg = self.config
         t0 = time.perf_counter()
+        cpu0 = time.process_time()
         resources_id = await self._publish(store, proxy, cfg.temperature, "train")
         picked = rng.sample(range(len(train_dataset)), cfg.prompts_per_step)
         tasks = [train_dataset[i] for i in picked for _ in range(cfg.n)]
@@ -352,6 +361,7 @@ class LocalGRPO(Algorithm):
                 validating.cancel()
             raise
         t1 = time.perf_counter()
+        cpu1 = time.process_time()
         generated = self.server.engine.stats["generated_tokens"] - tokens_before
         generation_batches = self.server.engine.stats["batches"] - batches_before
         generation_s = self.server.engine.stats["busy_s"] - busy_before
@@ -405,6 +415,7 @@ class LocalGRPO(Algorithm):
         if samples:
             await asyncio.to_thread(self.server.update_weights, self.policy.state_dict())
         t2 = time.perf_counter()
+        cpu2 = time.process_time()
         all_rewards = [e[0] for e in episodes]
         kept_groups = len({groups[i] for i, a in zip(usable, advantages, strict=False) if a is not None})
         return {
@@ -426,6 +437,11 @@ class LocalGRPO(Algorithm):
             "validation_wait_s": waited,
             "update_threads": threads,
             "step_s": t2 - t0,
+            # CPU seconds of this whole process (every thread: runners, proxy, store, model server) in
+            # the step: a measure that the machine's other jobs inflate far less than wall time.
+            "rollout_cpu_s": cpu1 - cpu0,
+            "update_cpu_s": cpu2 - cpu1,
+            "step_cpu_s": cpu2 - cpu0,
             "model_version": self.server.version,
         }
 
