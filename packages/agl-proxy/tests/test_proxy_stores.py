@@ -16,16 +16,15 @@ from agl.types.semconv import LLMCallAttributes as L
 async def _record_and_read(store: LightningStore, standin: StandinServer, calls: int = 6) -> list[int]:
     rollout = await store.start_rollout(input=None)
     async with running_proxy(store, standin) as proxy:  # stopping flushes
-        client = openai.AsyncOpenAI(
-            base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint, api_key="x"
-        )
+        endpoint = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint
+        async with openai.AsyncOpenAI(base_url=endpoint, api_key="x") as client:
 
-        async def one(i: int) -> None:
-            await client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": f"q{i}"}], stream=i % 2 == 0
-            )
+            async def one(i: int) -> None:
+                await client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": f"q{i}"}], stream=i % 2 == 0
+                )
 
-        await asyncio.gather(*(one(i) for i in range(calls)))
+            await asyncio.gather(*(one(i) for i in range(calls)))
     spans = [s for s in (await store.query_spans(rollout.rollout_id)).items if s.name == AGL_LLM_CALL]
     assert len(spans) == calls
     for span in spans:
