@@ -70,6 +70,7 @@ class Server:
         self.port = _free_port()
         self.log = tmp_path / f"server-{self.port}.log"
         self.proc: subprocess.Popen[str] | None = None
+        self.reader: threading.Thread | None = None
 
     def start(self, timeout: float = 90.0) -> None:
         args = [sys.executable, "-m", "agl.store.cli", "store", "--workers", str(self.workers)]
@@ -82,6 +83,7 @@ class Server:
         reader = threading.Thread(target=lambda: lines.extend(iter(self.proc.stdout.readline, "")))  # type: ignore[union-attr]
         reader.daemon = True
         reader.start()
+        self.reader = reader
         deadline = time.monotonic() + timeout
         while not any("agl store: serving" in line for line in lines):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -96,6 +98,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        if self.reader is not None:
+            self.reader.join(10)  # it reads to the end first: closing under it would fail its next read
         if self.proc is not None and self.proc.stdout is not None:
             self.proc.stdout.close()
         self.proc = None
