@@ -71,6 +71,7 @@ class Server:
         self.log = tmp_path / f"server-{self.port}.log"
         self.proc: subprocess.Popen[str] | None = None
         self.reader: threading.Thread | None = None
+        self.connections: list[http.client.HTTPConnection] = []  # handed out by connection_to, closed by stop
 
     def start(self, timeout: float = 90.0) -> None:
         args = [sys.executable, "-m", "agl.store.cli", "store", "--workers", str(self.workers)]
@@ -91,6 +92,9 @@ class Server:
             time.sleep(0.02)
 
     def stop(self) -> None:
+        for conn in self.connections:
+            conn.close()
+        self.connections.clear()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -110,6 +114,7 @@ class Server:
             conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
             status, headers, _ = request(conn, "GET", API + "/health")
             if status == 200 and headers.get("agl-server-worker") == str(worker):
+                self.connections.append(conn)
                 return conn
             conn.close()
         raise AssertionError(f"no connection reached worker {worker} in {attempts} tries")
