@@ -236,6 +236,7 @@ def test_metrics_need_the_token(run: Run) -> None:
     for token in (None, "wrong"):
         with pytest.raises(urllib.error.HTTPError) as err:
             scrape(run.endpoint + "/metrics", token=token)
+        err.value.close()  # the error holds the response and its socket
         assert err.value.code == 401
 
 

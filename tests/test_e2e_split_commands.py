@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from agl.store.client import LightningStoreClient
-from agl.testing.e2e.dashboard_run import agl_command, read_store_endpoint
+from agl.testing.e2e.dashboard_run import agl_command, close_pipes, read_store_endpoint
 from agl.tracer import find_final_reward
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,6 +31,7 @@ def _killed_on_exit() -> Iterator[list[subprocess.Popen[str]]]:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+            close_pipes(proc)
 
 
 def _stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 30) -> int:
@@ -70,10 +71,10 @@ def test_store_algorithm_and_runners_as_three_commands(tmp_path: Path) -> None:
         env["AGL_SERVER_PORT"] = endpoint.rsplit(":", 1)[1]
         # -W default: a ResourceWarning (an unclosed connection at exit) or an un-awaited coroutine shows
         app = [sys.executable, "-W", "default", "-m", "agl.testing.e2e.split_app", "40"]
-        runners_err = (tmp_path / "runners.err").open("w")
-        runners = subprocess.Popen(
-            app, env={**env, "AGL_CURRENT_ROLE": "runner"}, cwd=ROOT, text=True, stderr=runners_err
-        )
+        with (tmp_path / "runners.err").open("w") as runners_err:  # the child keeps its own copy
+            runners = subprocess.Popen(
+                app, env={**env, "AGL_CURRENT_ROLE": "runner"}, cwd=ROOT, text=True, stderr=runners_err
+            )
         procs.append(runners)
         algorithm = subprocess.Popen(
             app,
@@ -106,7 +107,6 @@ def test_store_algorithm_and_runners_as_three_commands(tmp_path: Path) -> None:
         asyncio.run(check())
         assert runners.poll() is None, "runners keep serving until told to stop"
         assert _stop(runners) == 0
-        runners_err.close()
         _assert_no_leak_warnings("runners", (tmp_path / "runners.err").read_text())
         assert _stop(store) == 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 from agl.runner import rollout
 from agl.testing.e2e.proxy_harness import run_agent
@@ -24,15 +25,24 @@ async def langchain_agent(task: dict[str, Any], llm: LLM) -> float:
     from langchain_openai import ChatOpenAI
 
     add = tool("add")(_add)
+    # Our own HTTP client, closed below: langchain-openai's default one is cached for the whole process, its
+    # connections left to the garbage collector after this rollout's loop closed.
+    http = httpx.AsyncClient()
     chat = ChatOpenAI(
-        model=llm.model, base_url=llm.endpoint, api_key="unused", max_retries=0, streaming=task["stream"]
+        model=llm.model,
+        base_url=llm.endpoint,
+        api_key="unused",
+        max_retries=0,
+        streaming=task["stream"],
+        http_async_client=http,
     ).bind_tools([add])
     messages: list[Any] = [HumanMessage(content=f"Please add {task['a']} and {task['b']}.")]
-    answer = await chat.ainvoke(messages)
-    messages.append(answer)
-    for call in answer.tool_calls:
-        messages.append(ToolMessage(content=str(add.invoke(call["args"])), tool_call_id=call["id"]))
-    final = await chat.ainvoke(messages)
+    async with http:
+        answer = await chat.ainvoke(messages)
+        messages.append(answer)
+        for call in answer.tool_calls:
+            messages.append(ToolMessage(content=str(add.invoke(call["args"])), tool_call_id=call["id"]))
+        final = await chat.ainvoke(messages)
     return 1.0 if final.content == f"The sum is {task['a'] + task['b']}" else 0.0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 from agl.runner import rollout
 from agl.testing.e2e.proxy_harness import run_agent
@@ -26,8 +27,16 @@ async def langgraph_agent(task: dict[str, Any], llm: LLM) -> float:
     from langgraph.prebuilt import ToolNode, tools_condition
 
     add = tool("add")(_add)
+    # Our own HTTP client, closed below: langchain-openai's default one is cached for the whole process, its
+    # connections left to the garbage collector after this rollout's loop closed.
+    http = httpx.AsyncClient()
     chat = ChatOpenAI(
-        model=llm.model, base_url=llm.endpoint, api_key="unused", max_retries=0, streaming=task["stream"]
+        model=llm.model,
+        base_url=llm.endpoint,
+        api_key="unused",
+        max_retries=0,
+        streaming=task["stream"],
+        http_async_client=http,
     ).bind_tools([add])
 
     async def model(state: MessagesState) -> dict[str, Any]:
@@ -39,9 +48,10 @@ async def langgraph_agent(task: dict[str, Any], llm: LLM) -> float:
     graph.add_edge(START, "model")
     graph.add_conditional_edges("model", tools_condition)
     graph.add_edge("tools", "model")
-    result = await graph.compile().ainvoke(
-        {"messages": [HumanMessage(content=f"Please add {task['a']} and {task['b']}.")]}
-    )
+    async with http:
+        result = await graph.compile().ainvoke(
+            {"messages": [HumanMessage(content=f"Please add {task['a']} and {task['b']}.")]}
+        )
     return 1.0 if result["messages"][-1].content == f"The sum is {task['a'] + task['b']}" else 0.0
 
 

@@ -69,20 +69,20 @@ def _question(task: dict[str, int]) -> list[dict[str, Any]]:
 
 @rollout
 def sync_agent(task: dict[str, Any], llm: LLM) -> float:
-    client = openai.OpenAI(base_url=llm.endpoint, api_key="unused", max_retries=0)
     messages = _question(task)
-    for _ in range(2):
-        if task["stream"]:
-            answer = _stream_to_message(
-                client.chat.completions.create(
-                    model=llm.model, messages=messages, tools=[ADD_TOOL], stream=True
-                )  # type: ignore[arg-type,list-item]
-            )
-        else:
-            answer = _from_response(
-                client.chat.completions.create(model=llm.model, messages=messages, tools=[ADD_TOOL])  # type: ignore[arg-type,list-item]
-            )
-        messages = _next_messages(messages, answer)
+    with openai.OpenAI(base_url=llm.endpoint, api_key="unused", max_retries=0) as client:
+        for _ in range(2):
+            if task["stream"]:
+                answer = _stream_to_message(
+                    client.chat.completions.create(
+                        model=llm.model, messages=messages, tools=[ADD_TOOL], stream=True
+                    )  # type: ignore[arg-type,list-item]
+                )
+            else:
+                answer = _from_response(
+                    client.chat.completions.create(model=llm.model, messages=messages, tools=[ADD_TOOL])  # type: ignore[arg-type,list-item]
+                )
+            messages = _next_messages(messages, answer)
     return 1.0 if messages[-1]["content"] == f"The sum is {task['a'] + task['b']}" else 0.0
 
 

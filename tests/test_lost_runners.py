@@ -17,7 +17,7 @@ from agl.algorithms import Baseline
 from agl.runner import ClientServerExecutionStrategy, StrategyError, Trainer
 from agl.store import InMemoryLightningStore, LightningStore
 from agl.store.client import LightningStoreClient
-from agl.testing.e2e.dashboard_run import agl_command, read_store_endpoint
+from agl.testing.e2e.dashboard_run import agl_command, close_pipes, read_store_endpoint
 from agl.testing.e2e.fault_agents import always_exits, exits_on_first_attempt
 from agl.types import LLM, EnqueueRolloutRequest, RolloutConfig
 
@@ -182,3 +182,4 @@ def test_agl_runner_replaces_runner_processes_that_die(n_runners: int) -> None:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+            close_pipes(proc)

@@ -108,6 +108,7 @@ class Processes:
 
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[str]] = []
+        self.collectors: dict[int, threading.Thread] = {}  # by pid: the thread reading that process's output
         self.logs: dict[str, list[str]] = {}
 
     def start(self, label: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
@@ -122,7 +123,9 @@ class Processes:
         )
         self.procs.append(proc)
         lines = self.logs.setdefault(label, [])
-        threading.Thread(target=_collect, args=(proc, lines), daemon=True).start()
+        collector = threading.Thread(target=_collect, args=(proc, lines), daemon=True)
+        collector.start()
+        self.collectors[proc.pid] = collector
         return proc
 
     def kill_all(self) -> None:
@@ -132,6 +135,11 @@ class Processes:
                     os.killpg(proc.pid, signal.SIGKILL)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(10)
+        for proc in self.procs:  # its collector reads its stdout to the end; then the pipe is closed
+            collector = self.collectors[proc.pid]
+            collector.join(10)
+            if proc.stdout is not None and not collector.is_alive():
+                proc.stdout.close()
 
     def dump(self) -> str:
         return "\n".join(f"--- {label}\n" + "".join(lines[-40:]) for label, lines in self.logs.items())

@@ -230,12 +230,12 @@ async def test_rewards_emitted_after_each_turn_become_per_turn_credit(tmp_path: 
 
     @rollout
     async def two_turns(task: dict[str, Any], llm: LLM) -> None:
-        client = AsyncOpenAI(base_url=llm.get_base_url(), api_key="unused")
-        for reward in (0.25, 1.0):
-            await client.chat.completions.create(
-                model=llm.model, messages=[{"role": "user", "content": task["question"]}], max_tokens=4
-            )
-            emit_reward(reward)
+        async with AsyncOpenAI(base_url=llm.get_base_url(), api_key="unused") as client:
+            for reward in (0.25, 1.0):
+                await client.chat.completions.create(
+                    model=llm.model, messages=[{"role": "user", "content": task["question"]}], max_tokens=4
+                )
+                emit_reward(reward)
 
     store = InMemoryLightningStore()
     path = write_tasks([{"question": "What is 2 + 2?"}], tmp_path / "train.parquet", "train")

@@ -72,10 +72,10 @@ async def test_spans_recorded_by_the_proxy_become_triplets() -> None:
             request_logprobs=True,
         )
         await proxy.start()
+        rollout = await store.start_rollout(input=None)
+        rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
+        client = openai.AsyncOpenAI(base_url=proxy.as_resource(rid, aid).endpoint, api_key="x")
         try:
-            rollout = await store.start_rollout(input=None)
-            rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
-            client = openai.AsyncOpenAI(base_url=proxy.as_resource(rid, aid).endpoint, api_key="x")
             history: list[dict[str, Any]] = []
             for turn in range(3):
                 history.append({"role": "user", "content": f"step {turn}"})
@@ -98,6 +98,7 @@ async def test_spans_recorded_by_the_proxy_become_triplets() -> None:
             seq = await store.get_next_span_sequence_id(rid, aid)
             await store.add_span(Span.from_core_fields(core, rollout_id=rid, attempt_id=aid, sequence_id=seq))
         finally:
+            await client.close()
             await proxy.stop()
     spans = (await store.query_spans(rid, aid)).items
     triplets = LlmProxyTraceToTriplet().adapt(spans)

@@ -128,3 +128,18 @@ def test_a_figure_named_like_the_records_counter_gets_its_own_gauge() -> None:
     assert registry.get_sample_value("agl_algorithm_records_total", labels) == 1
     assert registry.get_sample_value("agl_algorithm_records_value", labels) == 3.0
     assert registry.get_sample_value("agl_algorithm_records_total_value", labels) == 4.0
+
+
+def test_a_new_registry_gets_its_own_metrics_even_at_a_collected_registrys_address() -> None:
+    """Regression: metrics were shared by ``id(registry)``; a new registry at a collected one's address got
+    the old one's metrics, so its own stayed empty."""
+    import gc
+
+    for _ in range(20):  # CPython reuses the address of a freed registry for the next one, mostly at once
+        registry = CollectorRegistry()
+        AlgorithmMetrics("apo", registry=registry).log("round", {"best_score": 0.5})
+        labels = {"algorithm": "apo", "kind": "round"}
+        assert registry.get_sample_value("agl_algorithm_records_total", labels) == 1
+        assert registry.get_sample_value("agl_algorithm_best_score", labels) == 0.5
+        del registry
+        gc.collect()

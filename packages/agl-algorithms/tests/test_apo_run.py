@@ -58,7 +58,8 @@ def make_apo(standin: StandinServer, **kwargs: Any) -> APO[Any]:
         "seed": 0,
     }
     options.update(kwargs)
-    return APO(openai.AsyncOpenAI(base_url=standin.base_url, api_key="test"), **options)
+    # No client of ours: APO makes one from OPENAI_* (set by fit) for the run and closes it on the run's loop.
+    return APO(None, **options)
 
 
 def fit(
@@ -75,7 +76,10 @@ def fit(
         progress=False,
     )
     agent = agent or make_room_selector("agent-model", base_url=standin.base_url, api_key="test")
-    trainer.fit(agent, TRAIN, val_dataset=VAL)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("OPENAI_BASE_URL", standin.base_url)
+        env.setenv("OPENAI_API_KEY", "test")
+        trainer.fit(agent, TRAIN, val_dataset=VAL)
     return store
 
 
@@ -87,7 +91,7 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def run(standin: StandinServer, tmp_path_factory: pytest.TempPathFactory) -> Run:
+def run(standin: StandinServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     backend = standin.backend
     assert isinstance(backend, ApoStandinBackend)
     before = Counter(backend.calls)
@@ -96,7 +100,8 @@ def run(standin: StandinServer, tmp_path_factory: pytest.TempPathFactory) -> Run
     )
     apo = make_apo(standin, metrics=metrics)
     store = fit(standin, apo)
-    return Run(apo, store, backend.calls - before)
+    yield Run(apo, store, backend.calls - before)
+    metrics.close()
 
 
 def test_best_prompt_scores_strictly_higher_than_the_seed(run: Run) -> None:

@@ -9,7 +9,7 @@ import openai
 import pytest
 from agl.store import InMemoryLightningStore, LightningStore, SqlLightningStore
 from agl.testing.openai_standin import StandinServer
-from agl.testing.proxy import running_proxy
+from agl.testing.proxy import OpenAIClients, running_proxy
 from agl.types.semconv import AGL_LLM_CALL
 
 
@@ -19,7 +19,7 @@ async def _call_spans(store: LightningStore, rollout_id: str) -> int:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 async def test_the_span_is_stored_when_the_client_has_the_answer(
-    standin: StandinServer, tmp_path: Path, stream: bool
+    openai_client: OpenAIClients, standin: StandinServer, tmp_path: Path, stream: bool
 ) -> None:
     store = SqlLightningStore(f"sqlite:///{tmp_path / 'store.db'}")
     rollouts = [await store.start_rollout(input=i) for i in range(16)]
@@ -29,7 +29,7 @@ async def test_the_span_is_stored_when_the_client_has_the_answer(
             async def agent(index: int) -> None:
                 rollout = rollouts[index]
                 llm = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id)
-                client = openai.AsyncOpenAI(base_url=llm.endpoint, api_key="x")
+                client = openai_client(base_url=llm.endpoint, api_key="x")
                 for turn in range(3):
                     messages = [{"role": "user", "content": f"agent {index} turn {turn}"}]
                     if stream:
@@ -49,14 +49,16 @@ async def test_the_span_is_stored_when_the_client_has_the_answer(
         await store.close()
 
 
-async def test_a_call_for_an_unknown_rollout_costs_only_its_own_span(standin: StandinServer) -> None:
+async def test_a_call_for_an_unknown_rollout_costs_only_its_own_span(
+    openai_client: OpenAIClients, standin: StandinServer
+) -> None:
     store = InMemoryLightningStore()
     rollout = await store.start_rollout(input=None)
     async with running_proxy(store, standin) as proxy:
-        good = openai.AsyncOpenAI(
+        good = openai_client(
             base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint, api_key="x"
         )
-        bad = openai.AsyncOpenAI(base_url=proxy.as_resource("ro-unknown", "at-unknown").endpoint, api_key="x")
+        bad = openai_client(base_url=proxy.as_resource("ro-unknown", "at-unknown").endpoint, api_key="x")
 
         async def call(client: openai.AsyncOpenAI, i: int) -> str | None:
             reply = await client.chat.completions.create(

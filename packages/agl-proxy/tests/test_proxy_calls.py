@@ -6,7 +6,6 @@ import asyncio
 import json
 
 import httpx
-import openai
 import pytest
 from agl.proxy import LLMProxy
 from agl.store import InMemoryLightningStore
@@ -21,7 +20,7 @@ from agl.testing.openai_standin import (
     token_ids,
     token_logprob,
 )
-from agl.testing.proxy import llm_spans, model_list, running_proxy
+from agl.testing.proxy import OpenAIClients, llm_spans, model_list, running_proxy
 from agl.types import LLM, ProxyLLM
 from agl.types.semconv import GenAIAttributes as G
 from agl.types.semconv import LLMCallAttributes as L
@@ -37,12 +36,12 @@ WEATHER_TOOL = {
 
 
 async def test_chat_call_is_answered_and_recorded_with_token_ids(
-    store: InMemoryLightningStore, standin: StandinServer
+    openai_client: OpenAIClients, store: InMemoryLightningStore, standin: StandinServer
 ) -> None:
     rollout = await store.start_rollout(input={"q": 1})
     async with running_proxy(store, standin) as proxy:
         llm = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id)
-        client = openai.AsyncOpenAI(base_url=llm.endpoint, api_key="unused")
+        client = openai_client(base_url=llm.endpoint, api_key="unused")
         messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]
         resp = await client.chat.completions.create(
             model="m", messages=messages, temperature=0.5, max_tokens=20
@@ -72,14 +71,16 @@ async def test_chat_call_is_answered_and_recorded_with_token_ids(
     assert L.RESPONSE_LOGPROBS.value not in a
 
 
-async def test_tool_calls_and_logprobs_are_recorded(store: InMemoryLightningStore) -> None:
+async def test_tool_calls_and_logprobs_are_recorded(
+    openai_client: OpenAIClients, store: InMemoryLightningStore
+) -> None:
     backend = StandinBackend(
         script=lambda req: Reply(tool_calls=[ToolCall("get_weather", {"city": "Paris"})])
     )
     with serve_standin(backend) as server:
         rollout = await store.start_rollout(input=None)
         async with running_proxy(store, server, request_logprobs=True) as proxy:
-            client = openai.AsyncOpenAI(
+            client = openai_client(
                 base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint,
                 api_key="x",
             )
@@ -101,10 +102,12 @@ async def test_tool_calls_and_logprobs_are_recorded(store: InMemoryLightningStor
     assert a[G.RESPONSE_FINISH_REASONS.value] == ["tool_calls"]
 
 
-async def test_text_completions_are_recorded(store: InMemoryLightningStore, standin: StandinServer) -> None:
+async def test_text_completions_are_recorded(
+    openai_client: OpenAIClients, store: InMemoryLightningStore, standin: StandinServer
+) -> None:
     rollout = await store.start_rollout(input=None)
     async with running_proxy(store, standin) as proxy:
-        client = openai.AsyncOpenAI(
+        client = openai_client(
             base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint, api_key="x"
         )
         resp = await client.completions.create(model="m", prompt="2+2=", logprobs=1)
@@ -119,11 +122,11 @@ async def test_text_completions_are_recorded(store: InMemoryLightningStore, stan
 
 
 async def test_sequential_calls_get_increasing_sequence_ids(
-    store: InMemoryLightningStore, standin: StandinServer
+    openai_client: OpenAIClients, store: InMemoryLightningStore, standin: StandinServer
 ) -> None:
     rollout = await store.start_rollout(input=None)
     async with running_proxy(store, standin) as proxy:
-        client = openai.AsyncOpenAI(
+        client = openai_client(
             base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint, api_key="x"
         )
         for i in range(3):
@@ -141,13 +144,13 @@ async def test_sequential_calls_get_increasing_sequence_ids(
 
 
 async def test_unprefixed_calls_are_proxied_but_not_recorded(
-    store: InMemoryLightningStore, standin: StandinServer
+    openai_client: OpenAIClients, store: InMemoryLightningStore, standin: StandinServer
 ) -> None:
     rollout = await store.start_rollout(input=None)
     async with running_proxy(store, standin) as proxy:
         resource = proxy.as_resource()
         assert isinstance(resource, ProxyLLM)
-        client = openai.AsyncOpenAI(base_url=resource.get_base_url(), api_key="x")
+        client = openai_client(base_url=resource.get_base_url(), api_key="x")
         resp = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
         assert resp.choices[0].message.content == "echo: hi"
         await proxy.flush()
@@ -252,7 +255,7 @@ async def test_backend_4xx_is_relayed_and_recorded(
 
 
 async def test_bearer_token_is_required_when_configured(
-    store: InMemoryLightningStore, standin: StandinServer
+    openai_client: OpenAIClients, store: InMemoryLightningStore, standin: StandinServer
 ) -> None:
     async with running_proxy(store, standin, auth_token="s3cret") as proxy:
         resource = proxy.as_resource()
@@ -260,25 +263,29 @@ async def test_bearer_token_is_required_when_configured(
         async with httpx.AsyncClient() as http:
             assert (await http.get(f"{proxy.endpoint}/health")).status_code == 200
             assert (await http.get(f"{proxy.endpoint}/v1/models")).status_code == 401
-        client = openai.AsyncOpenAI(base_url=resource.get_base_url(), api_key="s3cret")
+        client = openai_client(base_url=resource.get_base_url(), api_key="s3cret")
         resp = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "ok"}])
         assert resp.choices[0].message.content == "echo: ok"
 
 
-async def test_deployments_sharing_a_name_are_load_balanced(store: InMemoryLightningStore) -> None:
+async def test_deployments_sharing_a_name_are_load_balanced(
+    openai_client: OpenAIClients, store: InMemoryLightningStore
+) -> None:
     with serve_standin() as a, serve_standin() as b:
         async with running_proxy(store, a, b) as proxy:
-            client = openai.AsyncOpenAI(base_url=proxy.as_resource().get_base_url(), api_key="x")
+            client = openai_client(base_url=proxy.as_resource().get_base_url(), api_key="x")
             for _ in range(30):
                 await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
         assert a.backend.requests and b.backend.requests
         assert len(a.backend.requests) + len(b.backend.requests) == 30
 
 
-async def test_litellm_route_records_token_ids(store: InMemoryLightningStore, standin: StandinServer) -> None:
+async def test_litellm_route_records_token_ids(
+    openai_client: OpenAIClients, store: InMemoryLightningStore, standin: StandinServer
+) -> None:
     rollout = await store.start_rollout(input=None)
     async with running_proxy(store, standin, direct_forwarding=False) as proxy:
-        client = openai.AsyncOpenAI(
+        client = openai_client(
             base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint, api_key="x"
         )
         resp = await client.chat.completions.create(
@@ -338,11 +345,11 @@ async def test_configuration_errors_are_clear(store: InMemoryLightningStore) -> 
 
 
 async def test_asyncio_launch_mode_serves_on_the_callers_loop(
-    store: InMemoryLightningStore, standin: StandinServer
+    openai_client: OpenAIClients, store: InMemoryLightningStore, standin: StandinServer
 ) -> None:
     rollout = await store.start_rollout(input=None)
     async with running_proxy(store, standin, launch_mode="asyncio") as proxy:
-        client = openai.AsyncOpenAI(
+        client = openai_client(
             base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint, api_key="x"
         )
         await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])

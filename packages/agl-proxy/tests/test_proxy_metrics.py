@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import httpx
-import openai
 import pytest
 from agl.proxy._metrics import proxy_route
 from agl.store import InMemoryLightningStore
 from agl.testing.openai_standin import StandinServer
 from agl.testing.prometheus import metric_value, parse_metrics
-from agl.testing.proxy import llm_spans, running_proxy
+from agl.testing.proxy import OpenAIClients, llm_spans, running_proxy
 from agl.types.semconv import GenAIAttributes as G
 
 
@@ -28,12 +27,12 @@ def test_proxy_routes_keep_ids_out_of_the_labels(path: str, route: str) -> None:
 
 
 async def test_calls_tokens_and_latency_per_model(
-    store: InMemoryLightningStore, standin: StandinServer
+    openai_client: OpenAIClients, store: InMemoryLightningStore, standin: StandinServer
 ) -> None:
     rollout = await store.start_rollout(input={"q": 1})
     async with running_proxy(store, standin, auth_token="tok") as proxy:
         llm = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id)
-        client = openai.AsyncOpenAI(base_url=llm.endpoint, api_key="tok")
+        client = openai_client(base_url=llm.endpoint, api_key="tok")
         for text in ("hello", "again"):
             await client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}])
         spans = await llm_spans(store, rollout, 2)

@@ -7,7 +7,6 @@ import json
 import time
 
 import httpx
-import openai
 from agl.proxy import LLMProxy
 from agl.store import InMemoryLightningStore
 from agl.testing.openai_standin import (
@@ -21,17 +20,17 @@ from agl.testing.openai_standin import (
     token_ids,
     token_logprob,
 )
-from agl.testing.proxy import llm_spans, running_proxy
+from agl.testing.proxy import OpenAIClients, llm_spans, running_proxy
 from agl.types.semconv import GenAIAttributes as G
 from agl.types.semconv import LLMCallAttributes as L
 
 
 async def test_stream_is_relayed_and_recorded_whole(
-    store: InMemoryLightningStore, standin: StandinServer
+    openai_client: OpenAIClients, store: InMemoryLightningStore, standin: StandinServer
 ) -> None:
     rollout = await store.start_rollout(input=None)
     async with running_proxy(store, standin, request_logprobs=True) as proxy:
-        client = openai.AsyncOpenAI(
+        client = openai_client(
             base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint, api_key="x"
         )
         messages = [{"role": "user", "content": "a fairly long question to stream back"}]
@@ -49,14 +48,16 @@ async def test_stream_is_relayed_and_recorded_whole(
     assert a[L.TIME_TO_FIRST_CHUNK_MS.value] <= a[L.LATENCY_MS.value]
 
 
-async def test_streamed_tool_calls_are_assembled(store: InMemoryLightningStore) -> None:
+async def test_streamed_tool_calls_are_assembled(
+    openai_client: OpenAIClients, store: InMemoryLightningStore
+) -> None:
     reply = Reply(
         content="let me check", tool_calls=[ToolCall("lookup", {"q": "x" * 50}), ToolCall("add", {"a": 1})]
     )
     with serve_standin(StandinBackend(script=lambda req: reply)) as server:
         rollout = await store.start_rollout(input=None)
         async with running_proxy(store, server) as proxy:
-            client = openai.AsyncOpenAI(
+            client = openai_client(
                 base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint,
                 api_key="x",
             )
@@ -151,12 +152,14 @@ async def _task_count(proxy: LLMProxy) -> int:
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(count(), proxy._loop))
 
 
-async def test_32_concurrent_streams_each_get_a_complete_span(store: InMemoryLightningStore) -> None:
+async def test_32_concurrent_streams_each_get_a_complete_span(
+    openai_client: OpenAIClients, store: InMemoryLightningStore
+) -> None:
     backend = StandinBackend(chunk_size=3, chunk_delay_s=0.001)
     with serve_standin(backend) as server:
         rollout = await store.start_rollout(input=None)
         async with running_proxy(store, server) as proxy:
-            client = openai.AsyncOpenAI(
+            client = openai_client(
                 base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint,
                 api_key="x",
                 max_retries=0,
@@ -183,10 +186,12 @@ async def test_32_concurrent_streams_each_get_a_complete_span(store: InMemoryLig
         assert span.status.status_code == "OK"
 
 
-async def test_litellm_route_streams_too(store: InMemoryLightningStore, standin: StandinServer) -> None:
+async def test_litellm_route_streams_too(
+    openai_client: OpenAIClients, store: InMemoryLightningStore, standin: StandinServer
+) -> None:
     rollout = await store.start_rollout(input=None)
     async with running_proxy(store, standin, direct_forwarding=False) as proxy:
-        client = openai.AsyncOpenAI(
+        client = openai_client(
             base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint, api_key="x"
         )
         stream = await client.chat.completions.create(

@@ -21,9 +21,13 @@ async def _server(
     Yields its address and the number of connections accepted so far."""
     count = [0]
     connections = [0]
+    handlers: set[asyncio.Task[None]] = set()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connections[0] += 1
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.add(task)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -44,6 +48,9 @@ async def _server(
                     return
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
+        finally:
+            writer.close()  # every connection is closed on this loop, before it closes
+            handlers.discard(task)
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -51,6 +58,10 @@ async def _server(
         yield f"http://127.0.0.1:{port}", connections
     finally:
         server.close()
+        for task in list(handlers):  # those still waiting (an answer that never comes, a kept-alive client)
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+        await server.wait_closed()
 
 
 def _ok(body: bytes = b'{"sequence_id":7}') -> bytes:

@@ -191,6 +191,7 @@ def test_streamed_oversize_body_is_cut_off_at_the_cap(server: LightningStoreServ
     check = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
     check.request("GET", "/v1/agl/health")
     assert check.getresponse().status == 200
+    check.close()
 
 
 async def test_unknown_route_and_method_are_json_4xx(server: LightningStoreServer, session: Any) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+import shutil
 import tempfile
 from typing import Any
 
@@ -48,7 +49,9 @@ def _schema(store: Any, token: str | None) -> Any:
     return schema.exclude(path="/v1/traces")
 
 
+# The schemas are built at import (parametrize needs them), before any pytest fixture: the directory goes at exit.
 _tmp = tempfile.mkdtemp(prefix="agl-schemathesis-")
+atexit.register(shutil.rmtree, _tmp, ignore_errors=True)
 memory_schema = _schema(InMemoryLightningStore(), None)
 memory_token_schema = _schema(InMemoryLightningStore(), TOKEN)
 sqlite_token_schema = _schema(SqlLightningStore(f"sqlite:///{os.path.join(_tmp, 'store.sqlite')}"), TOKEN)

@@ -53,6 +53,8 @@ class Server:
         self.port = _free_port()
         self.log = tmp_path / f"server-{self.port}.log"
         self.proc: subprocess.Popen[str] | None = None
+        self.reader: threading.Thread | None = None
+        self.connections: list[http.client.HTTPConnection] = []  # handed out by connection_to, closed by stop
 
     def start(self, timeout: float = 90.0) -> None:
         args = [sys.executable, "-m", "agl.store.cli", "store", "--workers", str(self.workers)]
@@ -65,6 +67,7 @@ class Server:
         reader = threading.Thread(target=lambda: lines.extend(iter(self.proc.stdout.readline, "")))  # type: ignore[union-attr]
         reader.daemon = True
         reader.start()
+        self.reader = reader
         deadline = time.monotonic() + timeout
         while not any("agl store: serving" in line for line in lines):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -72,6 +75,9 @@ class Server:
             time.sleep(0.02)
 
     def stop(self) -> None:
+        for conn in self.connections:
+            conn.close()
+        self.connections.clear()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -79,6 +85,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        if self.reader is not None:
+            self.reader.join(10)  # it reads to the end first: closing under it would fail its next read
         if self.proc is not None and self.proc.stdout is not None:
             self.proc.stdout.close()
         self.proc = None
@@ -89,6 +97,7 @@ class Server:
             conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
             status, headers, _ = request(conn, "GET", API + "/health")
             if status == 200 and headers.get("agl-server-worker") == str(worker):
+                self.connections.append(conn)
                 return conn
             conn.close()
         raise AssertionError(f"no connection reached worker {worker} in {attempts} tries")

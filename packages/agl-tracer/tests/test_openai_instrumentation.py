@@ -61,6 +61,12 @@ def only_llm_span(spans: list[Span]) -> Span:
     return llm[0]
 
 
+@pytest.fixture
+def client(base_url: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=base_url, api_key="test-key", max_retries=0) as client:
+        yield client
+
+
 def run(tracer: OtelTracer, body: Any) -> list[Span]:
     async def go() -> None:
         async with tracer.trace_context():
@@ -72,8 +78,9 @@ def run(tracer: OtelTracer, body: Any) -> list[Span]:
     return tracer.get_last_trace()
 
 
-def test_sync_call_records_prompt_completion_usage_and_token_ids(base_url: str, tracer: OtelTracer) -> None:
-    client = openai.OpenAI(base_url=base_url, api_key="test-key", max_retries=0)
+def test_sync_call_records_prompt_completion_usage_and_token_ids(
+    client: openai.OpenAI, tracer: OtelTracer
+) -> None:
 
     def body() -> None:
         with operation(name="agent"):
@@ -109,9 +116,13 @@ def test_async_call_with_tools_records_functions_and_tool_calls(base_url: str, t
     client = openai.AsyncOpenAI(base_url=base_url, api_key="k", max_retries=0)
 
     async def body() -> None:
-        response = await client.chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": "call the tool"}], tools=TOOLS, logprobs=True
-        )
+        async with client:  # closed on the loop that opened its connections
+            response = await client.chat.completions.create(
+                model="tiny",
+                messages=[{"role": "user", "content": "call the tool"}],
+                tools=TOOLS,
+                logprobs=True,
+            )
         assert response.choices[0].message.tool_calls
 
     attrs = only_llm_span(run(tracer, body)).attributes
@@ -125,8 +136,7 @@ def test_async_call_with_tools_records_functions_and_tool_calls(base_url: str, t
     )
 
 
-def test_logprobs_are_recorded_as_json(base_url: str, tracer: OtelTracer) -> None:
-    client = openai.OpenAI(base_url=base_url, api_key="k", max_retries=0)
+def test_logprobs_are_recorded_as_json(client: openai.OpenAI, tracer: OtelTracer) -> None:
     attrs = only_llm_span(
         run(tracer, lambda: client.chat.completions.create(model="tiny", messages=MESSAGES, logprobs=True))
     ).attributes
@@ -134,8 +144,7 @@ def test_logprobs_are_recorded_as_json(base_url: str, tracer: OtelTracer) -> Non
     assert [lp["token"] for lp in logprobs] == list("echo: hello there")
 
 
-def test_sync_stream_is_accumulated(base_url: str, tracer: OtelTracer) -> None:
-    client = openai.OpenAI(base_url=base_url, api_key="k", max_retries=0)
+def test_sync_stream_is_accumulated(client: openai.OpenAI, tracer: OtelTracer) -> None:
     pieces: list[str] = []
 
     def body() -> None:
@@ -159,12 +168,13 @@ def test_async_stream_with_a_tool_call(base_url: str, tracer: OtelTracer) -> Non
     client = openai.AsyncOpenAI(base_url=base_url, api_key="k", max_retries=0)
 
     async def body() -> None:
-        stream = await client.chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": "call it"}], tools=TOOLS, stream=True
-        )
-        async with stream:
-            async for _ in stream:
-                pass
+        async with client:
+            stream = await client.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "call it"}], tools=TOOLS, stream=True
+            )
+            async with stream:
+                async for _ in stream:
+                    pass
 
     attrs = only_llm_span(run(tracer, body)).attributes
     assert attrs["gen_ai.completion.0.tool_calls.0.name"] == "search"
@@ -173,9 +183,8 @@ def test_async_stream_with_a_tool_call(base_url: str, tracer: OtelTracer) -> Non
 
 
 def test_a_failed_call_is_an_error_span_and_the_error_reaches_the_agent(
-    base_url: str, tracer: OtelTracer
+    client: openai.OpenAI, tracer: OtelTracer
 ) -> None:
-    client = openai.OpenAI(base_url=base_url, api_key="k", max_retries=0)
 
     def body() -> None:
         with pytest.raises(openai.BadRequestError):
@@ -186,8 +195,7 @@ def test_a_failed_call_is_an_error_span_and_the_error_reaches_the_agent(
     assert "BadRequestError" in (span.status.description or "")
 
 
-def test_calls_outside_a_trace_context_are_not_recorded(base_url: str, tracer: OtelTracer) -> None:
-    client = openai.OpenAI(base_url=base_url, api_key="k", max_retries=0)
+def test_calls_outside_a_trace_context_are_not_recorded(client: openai.OpenAI, tracer: OtelTracer) -> None:
     assert client.chat.completions.create(model="tiny", messages=MESSAGES).choices[0].message.content
     instrument_openai()  # idempotent
     assert run(tracer, lambda: None) == []
@@ -200,7 +208,7 @@ def test_llm_spans_reach_the_store_of_the_attempt(base_url: str) -> None:
 
     async def go() -> list[Span]:
         rid, aid = await new_attempt(store)
-        async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
+        async with client, tracer.trace_context(rollout_id=rid, attempt_id=aid):
             await asyncio.gather(
                 *(
                     client.chat.completions.create(
@@ -219,8 +227,7 @@ def test_llm_spans_reach_the_store_of_the_attempt(base_url: str) -> None:
     tracer.teardown_worker(0)
 
 
-def test_parse_is_recorded_too(base_url: str, tracer: OtelTracer) -> None:
-    client = openai.OpenAI(base_url=base_url, api_key="k", max_retries=0)
+def test_parse_is_recorded_too(client: openai.OpenAI, tracer: OtelTracer) -> None:
     attrs = only_llm_span(
         run(tracer, lambda: client.chat.completions.parse(model="tiny", messages=MESSAGES))
     ).attributes

@@ -18,6 +18,7 @@ import json
 import math
 import re
 import threading
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -52,7 +53,8 @@ class AlgorithmMetrics:
     Thread-safe. Gauges are shared by every ``AlgorithmMetrics`` on the same registry.
     """
 
-    _shared: dict[tuple[int, str], Any] = {}
+    # Per registry (weakly: a registry's id is reused once it is collected, and its metrics must not be).
+    _shared: weakref.WeakKeyDictionary[CollectorRegistry, dict[str, Any]] = weakref.WeakKeyDictionary()
     _shared_lock = threading.Lock()
 
     def __init__(
@@ -79,9 +81,10 @@ class AlgorithmMetrics:
         )
 
     def _metric(self, cls: Any, name: str, doc: str) -> Any:
-        key = (id(self.registry), f"{self.namespace}_{name}")
+        key = f"{self.namespace}_{name}"
         with self._shared_lock:
-            metric = self._shared.get(key)
+            shared = self._shared.setdefault(self.registry, {})
+            metric = shared.get(key)
             if metric is None:
                 extra: dict[str, Any] = {"multiprocess_mode": "mostrecent"} if cls is Gauge else {}
                 metric = cls(
@@ -92,7 +95,7 @@ class AlgorithmMetrics:
                     registry=self.registry,
                     **extra,
                 )
-                self._shared[key] = metric
+                shared[key] = metric
             return metric
 
     def log(self, kind: str, figures: Mapping[str, Any]) -> None:

@@ -247,6 +247,10 @@ class LLMProxy:
             await self._recorder.flush()
             await self._app.shutdown()
             await close_litellm_loop_resources()  # before this loop closes (thread mode) or the caller's does
+            store = self.store
+            if self.launch_mode == "thread" and store is not None and self._recorder.store is store:
+                # A thread-safe store (an HTTP client) opened connections on this private loop, which closes next.
+                await store.release_loop_resources()
 
     async def _start_in_loop(self, router: ModelRouter, sock: socket.socket, home_loop: Any) -> None:
         server = self._make_server(router, home_loop)

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
+import openai
 from agl.proxy import LLMProxy
 from agl.store import InMemoryLightningStore, LightningStore
 from agl.testing.openai_standin import StandinServer
 from agl.types import AttemptedRollout, Span
 from agl.types.semconv import AGL_LLM_CALL
+
+OpenAIClients = Callable[..., openai.AsyncOpenAI]
+"""The proxy tests' ``openai_client`` fixture: makes clients that are closed when the test ends."""
 
 
 def model_list(

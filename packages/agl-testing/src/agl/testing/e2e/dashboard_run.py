@@ -120,6 +120,7 @@ def read_store_endpoint(proc: subprocess.Popen[str], deadline: float) -> str:
 
 
 def stop(proc: subprocess.Popen[str], timeout: float = 30) -> None:
+    """SIGTERM, wait (SIGKILL after ``timeout``), then close the pipes the test held to the process."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
     try:
@@ -127,3 +128,12 @@ def stop(proc: subprocess.Popen[str], timeout: float = 30) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(10)
+    finally:
+        close_pipes(proc)
+
+
+def close_pipes(proc: subprocess.Popen[str]) -> None:
+    """Close ``proc``'s stdin/stdout/stderr pipes (left open, the garbage collector warns about each)."""
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
