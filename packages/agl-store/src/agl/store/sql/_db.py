@@ -141,6 +141,65 @@ def _settle(ops: list[_Op], outcomes: list[tuple[bool, Any]] | None, error: Base
             future.set_exception(value)
 
 
+class _SqliteThread:
+    """One thread's SQLite connection and its driver cursor (valid while ``generation`` is current)."""
+
+    __slots__ = ("conn", "cursor", "generation")
+
+    def __init__(self, conn: sa.Connection, cursor: sqlite3.Cursor, generation: int) -> None:
+        self.conn = conn
+        self.cursor = cursor
+        self.generation = generation
+
+
+def _is_busy_error(error: BaseException) -> bool:
+    """A lock held by another connection (from the driver, or wrapped by SQLAlchemy)."""
+    return isinstance(error, sqlite3.OperationalError | sa_exc.OperationalError) and _is_busy(error)
+
+
+class _Writing:
+    """A write transaction on SQLite: this process's write lock, then ``BEGIN IMMEDIATE`` (the database's
+    write lock); ``COMMIT`` when the block ends, ``ROLLBACK`` if it raises. ``inline`` (an event-loop
+    thread, which must not wait): a lock held by someone else raises :class:`_WouldWait`, nothing written.
+    The one place where SQLite write transactions begin and end, for single writes and groups alike."""
+
+    __slots__ = ("cursor", "db", "inline")
+
+    def __init__(self, db: Database, cursor: sqlite3.Cursor, inline: bool) -> None:
+        self.db = db
+        self.cursor = cursor
+        self.inline = inline
+
+    def __enter__(self) -> None:
+        lock = self.db._write_lock  # pyright: ignore[reportPrivateUsage]
+        if not lock.acquire(blocking=not self.inline):
+            raise _WouldWait
+        try:
+            self.cursor.execute("BEGIN IMMEDIATE")
+        except BaseException as error:
+            lock.release()
+            if self.inline and _is_busy_error(error):
+                raise _WouldWait from error
+            raise
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _tb: Any) -> None:
+        db = self.db
+        try:
+            if error is None:
+                try:
+                    self.cursor.execute("COMMIT")
+                except BaseException:
+                    self.cursor.execute("ROLLBACK")
+                    raise
+                db._after_commit()  # pyright: ignore[reportPrivateUsage]
+                return
+            self.cursor.execute("ROLLBACK")
+            if self.inline and _is_busy_error(error):  # rolled back: the pool runs it again from scratch
+                raise _WouldWait from error
+        finally:
+            db._write_lock.release()  # pyright: ignore[reportPrivateUsage]
+
+
 class Database:
     """Runs operations (``fn(conn, *args)``) in read or write transactions; creates the schema on first use.
 
@@ -166,6 +225,7 @@ class Database:
         self._commits_since_checkpoint = 0
         self._local = threading.local()
         self._thread_connections: list[sa.Connection] = []
+        self._generation = 0
         self._checkpoint: concurrent.futures.Future[None] | None = None
         self._group_commit = True
         self.commits = 0
@@ -389,63 +449,72 @@ class Database:
         pooled.add_done_callback(done)
 
     def _sqlite_batch(self, ops: list[_Op], inline: bool) -> list[tuple[bool, Any]]:
-        """Several writes in one transaction, each in its own savepoint: one that raises is undone alone
-        and gets its exception; the others commit together (one commit instead of one each). Each
-        caller's future is settled only after the commit, so an acknowledged write is a committed one.
-        ``inline``: raise :class:`_WouldWait` (nothing written) instead of waiting for a lock."""
-        conn = self._thread_connection(inline)
-        cursor = sqlite_cursor(conn)
-        if not self._write_lock.acquire(blocking=not inline):
-            raise _WouldWait
+        """Several writes in one transaction, one commit for all; each caller's future is settled only
+        after the commit, so an acknowledged write is a committed one. They run first without savepoints;
+        if one raises, all are rolled back and run again each in its own savepoint, so that the one that
+        raises is undone alone and gets its exception while the others commit together. ``inline``:
+        raise :class:`_WouldWait` (nothing written) instead of waiting for a lock."""
+        thread = self._thread(inline)
+        conn = thread.conn
+        if len(ops) == 1:  # a lone write: its own transaction, which its error rolls back
+            fn, args, _ = ops[0]
+            try:
+                with _Writing(self, thread.cursor, inline):
+                    return [(True, fn(conn, *args))]
+            except _WouldWait:
+                raise
+            except Exception as error:
+                return [(False, error)]
         try:
-            try:
-                cursor.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as error:
-                if inline and _is_busy(error):
-                    raise _WouldWait from error
-                raise
-            outcomes: list[tuple[bool, Any]] = []
-            try:
-                for fn, args, _ in ops:
-                    cursor.execute("SAVEPOINT agl_op")
-                    try:
-                        result = fn(conn, *args)
-                    except Exception as error:
-                        if inline and isinstance(error, sa_exc.OperationalError) and _is_busy(error):
-                            raise _WouldWait from error  # the whole batch is run again in the pool
-                        cursor.execute("ROLLBACK TO agl_op")
-                        cursor.execute("RELEASE agl_op")
-                        outcomes.append((False, error))
-                    else:
-                        cursor.execute("RELEASE agl_op")
-                        outcomes.append((True, result))
-                cursor.execute("COMMIT")
-            except BaseException:
-                cursor.execute("ROLLBACK")
-                raise
-            self._after_commit()
-            return outcomes
-        finally:
-            self._write_lock.release()
+            with _Writing(self, thread.cursor, inline):
+                return [(True, fn(conn, *args)) for fn, args, _ in ops]
+        except _WouldWait:
+            raise
+        except Exception:  # one of them raised (or BEGIN/COMMIT did): all undone; again, one by one
+            pass
+        cursor = thread.cursor
+        outcomes: list[tuple[bool, Any]] = []
+        with _Writing(self, cursor, inline):
+            for fn, args, _ in ops:
+                cursor.execute("SAVEPOINT agl_op")
+                try:
+                    result = fn(conn, *args)
+                except Exception as error:
+                    if inline and _is_busy_error(error):
+                        raise _WouldWait from error  # the whole batch is run again in the pool
+                    cursor.execute("ROLLBACK TO agl_op")
+                    cursor.execute("RELEASE agl_op")
+                    outcomes.append((False, error))
+                else:
+                    cursor.execute("RELEASE agl_op")
+                    outcomes.append((True, result))
+        return outcomes
 
-    def _thread_connection(self, inline: bool = False) -> sa.Connection:
+    def _thread(self, inline: bool = False) -> _SqliteThread:
         """This thread's own connection, kept across operations (a pool checkout per operation costs as
         much as a statement). Connections used on event-loop threads never wait for a lock."""
-        conn: sa.Connection | None = getattr(self._local, "conn", None)
-        if conn is None or conn.closed or conn.invalidated:
-            assert self._sync_engine is not None and self._url.database
-            Path(self._url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)  # on first use
-            conn = self._local.conn = self._sync_engine.connect()
-            if inline:
-                conn.exec_driver_sql("PRAGMA busy_timeout = 0").close()
-            with self._lock:
-                self._thread_connections.append(conn)
-        return conn
+        thread: _SqliteThread | None = getattr(self._local, "sqlite", None)
+        if thread is not None and thread.generation == self._generation:
+            return thread
+        assert self._sync_engine is not None and self._url.database
+        Path(self._url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)  # on first use
+        conn = self._sync_engine.connect()
+        if inline:
+            conn.exec_driver_sql("PRAGMA busy_timeout = 0").close()
+        with self._lock:
+            self._thread_connections.append(conn)
+        thread = self._local.sqlite = _SqliteThread(conn, sqlite_cursor(conn), self._generation)
+        return thread
+
+    def _thread_connection(self, inline: bool = False) -> sa.Connection:
+        """This thread's connection (see :meth:`_thread`)."""
+        return self._thread(inline).conn
 
     def _dispose_sqlite(self) -> None:
         assert self._sync_engine is not None
         with self._lock:
             connections, self._thread_connections = self._thread_connections, []
+            self._generation += 1  # every thread opens a new connection if it comes back
         for conn in connections:
             conn.close()
         self._sync_engine.dispose()
@@ -463,42 +532,24 @@ class Database:
     ) -> T:
         """One transaction on this thread's connection. ``inline`` (on an event-loop thread): raise
         :class:`_WouldWait` instead of waiting for another thread or process; nothing is changed then."""
-        conn = self._thread_connection(inline)
-        cursor = sqlite_cursor(conn)  # BEGIN/COMMIT straight to sqlite3: cheaper
-        if not write:
-            try:
-                if not snapshot:  # one statement is consistent by itself
-                    return fn(conn, *args)
-                cursor.execute("BEGIN")
-                try:
-                    return fn(conn, *args)
-                finally:
-                    cursor.execute("COMMIT")
-            except sa_exc.OperationalError as error:
-                if inline and _is_busy(error):
-                    raise _WouldWait from error
-                raise
-        if not self._write_lock.acquire(blocking=not inline):
-            raise _WouldWait
+        thread = self._thread(inline)
+        conn = thread.conn
+        if write:
+            with _Writing(self, thread.cursor, inline):
+                return fn(conn, *args)
         try:
+            if not snapshot:  # one statement is consistent by itself
+                return fn(conn, *args)
+            cursor = thread.cursor  # BEGIN/COMMIT straight to sqlite3: cheaper
+            cursor.execute("BEGIN")
             try:
-                cursor.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as error:
-                if inline and _is_busy(error):
-                    raise _WouldWait from error
-                raise
-            try:
-                result = fn(conn, *args)
-            except BaseException as error:
-                cursor.execute("ROLLBACK")
-                if inline and isinstance(error, sa_exc.OperationalError) and _is_busy(error):
-                    raise _WouldWait from error  # rolled back: the executor runs it again from scratch
-                raise
-            cursor.execute("COMMIT")
-            self._after_commit()
-            return result
-        finally:
-            self._write_lock.release()
+                return fn(conn, *args)
+            finally:
+                cursor.execute("COMMIT")
+        except Exception as error:
+            if inline and _is_busy_error(error):
+                raise _WouldWait from error
+            raise
 
     def _after_commit(self) -> None:
         self.commits += 1

@@ -27,7 +27,7 @@ from .. import _rules
 from . import _codec, schema
 from ._codec import json_dumps, json_loads
 
-__all__ = ["Ctx", "Effects", "prepared"]
+__all__ = ["Ctx", "Effects", "prepared", "sqlite_sql"]
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -154,6 +154,20 @@ def execute(
                 if isinstance(value, str):  # (JSON numbers come back as numbers: NUMERIC affinity)
                     row[name] = json_loads(value)
     return rows
+
+
+def sqlite_sql(conn: sa.Connection, stmt: Any, names: tuple[str, ...]) -> str:
+    """The SQLite SQL of a prepared statement whose parameters, in positional order, are ``names``: hot
+    paths run it on the driver's cursor with a plain tuple (no dicts on the way in). Compiled once, and
+    kept with the others (:data:`_SQLITE_PLANS`, whose query plans a test checks)."""
+    keys = tuple(sorted(names))
+    plan = _SQLITE_PLANS.get((id(stmt), keys))
+    if plan is None:
+        plan = _Plan(stmt, conn, keys)
+        if plan.names != names or not plan.plain:
+            raise AssertionError(f"parameters {plan.names} are not {names}: {plan.sql}")
+        _SQLITE_PLANS[(id(stmt), keys)] = plan
+    return plan.sql
 
 
 def one_of(column: sa.ColumnElement[Any], values: Iterable[str]) -> sa.ColumnElement[bool]:
