@@ -8,11 +8,11 @@ synchronous :class:`sqlalchemy.Connection`; :class:`Database` runs it in one tra
   millisecond); otherwise it runs on a small thread pool, where waiting does not block the loop.
   (aiosqlite costs several thread hops per statement and was about 3x slower.) Writers take an
   in-process lock, then ``BEGIN IMMEDIATE`` (which serializes them against other processes; in the pool
-  they wait up to ``busy_timeout``, 60 s).
+  they wait up to ``busy_timeout``, 60 s): :class:`._sqlite.Writing`, for lone writes and groups alike.
   **Group commit**: when other callbacks are ready to run on the loop (other writers may be coming), a
   write joins this thread's open batch instead; the batch runs at the loop's next turn as one
-  transaction, each write in its own savepoint (one that raises is undone alone and gets its own
-  exception), with one commit; every writer is answered only after that commit. A lone writer on an
+  transaction with one commit: the writes run one after another; if one raises, all are rolled back and
+  run again each in its own savepoint (the one that raises is undone alone and gets its exception); every writer is answered only after that commit. A lone writer on an
   idle loop runs at once, as before.
   The file is in WAL mode with ``synchronous=NORMAL`` by default: a commit is written to the WAL file
   (in the operating system's hands) before the call returns, so an acknowledged write survives the
@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import sqlite3
 import threading
 import time
 import weakref
@@ -48,6 +47,9 @@ from sqlalchemy.engine import URL, make_url
 
 from . import schema
 from ._codec import json_dumps, json_loads
+from ._sqlite import SqliteThread as _SqliteThread
+from ._sqlite import WouldWait as _WouldWait
+from ._sqlite import Writing, is_busy_error
 from ._steps import sqlite_cursor
 
 __all__ = ["Database", "Dialect", "parse_url"]
@@ -60,9 +62,11 @@ _POSTGRES_DRIVERS = {"postgresql", "postgres", "postgresql+asyncpg"}
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _RETRIED_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock detected
 _SQLITE_THREADS = 4
-_CHECKPOINT_EVERY = 128
-"""Write transactions between WAL checkpoints. SQLite's own checkpoints would run (and fsync) inside a
-committing transaction; ours run on a pool thread, off the writers' path, without blocking them."""
+_CHECKPOINT_EVERY = 512
+"""Writes committed between WAL checkpoints (a group of writes counts each; a write adds ~5 pages to the
+WAL). SQLite's own checkpoints would run (and fsync) inside a committing transaction; ours run on a pool
+thread, off the writers' path, without blocking them. Each copies every page changed since the last one
+once, however often it changed: fewer checkpoints copy fewer pages (128 cost 1.7x the CPU of 512)."""
 _WAL_CATCH_UP_FRAMES = 4096
 """WAL frames (pages, 4 KiB each) after which a checkpoint briefly holds the writers back to finish."""
 
@@ -92,14 +96,6 @@ def parse_url(url: str) -> tuple[Dialect, URL, str]:
         f"unsupported database URL {url!r}: use sqlite:///path/to/file.db or "
         "postgresql://user:password@host:port/database (driver asyncpg, extra 'postgres')"
     )
-
-
-class _WouldWait(Exception):
-    """An operation tried on the event loop's thread would have to wait for a lock: run it in the pool."""
-
-
-def _is_busy(error: BaseException) -> bool:
-    return "database is locked" in str(error) or "database table is locked" in str(error)
 
 
 def _is_retryable(exc: BaseException) -> bool:
@@ -141,65 +137,6 @@ def _settle(ops: list[_Op], outcomes: list[tuple[bool, Any]] | None, error: Base
             future.set_exception(value)
 
 
-class _SqliteThread:
-    """One thread's SQLite connection and its driver cursor (valid while ``generation`` is current)."""
-
-    __slots__ = ("conn", "cursor", "generation")
-
-    def __init__(self, conn: sa.Connection, cursor: sqlite3.Cursor, generation: int) -> None:
-        self.conn = conn
-        self.cursor = cursor
-        self.generation = generation
-
-
-def _is_busy_error(error: BaseException) -> bool:
-    """A lock held by another connection (from the driver, or wrapped by SQLAlchemy)."""
-    return isinstance(error, sqlite3.OperationalError | sa_exc.OperationalError) and _is_busy(error)
-
-
-class _Writing:
-    """A write transaction on SQLite: this process's write lock, then ``BEGIN IMMEDIATE`` (the database's
-    write lock); ``COMMIT`` when the block ends, ``ROLLBACK`` if it raises. ``inline`` (an event-loop
-    thread, which must not wait): a lock held by someone else raises :class:`_WouldWait`, nothing written.
-    The one place where SQLite write transactions begin and end, for single writes and groups alike."""
-
-    __slots__ = ("cursor", "db", "inline")
-
-    def __init__(self, db: Database, cursor: sqlite3.Cursor, inline: bool) -> None:
-        self.db = db
-        self.cursor = cursor
-        self.inline = inline
-
-    def __enter__(self) -> None:
-        lock = self.db._write_lock  # pyright: ignore[reportPrivateUsage]
-        if not lock.acquire(blocking=not self.inline):
-            raise _WouldWait
-        try:
-            self.cursor.execute("BEGIN IMMEDIATE")
-        except BaseException as error:
-            lock.release()
-            if self.inline and _is_busy_error(error):
-                raise _WouldWait from error
-            raise
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _tb: Any) -> None:
-        db = self.db
-        try:
-            if error is None:
-                try:
-                    self.cursor.execute("COMMIT")
-                except BaseException:
-                    self.cursor.execute("ROLLBACK")
-                    raise
-                db._after_commit()  # pyright: ignore[reportPrivateUsage]
-                return
-            self.cursor.execute("ROLLBACK")
-            if self.inline and _is_busy_error(error):  # rolled back: the pool runs it again from scratch
-                raise _WouldWait from error
-        finally:
-            db._write_lock.release()  # pyright: ignore[reportPrivateUsage]
-
-
 class Database:
     """Runs operations (``fn(conn, *args)``) in read or write transactions; creates the schema on first use.
 
@@ -222,7 +159,7 @@ class Database:
         self._sync_engine: sa.Engine | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._write_lock = threading.Lock()
-        self._commits_since_checkpoint = 0
+        self._writes_since_checkpoint = 0
         self._local = threading.local()
         self._thread_connections: list[sa.Connection] = []
         self._generation = 0
@@ -459,14 +396,14 @@ class Database:
         if len(ops) == 1:  # a lone write: its own transaction, which its error rolls back
             fn, args, _ = ops[0]
             try:
-                with _Writing(self, thread.cursor, inline):
+                with Writing(self._write_lock, self._after_commit, thread.cursor, inline):
                     return [(True, fn(conn, *args))]
             except _WouldWait:
                 raise
             except Exception as error:
                 return [(False, error)]
         try:
-            with _Writing(self, thread.cursor, inline):
+            with Writing(self._write_lock, self._after_commit, thread.cursor, inline, len(ops)):
                 return [(True, fn(conn, *args)) for fn, args, _ in ops]
         except _WouldWait:
             raise
@@ -474,13 +411,13 @@ class Database:
             pass
         cursor = thread.cursor
         outcomes: list[tuple[bool, Any]] = []
-        with _Writing(self, cursor, inline):
+        with Writing(self._write_lock, self._after_commit, cursor, inline, len(ops)):
             for fn, args, _ in ops:
                 cursor.execute("SAVEPOINT agl_op")
                 try:
                     result = fn(conn, *args)
                 except Exception as error:
-                    if inline and _is_busy_error(error):
+                    if inline and is_busy_error(error):
                         raise _WouldWait from error  # the whole batch is run again in the pool
                     cursor.execute("ROLLBACK TO agl_op")
                     cursor.execute("RELEASE agl_op")
@@ -535,7 +472,7 @@ class Database:
         thread = self._thread(inline)
         conn = thread.conn
         if write:
-            with _Writing(self, thread.cursor, inline):
+            with Writing(self._write_lock, self._after_commit, thread.cursor, inline):
                 return fn(conn, *args)
         try:
             if not snapshot:  # one statement is consistent by itself
@@ -547,17 +484,17 @@ class Database:
             finally:
                 cursor.execute("COMMIT")
         except Exception as error:
-            if inline and _is_busy_error(error):
+            if inline and is_busy_error(error):
                 raise _WouldWait from error
             raise
 
-    def _after_commit(self) -> None:
+    def _after_commit(self, writes: int) -> None:
         self.commits += 1
-        self._commits_since_checkpoint += 1
+        self._writes_since_checkpoint += writes
         previous = self._checkpoint  # a done future once it ran (it may finish before it is stored)
-        due = self._commits_since_checkpoint >= _CHECKPOINT_EVERY and not self._closed
+        due = self._writes_since_checkpoint >= _CHECKPOINT_EVERY and not self._closed
         if due and (previous is None or previous.done()):
-            self._commits_since_checkpoint = 0
+            self._writes_since_checkpoint = 0
             assert self._executor is not None
             with contextlib.suppress(RuntimeError):  # shut down by close(), which checkpoints itself
                 self._checkpoint = self._executor.submit(self._checkpoint_wal)

@@ -36,7 +36,14 @@ C = schema.span_sequence_ids
 __all__ = ["add_spans", "allocate_sequence_ids"]
 
 
-_ROLLOUT_COLUMNS_FOR_SPANS = ("seq", "rollout_id", "status", "end_time", "queue_pos", "num_attempts")
+_ROLLOUT_COLUMNS_FOR_SPANS: tuple[str, ...] = (
+    "seq",
+    "rollout_id",
+    "status",
+    "end_time",
+    "queue_pos",
+    "num_attempts",
+)
 
 
 _ATTEMPT_COLUMNS = tuple(c.name for c in A.c)
@@ -72,10 +79,10 @@ def _lock_for_spans(
             raise NotFoundError(f"Rollout {rollout_id} not found")
         values = found[0]
         n = len(_ROLLOUT_COLUMNS_FOR_SPANS)
-        rollout = dict(zip(_ROLLOUT_COLUMNS_FOR_SPANS, values[:n]))
+        rollout = dict(zip(_ROLLOUT_COLUMNS_FOR_SPANS, values[:n], strict=True))
         attempt = None
         if values[n] is not None:
-            attempt = dict(zip(_ATTEMPT_COLUMNS, values[n : n + len(_ATTEMPT_COLUMNS)]))
+            attempt = dict(zip(_ATTEMPT_COLUMNS, values[n : n + len(_ATTEMPT_COLUMNS)], strict=True))
             if isinstance(attempt["metadata"], str):
                 attempt["metadata"] = json_loads(attempt["metadata"])
         return rollout, attempt, int(values[-1] or 0)
@@ -194,6 +201,17 @@ def _insert_spans_sqlite(conn: sa.Connection, ctx: Ctx, spans: Sequence[Span]) -
 def add_spans(conn: sa.Connection, ctx: Ctx, eff: Effects, spans: Sequence[Span]) -> list[int]:
     """Insert spans, skipping duplicates; the indexes of those stored. All are validated first: an unknown
     rollout or attempt stores nothing. Each (rollout, attempt) that got a span has a heartbeat."""
+    if len(spans) == 1:  # add_span: the same steps without the bookkeeping of several groups
+        span = spans[0]
+        r, row, counter = _lock_for_spans(conn, ctx, span.rollout_id, span.attempt_id)
+        if row is None:
+            raise NotFoundError(f"Attempt {span.attempt_id} not found for rollout {span.rollout_id}")
+        if span.sequence_id > counter:
+            _raise_counters(conn, ctx, {span.rollout_id: span.sequence_id})
+        if not _insert_spans(conn, ctx, spans):
+            return []
+        _heartbeat(conn, ctx, eff, r, row, ctx.clock())
+        return [0]
     return _add(conn, ctx, eff, spans, allocate=False)[1]
 
 
