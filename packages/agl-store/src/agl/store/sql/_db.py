@@ -116,11 +116,47 @@ class _Batch:
         self.ops: list[_Op] = []
 
 
-def _has_ready_work(loop: asyncio.AbstractEventLoop) -> bool:
-    """Other callbacks wait to run in this turn of the loop (other writers may come): worth batching.
-    A loop that does not show its ready queue (not asyncio's own) never batches."""
+class _Turn:
+    """The task that last wrote right away in this turn of a loop (see :func:`_worth_batching`)."""
+
+    __slots__ = ("loop", "task")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any] | None) -> None:
+        self.loop = loop
+        self.task = task
+
+
+_STICKY_BATCHING = 16
+"""Groups of one write after which a loop without a visible ready queue goes back to writing at once."""
+
+
+def _worth_batching(local: threading.local, loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether other writers may come in this turn of the loop, so that a write should join a batch.
+
+    asyncio's own loop shows its ready queue: batch when other callbacks wait in it. Other loops (uvloop,
+    which the store server runs on) do not: there writes start batching when a second task writes in the
+    same turn, and keep batching until :data:`_STICKY_BATCHING` groups in a row held one write each (a
+    lone task's writes one after another run right away, as on an idle asyncio loop)."""
     ready = getattr(loop, "_ready", None)
-    return bool(ready)
+    if ready is not None:
+        return bool(ready)
+    if getattr(local, "batching", 0) > 0:
+        return True
+    task = asyncio.current_task(loop)
+    turn: _Turn | None = getattr(local, "turn", None)
+    if turn is not None and turn.loop is loop:
+        if turn.task is task:
+            return False
+        local.batching = _STICKY_BATCHING
+        return True
+    turn = local.turn = _Turn(loop, task)
+
+    def end_of_turn() -> None:
+        if getattr(local, "turn", None) is turn:
+            local.turn = None
+
+    loop.call_soon(end_of_turn)
+    return False
 
 
 def _settle(ops: list[_Op], outcomes: list[tuple[bool, Any]] | None, error: BaseException | None) -> None:
@@ -312,7 +348,7 @@ class Database:
                 batch: _Batch | None = getattr(self._local, "batch", None)
                 if batch is not None and batch.loop is not loop:  # left by a loop that closed first
                     batch = None
-                if batch is not None or _has_ready_work(loop):
+                if batch is not None or _worth_batching(self._local, loop):
                     return await self._join_batch(loop, batch, fn, args)
             if not snapshot:  # short operations run right here when they need not wait for anyone
                 try:
@@ -351,8 +387,12 @@ class Database:
 
     def _flush_batch(self, loop: asyncio.AbstractEventLoop, batch: _Batch) -> None:
         """Run a batch in one transaction right here, or (if it would wait for a lock) in the pool."""
-        if getattr(self._local, "batch", None) is batch:
-            self._local.batch = None
+        local = self._local
+        if getattr(local, "batch", None) is batch:
+            local.batch = None
+        batching: int = getattr(local, "batching", 0)
+        if batching:  # (see _worth_batching) still several writers at once, or one fewer turn to go
+            local.batching = _STICKY_BATCHING if len(batch.ops) > 1 else batching - 1
         if self._closed:
             _settle(batch.ops, None, RuntimeError("the SQL store is closed"))
             return
