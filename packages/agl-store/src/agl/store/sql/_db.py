@@ -48,8 +48,11 @@ from sqlalchemy.engine import URL, make_url
 from . import schema
 from ._codec import json_dumps, json_loads
 from ._sqlite import SqliteThread as _SqliteThread
-from ._sqlite import WouldWait as _WouldWait
-from ._sqlite import Writing, is_busy_error
+from ._sqlite import (
+    Writing,
+    _WouldWait,  # pyright: ignore[reportPrivateUsage]  (internal to the SQL store)
+    is_busy_error,
+)
 from ._steps import sqlite_cursor
 
 __all__ = ["Database", "Dialect", "parse_url"]

@@ -11,10 +11,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-__all__ = ["SqliteThread", "WouldWait", "Writing", "is_busy", "is_busy_error"]
+__all__ = ["SqliteThread", "Writing", "is_busy", "is_busy_error"]
 
 
-class WouldWait(Exception):
+class _WouldWait(Exception):
     """An operation tried on the event loop's thread would have to wait for a lock: run it in the pool."""
 
 
@@ -41,7 +41,7 @@ def is_busy_error(error: BaseException) -> bool:
 class Writing:
     """A write transaction on SQLite: this process's write lock, then ``BEGIN IMMEDIATE`` (the database's
     write lock); ``COMMIT`` when the block ends, ``ROLLBACK`` if it raises. ``inline`` (an event-loop
-    thread, which must not wait): a lock held by someone else raises :class:`WouldWait`, nothing written.
+    thread, which must not wait): a lock held by someone else raises :class:`_WouldWait`, nothing written.
     The one place where SQLite write transactions begin and end, for single writes and groups alike."""
 
     __slots__ = ("committed", "cursor", "inline", "lock", "writes")
@@ -63,13 +63,13 @@ class Writing:
     def __enter__(self) -> None:
         lock = self.lock
         if not lock.acquire(blocking=not self.inline):
-            raise WouldWait
+            raise _WouldWait
         try:
             self.cursor.execute("BEGIN IMMEDIATE")
         except BaseException as error:
             lock.release()
             if self.inline and is_busy_error(error):
-                raise WouldWait from error
+                raise _WouldWait from error
             raise
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _tb: Any) -> None:
@@ -84,6 +84,6 @@ class Writing:
                 return
             self.cursor.execute("ROLLBACK")
             if self.inline and is_busy_error(error):  # rolled back: the pool runs it again from scratch
-                raise WouldWait from error
+                raise _WouldWait from error
         finally:
             self.lock.release()
