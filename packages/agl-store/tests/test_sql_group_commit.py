@@ -38,6 +38,39 @@ def test_concurrent_writes_are_committed_together(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+def test_concurrent_writes_on_uvloop_are_committed_together(tmp_path: Path) -> None:
+    """uvloop (the store server's loop) hides its ready queue: concurrent writers are grouped all the same,
+    and a lone task's writes one after another still run at once, one commit each."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main() -> None:
+        store = SqlLightningStore(f"sqlite:///{tmp_path / 'u.db'}")
+        try:
+            await store.enqueue_rollout({"q": 1})
+            claimed = await store.dequeue_rollout(worker_id="w")
+            assert claimed is not None
+            rid, aid = claimed.rollout_id, claimed.attempt.attempt_id
+            before = store._db.commits
+            for i in range(1, 6):  # one task, one write after another: not held back
+                await store.add_span(make_span(rid, aid, i))
+            assert store._db.commits - before == 5 and store._db.batched_writes == 0
+
+            async def writer(first: int) -> None:
+                for i in range(first, first + 8):
+                    await asyncio.sleep(0)  # as a server's requests do between calls (the network)
+                    await store.add_span(make_span(rid, aid, i))
+
+            before = store._db.commits
+            await asyncio.gather(*(writer(100 + 10 * w) for w in range(16)))
+            assert store._db.commits - before < 16 * 8 / 2, store._db.commits - before
+            found = await store.query_spans(rid)
+            assert len(found.items) == 5 + 16 * 8
+        finally:
+            await store.close()
+
+    uvloop.run(main())
+
+
 @pytest.mark.parametrize("backend", SQL_BACKENDS)
 def test_a_failing_write_among_concurrent_ones_fails_alone(backend: str, tmp_path: Path) -> None:
     async def main(url: str, kwargs: dict) -> None:

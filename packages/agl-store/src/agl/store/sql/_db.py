@@ -8,11 +8,11 @@ synchronous :class:`sqlalchemy.Connection`; :class:`Database` runs it in one tra
   millisecond); otherwise it runs on a small thread pool, where waiting does not block the loop.
   (aiosqlite costs several thread hops per statement and was about 3x slower.) Writers take an
   in-process lock, then ``BEGIN IMMEDIATE`` (which serializes them against other processes; in the pool
-  they wait up to ``busy_timeout``, 60 s).
+  they wait up to ``busy_timeout``, 60 s): :class:`._sqlite.Writing`, for lone writes and groups alike.
   **Group commit**: when other callbacks are ready to run on the loop (other writers may be coming), a
   write joins this thread's open batch instead; the batch runs at the loop's next turn as one
-  transaction, each write in its own savepoint (one that raises is undone alone and gets its own
-  exception), with one commit; every writer is answered only after that commit. A lone writer on an
+  transaction with one commit: the writes run one after another; if one raises, all are rolled back and
+  run again each in its own savepoint (the one that raises is undone alone and gets its exception); every writer is answered only after that commit. A lone writer on an
   idle loop runs at once, as before.
   The file is in WAL mode with ``synchronous=NORMAL`` by default: a commit is written to the WAL file
   (in the operating system's hands) before the call returns, so an acknowledged write survives the
@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import sqlite3
 import threading
 import time
 import weakref
@@ -48,6 +47,12 @@ from sqlalchemy.engine import URL, make_url
 
 from . import schema
 from ._codec import json_dumps, json_loads
+from ._sqlite import SqliteThread as _SqliteThread
+from ._sqlite import (
+    Writing,
+    _WouldWait,  # pyright: ignore[reportPrivateUsage]  (internal to the SQL store)
+    is_busy_error,
+)
 from ._steps import sqlite_cursor
 
 __all__ = ["Database", "Dialect", "parse_url"]
@@ -60,9 +65,11 @@ _POSTGRES_DRIVERS = {"postgresql", "postgres", "postgresql+asyncpg"}
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _RETRIED_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock detected
 _SQLITE_THREADS = 4
-_CHECKPOINT_EVERY = 128
-"""Write transactions between WAL checkpoints. SQLite's own checkpoints would run (and fsync) inside a
-committing transaction; ours run on a pool thread, off the writers' path, without blocking them."""
+_CHECKPOINT_EVERY = 512
+"""Writes committed between WAL checkpoints (a group of writes counts each; a write adds ~5 pages to the
+WAL). SQLite's own checkpoints would run (and fsync) inside a committing transaction; ours run on a pool
+thread, off the writers' path, without blocking them. Each copies every page changed since the last one
+once, however often it changed: fewer checkpoints copy fewer pages (128 cost 1.7x the CPU of 512)."""
 _WAL_CATCH_UP_FRAMES = 4096
 """WAL frames (pages, 4 KiB each) after which a checkpoint briefly holds the writers back to finish."""
 
@@ -94,14 +101,6 @@ def parse_url(url: str) -> tuple[Dialect, URL, str]:
     )
 
 
-class _WouldWait(Exception):
-    """An operation tried on the event loop's thread would have to wait for a lock: run it in the pool."""
-
-
-def _is_busy(error: BaseException) -> bool:
-    return "database is locked" in str(error) or "database table is locked" in str(error)
-
-
 def _is_retryable(exc: BaseException) -> bool:
     orig = getattr(exc, "orig", None)
     return getattr(orig, "sqlstate", None) in _RETRIED_SQLSTATES
@@ -120,11 +119,47 @@ class _Batch:
         self.ops: list[_Op] = []
 
 
-def _has_ready_work(loop: asyncio.AbstractEventLoop) -> bool:
-    """Other callbacks wait to run in this turn of the loop (other writers may come): worth batching.
-    A loop that does not show its ready queue (not asyncio's own) never batches."""
+class _Turn:
+    """The task that last wrote right away in this turn of a loop (see :func:`_worth_batching`)."""
+
+    __slots__ = ("loop", "task")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any] | None) -> None:
+        self.loop = loop
+        self.task = task
+
+
+_STICKY_BATCHING = 16
+"""Groups of one write after which a loop without a visible ready queue goes back to writing at once."""
+
+
+def _worth_batching(local: threading.local, loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether other writers may come in this turn of the loop, so that a write should join a batch.
+
+    asyncio's own loop shows its ready queue: batch when other callbacks wait in it. Other loops (uvloop,
+    which the store server runs on) do not: there writes start batching when a second task writes in the
+    same turn, and keep batching until :data:`_STICKY_BATCHING` groups in a row held one write each (a
+    lone task's writes one after another run right away, as on an idle asyncio loop)."""
     ready = getattr(loop, "_ready", None)
-    return bool(ready)
+    if ready is not None:
+        return bool(ready)
+    if getattr(local, "batching", 0) > 0:
+        return True
+    task = asyncio.current_task(loop)
+    turn: _Turn | None = getattr(local, "turn", None)
+    if turn is not None and turn.loop is loop:
+        if turn.task is task:
+            return False
+        local.batching = _STICKY_BATCHING
+        return True
+    turn = local.turn = _Turn(loop, task)
+
+    def end_of_turn() -> None:
+        if getattr(local, "turn", None) is turn:
+            local.turn = None
+
+    loop.call_soon(end_of_turn)
+    return False
 
 
 def _settle(ops: list[_Op], outcomes: list[tuple[bool, Any]] | None, error: BaseException | None) -> None:
@@ -163,9 +198,10 @@ class Database:
         self._sync_engine: sa.Engine | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._write_lock = threading.Lock()
-        self._commits_since_checkpoint = 0
+        self._writes_since_checkpoint = 0
         self._local = threading.local()
         self._thread_connections: list[sa.Connection] = []
+        self._generation = 0
         self._checkpoint: concurrent.futures.Future[None] | None = None
         self._group_commit = True
         self.commits = 0
@@ -315,7 +351,7 @@ class Database:
                 batch: _Batch | None = getattr(self._local, "batch", None)
                 if batch is not None and batch.loop is not loop:  # left by a loop that closed first
                     batch = None
-                if batch is not None or _has_ready_work(loop):
+                if batch is not None or _worth_batching(self._local, loop):
                     return await self._join_batch(loop, batch, fn, args)
             if not snapshot:  # short operations run right here when they need not wait for anyone
                 try:
@@ -354,8 +390,12 @@ class Database:
 
     def _flush_batch(self, loop: asyncio.AbstractEventLoop, batch: _Batch) -> None:
         """Run a batch in one transaction right here, or (if it would wait for a lock) in the pool."""
-        if getattr(self._local, "batch", None) is batch:
-            self._local.batch = None
+        local = self._local
+        if getattr(local, "batch", None) is batch:
+            local.batch = None
+        batching: int = getattr(local, "batching", 0)
+        if batching:  # (see _worth_batching) still several writers at once, or one fewer turn to go
+            local.batching = _STICKY_BATCHING if len(batch.ops) > 1 else batching - 1
         if self._closed:
             _settle(batch.ops, None, RuntimeError("the SQL store is closed"))
             return
@@ -389,63 +429,72 @@ class Database:
         pooled.add_done_callback(done)
 
     def _sqlite_batch(self, ops: list[_Op], inline: bool) -> list[tuple[bool, Any]]:
-        """Several writes in one transaction, each in its own savepoint: one that raises is undone alone
-        and gets its exception; the others commit together (one commit instead of one each). Each
-        caller's future is settled only after the commit, so an acknowledged write is a committed one.
-        ``inline``: raise :class:`_WouldWait` (nothing written) instead of waiting for a lock."""
-        conn = self._thread_connection(inline)
-        cursor = sqlite_cursor(conn)
-        if not self._write_lock.acquire(blocking=not inline):
-            raise _WouldWait
+        """Several writes in one transaction, one commit for all; each caller's future is settled only
+        after the commit, so an acknowledged write is a committed one. They run first without savepoints;
+        if one raises, all are rolled back and run again each in its own savepoint, so that the one that
+        raises is undone alone and gets its exception while the others commit together. ``inline``:
+        raise :class:`_WouldWait` (nothing written) instead of waiting for a lock."""
+        thread = self._thread(inline)
+        conn = thread.conn
+        if len(ops) == 1:  # a lone write: its own transaction, which its error rolls back
+            fn, args, _ = ops[0]
+            try:
+                with Writing(self._write_lock, self._after_commit, thread.cursor, inline):
+                    return [(True, fn(conn, *args))]
+            except _WouldWait:
+                raise
+            except Exception as error:
+                return [(False, error)]
         try:
-            try:
-                cursor.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as error:
-                if inline and _is_busy(error):
-                    raise _WouldWait from error
-                raise
-            outcomes: list[tuple[bool, Any]] = []
-            try:
-                for fn, args, _ in ops:
-                    cursor.execute("SAVEPOINT agl_op")
-                    try:
-                        result = fn(conn, *args)
-                    except Exception as error:
-                        if inline and isinstance(error, sa_exc.OperationalError) and _is_busy(error):
-                            raise _WouldWait from error  # the whole batch is run again in the pool
-                        cursor.execute("ROLLBACK TO agl_op")
-                        cursor.execute("RELEASE agl_op")
-                        outcomes.append((False, error))
-                    else:
-                        cursor.execute("RELEASE agl_op")
-                        outcomes.append((True, result))
-                cursor.execute("COMMIT")
-            except BaseException:
-                cursor.execute("ROLLBACK")
-                raise
-            self._after_commit()
-            return outcomes
-        finally:
-            self._write_lock.release()
+            with Writing(self._write_lock, self._after_commit, thread.cursor, inline, len(ops)):
+                return [(True, fn(conn, *args)) for fn, args, _ in ops]
+        except _WouldWait:
+            raise
+        except Exception:  # one of them raised (or BEGIN/COMMIT did): all undone; again, one by one
+            pass
+        cursor = thread.cursor
+        outcomes: list[tuple[bool, Any]] = []
+        with Writing(self._write_lock, self._after_commit, cursor, inline, len(ops)):
+            for fn, args, _ in ops:
+                cursor.execute("SAVEPOINT agl_op")
+                try:
+                    result = fn(conn, *args)
+                except Exception as error:
+                    if inline and is_busy_error(error):
+                        raise _WouldWait from error  # the whole batch is run again in the pool
+                    cursor.execute("ROLLBACK TO agl_op")
+                    cursor.execute("RELEASE agl_op")
+                    outcomes.append((False, error))
+                else:
+                    cursor.execute("RELEASE agl_op")
+                    outcomes.append((True, result))
+        return outcomes
 
-    def _thread_connection(self, inline: bool = False) -> sa.Connection:
+    def _thread(self, inline: bool = False) -> _SqliteThread:
         """This thread's own connection, kept across operations (a pool checkout per operation costs as
         much as a statement). Connections used on event-loop threads never wait for a lock."""
-        conn: sa.Connection | None = getattr(self._local, "conn", None)
-        if conn is None or conn.closed or conn.invalidated:
-            assert self._sync_engine is not None and self._url.database
-            Path(self._url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)  # on first use
-            conn = self._local.conn = self._sync_engine.connect()
-            if inline:
-                conn.exec_driver_sql("PRAGMA busy_timeout = 0").close()
-            with self._lock:
-                self._thread_connections.append(conn)
-        return conn
+        thread: _SqliteThread | None = getattr(self._local, "sqlite", None)
+        if thread is not None and thread.generation == self._generation:
+            return thread
+        assert self._sync_engine is not None and self._url.database
+        Path(self._url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)  # on first use
+        conn = self._sync_engine.connect()
+        if inline:
+            conn.exec_driver_sql("PRAGMA busy_timeout = 0").close()
+        with self._lock:
+            self._thread_connections.append(conn)
+        thread = self._local.sqlite = _SqliteThread(conn, sqlite_cursor(conn), self._generation)
+        return thread
+
+    def _thread_connection(self, inline: bool = False) -> sa.Connection:
+        """This thread's connection (see :meth:`_thread`)."""
+        return self._thread(inline).conn
 
     def _dispose_sqlite(self) -> None:
         assert self._sync_engine is not None
         with self._lock:
             connections, self._thread_connections = self._thread_connections, []
+            self._generation += 1  # every thread opens a new connection if it comes back
         for conn in connections:
             conn.close()
         self._sync_engine.dispose()
@@ -463,50 +512,32 @@ class Database:
     ) -> T:
         """One transaction on this thread's connection. ``inline`` (on an event-loop thread): raise
         :class:`_WouldWait` instead of waiting for another thread or process; nothing is changed then."""
-        conn = self._thread_connection(inline)
-        cursor = sqlite_cursor(conn)  # BEGIN/COMMIT straight to sqlite3: cheaper
-        if not write:
-            try:
-                if not snapshot:  # one statement is consistent by itself
-                    return fn(conn, *args)
-                cursor.execute("BEGIN")
-                try:
-                    return fn(conn, *args)
-                finally:
-                    cursor.execute("COMMIT")
-            except sa_exc.OperationalError as error:
-                if inline and _is_busy(error):
-                    raise _WouldWait from error
-                raise
-        if not self._write_lock.acquire(blocking=not inline):
-            raise _WouldWait
+        thread = self._thread(inline)
+        conn = thread.conn
+        if write:
+            with Writing(self._write_lock, self._after_commit, thread.cursor, inline):
+                return fn(conn, *args)
         try:
+            if not snapshot:  # one statement is consistent by itself
+                return fn(conn, *args)
+            cursor = thread.cursor  # BEGIN/COMMIT straight to sqlite3: cheaper
+            cursor.execute("BEGIN")
             try:
-                cursor.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as error:
-                if inline and _is_busy(error):
-                    raise _WouldWait from error
-                raise
-            try:
-                result = fn(conn, *args)
-            except BaseException as error:
-                cursor.execute("ROLLBACK")
-                if inline and isinstance(error, sa_exc.OperationalError) and _is_busy(error):
-                    raise _WouldWait from error  # rolled back: the executor runs it again from scratch
-                raise
-            cursor.execute("COMMIT")
-            self._after_commit()
-            return result
-        finally:
-            self._write_lock.release()
+                return fn(conn, *args)
+            finally:
+                cursor.execute("COMMIT")
+        except Exception as error:
+            if inline and is_busy_error(error):
+                raise _WouldWait from error
+            raise
 
-    def _after_commit(self) -> None:
+    def _after_commit(self, writes: int) -> None:
         self.commits += 1
-        self._commits_since_checkpoint += 1
+        self._writes_since_checkpoint += writes
         previous = self._checkpoint  # a done future once it ran (it may finish before it is stored)
-        due = self._commits_since_checkpoint >= _CHECKPOINT_EVERY and not self._closed
+        due = self._writes_since_checkpoint >= _CHECKPOINT_EVERY and not self._closed
         if due and (previous is None or previous.done()):
-            self._commits_since_checkpoint = 0
+            self._writes_since_checkpoint = 0
             assert self._executor is not None
             with contextlib.suppress(RuntimeError):  # shut down by close(), which checkpoints itself
                 self._checkpoint = self._executor.submit(self._checkpoint_wal)

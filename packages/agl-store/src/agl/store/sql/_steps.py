@@ -27,7 +27,7 @@ from .. import _rules
 from . import _codec, schema
 from ._codec import json_dumps, json_loads
 
-__all__ = ["Ctx", "Effects", "prepared"]
+__all__ = ["Ctx", "Effects", "prepared", "sqlite_sql"]
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -131,10 +131,10 @@ def execute(
         return [dict(row) for row in result.mappings()] if result.returns_rows else []
     many = isinstance(params, list)
     first: dict[str, Any] = (params[0] if params else {}) if many else (params or {})
-    keys = tuple(sorted(first))
-    plan = _SQLITE_PLANS.get((id(stmt), keys))
+    key = (id(stmt), tuple(first))  # the caller's key order: no sorting per call
+    plan = _PLANS_BY_CALL.get(key)
     if plan is None:
-        plan = _SQLITE_PLANS[(id(stmt), keys)] = _Plan(stmt, conn, keys)
+        plan = _PLANS_BY_CALL[key] = _plan(conn, stmt, tuple(sorted(first)))
     cursor = sqlite_cursor(conn)
     if many:
         cursor.executemany(plan.sql, [plan.values(p) for p in params])
@@ -154,6 +154,36 @@ def execute(
                 if isinstance(value, str):  # (JSON numbers come back as numbers: NUMERIC affinity)
                     row[name] = json_loads(value)
     return rows
+
+
+def _plan(conn: sa.Connection, stmt: Any, keys: tuple[str, ...]) -> _Plan:
+    plan = _SQLITE_PLANS.get((id(stmt), keys))
+    if plan is None:
+        plan = _SQLITE_PLANS[(id(stmt), keys)] = _Plan(stmt, conn, keys)
+    return plan
+
+
+_PLANS_BY_CALL: dict[tuple[int, tuple[str, ...]], _Plan] = {}
+"""Plans by statement and parameter names in the caller's order (several orders may share a plan)."""
+
+
+def sqlite_sql(conn: sa.Connection, stmt: Any, names: tuple[str, ...]) -> str:
+    """The SQLite SQL of a prepared statement whose parameters, in positional order, are ``names``: hot
+    paths run it on the driver's cursor with a plain tuple (no dicts on the way in). Compiled once, and
+    kept with the others (:data:`_SQLITE_PLANS`, whose query plans a test checks)."""
+    key = (id(stmt), names)
+    sql = _SQLITE_SQL.get(key)
+    if sql is None:
+        keys = tuple(sorted(names))
+        plan = _Plan(stmt, conn, keys)
+        if plan.names != names or not plan.plain:
+            raise AssertionError(f"parameters {plan.names} are not {names}: {plan.sql}")
+        _SQLITE_PLANS[(id(stmt), keys)] = plan
+        sql = _SQLITE_SQL[key] = plan.sql
+    return sql
+
+
+_SQLITE_SQL: dict[tuple[int, tuple[str, ...]], str] = {}
 
 
 def one_of(column: sa.ColumnElement[Any], values: Iterable[str]) -> sa.ColumnElement[bool]:
