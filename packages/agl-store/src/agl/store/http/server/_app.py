@@ -59,7 +59,7 @@ from .._models import (
     WaitRequest,
     WorkerQueryParams,
 )
-from ._hot import HotPathMiddleware
+from ._hot import HotPathMiddleware, HotRoutes
 from ._middleware import (
     ASGIApp,
     BearerTokenMiddleware,
@@ -140,8 +140,9 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[FastAPI, ASGIApp]:
-    """The FastAPI app over ``store`` (routes, OpenAPI schema) and the ASGI app to serve.
+def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[FastAPI, ASGIApp, HotRoutes | None]:
+    """The FastAPI app over ``store`` (routes, OpenAPI schema), the ASGI app to serve, and the hot routes
+    for the HTTP protocol to serve itself (``None`` when every request must go through the ASGI app: CORS).
 
     Served stack, outermost first: CORS → hot path (the hot routes, in one pass: :mod:`._hot`) →
     metrics (``/metrics``, request counts) → dashboard (static files) → bearer token → size cap →
@@ -167,8 +168,7 @@ def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[FastAPI
         figures=StoreFigures(store),
         include_default=True,
     )
-    asgi = HotPathMiddleware(
-        metrics,
+    routes = HotRoutes(
         fast,
         token=options.token,
         max_body_bytes=options.max_body_bytes,
@@ -176,6 +176,7 @@ def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[FastAPI
         metrics=metrics,
         debug=options.debug,
     )
+    asgi = HotPathMiddleware(metrics, routes)
     origins = [o.strip() for o in options.cors_allow_origins if o and o.strip()]
     if origins:
         from starlette.middleware.cors import CORSMiddleware
@@ -188,7 +189,8 @@ def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[FastAPI
             allow_credentials="*" not in origins,
             expose_headers=["*"],
         )
-    return app, asgi
+        return app, asgi, None  # CORS headers are added in ASGI: every request goes through it
+    return app, asgi, routes
 
 
 def create_app(store: LightningStore, options: AppOptions) -> FastAPI:

@@ -31,6 +31,7 @@ from ..._forwarding import ForwardingStore
 from ...base import LightningStore, LightningStoreCapabilities
 from ...loop_bound import as_thread_safe
 from .._models import API_PREFIX
+from ._gc import serving_gc
 from ._uvicorn import ConnectionLimits, server_protocol_class
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from ...sql import SqlLightningStore
     from ..client.store import LightningStoreClient
     from ._app import AppOptions
+    from ._hot import HotRoutes
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_PORT", "LightningStoreServer"]
 
@@ -138,6 +140,7 @@ class LightningStoreServer(ForwardingStore):
         self._app: FastAPI | None = None
         self._options: AppOptions | None = None
         self._asgi: Any = None
+        self._hot: HotRoutes | None = None
         self._uvicorn: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -193,7 +196,7 @@ class LightningStoreServer(ForwardingStore):
                 replay_cache=self._replay_cache(self.store),
             )
             self._options = options
-            self._app, self._asgi = create_asgi_app(self.store, options)
+            self._app, self._asgi, self._hot = create_asgi_app(self.store, options)
         return self._app
 
     def _replay_cache(self, store: LightningStore) -> Any:
@@ -239,15 +242,18 @@ class LightningStoreServer(ForwardingStore):
 
         _ = self.app
         asgi = self._asgi
+        hot = self._hot
         if self._worker_index is not None:
-            from ._worker_tag import tag_worker
+            from ._worker_tag import WORKER_HEADER, tag_worker
 
             asgi = tag_worker(asgi, self._worker_index)
+            if hot is not None:
+                hot.extra_headers = [(WORKER_HEADER.encode(), str(self._worker_index).encode())]
         config = uvicorn.Config(
             asgi,
             log_level="warning",
             access_log=False,
-            http=server_protocol_class(_fast_http_impl(), limits=self.connection_limits),
+            http=server_protocol_class(_fast_http_impl(), limits=self.connection_limits, hot=hot),
             lifespan="off",
             proxy_headers=False,  # nothing reads X-Forwarded-*; uvicorn's check cost ~4% of a request
             timeout_graceful_shutdown=2,
@@ -362,7 +368,8 @@ class LightningStoreServer(ForwardingStore):
         loop = _new_event_loop()
         self._thread = threading.current_thread()
         try:
-            loop.run_until_complete(self._serve(sock))
+            with serving_gc():  # this thread serves until stopped: the process is a server
+                loop.run_until_complete(self._serve(sock))
         finally:
             loop.close()
             sock.close()
@@ -412,6 +419,7 @@ class LightningStoreServer(ForwardingStore):
         self.store = None
         self._app = None
         self._asgi = None
+        self._hot = None
         self._options = None
         self._uvicorn = None
         self._thread = None
