@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ._signals import ChildStopEvent
@@ -70,6 +71,16 @@ def _make_store(
     return store, False
 
 
+def _run(main: Coroutine[Any, Any, None]) -> None:
+    """``asyncio.run(main)`` on uvloop where it is installed (its loop costs a runner less CPU per request)."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    uvloop.run(main)
+
+
 def run_runner_here(
     runner: RunnerBundle,
     worker_id: Any,
@@ -116,7 +127,7 @@ def runner_process_main(
         from agl.store.serving import serving_gc
 
         with serving_gc():  # a runner's requests leave short-lived objects, as a server's do
-            asyncio.run(_run_bundle(runner, client, worker_id, event, owns))
+            _run(_run_bundle(runner, client, worker_id, event, owns))
     except KeyboardInterrupt:
         return
     except BaseException as exc:

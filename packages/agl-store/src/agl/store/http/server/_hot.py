@@ -20,11 +20,11 @@ import asyncio
 import hmac
 import logging
 import time
-import types
-from collections.abc import Coroutine, Generator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._models import API_PREFIX
+from ._eager import run_eagerly
 from ._middleware import (
     ASGIApp,
     Message,
@@ -44,8 +44,6 @@ if TYPE_CHECKING:
 __all__ = ["HotCycle", "HotPathMiddleware", "HotRoutes"]
 
 logger = logging.getLogger("agl.store.server")
-
-T = TypeVar("T")
 
 _HEALTH_PATH = API_PREFIX + "/health"
 _REPLAYED = (b"agl-replayed", b"true")
@@ -401,41 +399,3 @@ class HotCycle:
 def _fault(exc: BaseException, debug: bool) -> Answer:
     reply = fault_reply(exc, debug)
     return reply[0], reply_headers(reply), reply[1]
-
-
-# -- running a coroutine at once -------------------------------------------------------------------
-
-
-def run_eagerly(
-    coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop
-) -> tuple[bool, Any, asyncio.Task[T] | None]:
-    """Run ``coro`` up to its first wait: ``(True, result, None)`` when it finished without one, else
-    ``(False, None, task)`` with a task that runs the rest of it."""
-    try:
-        yielded = coro.send(None)
-    except StopIteration as stop:
-        return True, stop.value, None
-    return False, None, loop.create_task(_rest(coro, yielded))
-
-
-async def _rest(coro: Coroutine[Any, Any, T], yielded: Any) -> T:
-    return await _resume(coro, yielded)
-
-
-@types.coroutine
-def _resume(coro: Coroutine[Any, Any, T], yielded: Any) -> Generator[Any, Any, T]:
-    """Go on with ``coro`` (suspended on ``yielded``) in the task that awaits this: each future it waits on
-    is handed to the task as is, and what the task sends or throws back goes on to ``coro``."""
-    while True:
-        try:
-            sent = yield yielded
-        except BaseException as exc:  # cancellation (or anything thrown into the task)
-            try:
-                yielded = coro.throw(exc)
-            except StopIteration as stop:
-                return stop.value
-        else:
-            try:
-                yielded = coro.send(sent)
-            except StopIteration as stop:
-                return stop.value

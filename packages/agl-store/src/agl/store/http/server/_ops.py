@@ -14,13 +14,13 @@ import asyncio
 import contextlib
 import json
 import math
-from collections.abc import Awaitable, Callable, Sequence
+import sys
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from agl.types import ConflictError, InvalidRequestError, NotFoundError, Span
+from agl.types import UNSET, ConflictError, InvalidRequestError, NotFoundError, Span
 from pydantic import BaseModel, TypeAdapter, ValidationError
-from sqlalchemy import exc as sa_exc
 
 from ...base import LightningStore
 from ...errors import StoreFullError
@@ -35,10 +35,15 @@ from .._models import (
     NextSequenceIdsRequest,
     StartRolloutRequest,
     UpdateAttemptRequest,
+    UpdateWorkerRequest,
 )
+from ._eager import run_eagerly
 from ._middleware import ASGIApp, Receive, Scope, Send
+from .metrics import _LITERALS, route_template  # pyright: ignore[reportPrivateUsage]
 
 if TYPE_CHECKING:
+    from sqlalchemy import exc as sa_exc
+
     from ._options import AppOptions
 
 __all__ = [
@@ -116,14 +121,17 @@ def error_reply(exc: Exception) -> Reply | None:
         return error_body(400, "the request is nested too deeply to process", "InvalidRequestError")
     if isinstance(exc, OverflowError):
         return error_body(400, f"a number in the request is out of range: {exc}", "InvalidRequestError")
-    if isinstance(exc, sa_exc.SQLAlchemyError):
-        return database_error_reply(exc)
+    sa = sys.modules.get("sqlalchemy.exc")  # not imported: no SQL store here (and no import cost)
+    if sa is not None and isinstance(exc, sa.SQLAlchemyError):
+        return database_error_reply(cast("sa_exc.SQLAlchemyError", exc))
     return None
 
 
 def database_error_reply(exc: sa_exc.SQLAlchemyError) -> Reply:
     """A database error: the request's data refused (400), a constraint (409), or the database unavailable
     or failing (503, retry later). The database's own message is left out (it may quote other data)."""
+    from sqlalchemy import exc as sa_exc
+
     kind = type(exc).__name__
     sqlstate = _sqlstate(exc)
     if isinstance(exc, sa_exc.DataError) or sqlstate.startswith("22") or _refused_value(exc):
@@ -194,12 +202,15 @@ class HotOps:
         limit = self.options.max_wait_seconds
         return limit if timeout is None else min(timeout, limit)
 
-    async def until_shutdown(self, coro: Awaitable[T], default: T) -> T:
+    async def until_shutdown(self, coro: Coroutine[Any, Any, T], default: T) -> T:
         """Await ``coro``, or give up with ``default`` when the server is stopping."""
         shutdown = self.options.shutdown
         if shutdown is None:
             return await coro
-        task = asyncio.ensure_future(coro)
+        done, result, task = run_eagerly(coro, asyncio.get_running_loop())
+        if done:  # answered without waiting (work was there): no race with the shutdown needed
+            return cast("T", result)
+        assert task is not None
         stopper = asyncio.ensure_future(shutdown.wait())
         try:
             await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -282,6 +293,12 @@ class HotOps:
         answer = {"stored": positions(body.spans, stored), "sequence_ids": [s.sequence_id for s in stored]}
         return 201, encode(answer), None
 
+    async def update_worker(self, worker_id: str, body: UpdateWorkerRequest | None) -> Reply:
+        stats: Any = UNSET
+        if body is not None and "heartbeat_stats" in body.model_fields_set:  # (the model refuses a null)
+            stats = body.heartbeat_stats
+        return 200, encode(await self.store.update_worker(worker_id, heartbeat_stats=stats)), None
+
     async def next_sequence_id(self, body: NextSequenceIdRequest) -> Reply:
         value = await self.store.get_next_span_sequence_id(body.rollout_id, body.attempt_id)
         return 200, encode({"sequence_id": value}), None
@@ -338,18 +355,30 @@ class FastPathMiddleware:
         }
         self._exact[("GET", p + "/health")] = HotRoute(p + "/health", None)
         self._rollouts = p + "/rollouts/"
+        self._workers = p + "/workers/"
+        self._update_worker = p + "/workers/{id}"
         self._get_rollout = p + "/rollouts/{id}"
         self._update_attempt = p + "/rollouts/{id}/attempts/{id}"
 
     def match(self, method: str, path: str) -> HotRoute | None:
         """The hot route ``method path`` belongs to, or ``None`` for one this layer does not serve."""
         route = self._exact.get((method, path))
-        if route is not None or not path.startswith(self._rollouts):
+        if route is not None:
             return route
+        if not path.startswith(self._rollouts):
+            if method == "POST" and path.startswith(self._workers):
+                worker_id = path[len(self._workers) :]  # (may hold slashes)
+                if worker_id and worker_id != "search":
+                    template = self._update_worker if worker_id not in _LITERALS else route_template(path)
+                    return HotRoute(
+                        template, self.ops.update_worker, UpdateWorkerRequest, False, (worker_id,)
+                    )
+            return None
         parts = path[len(self._rollouts) :].split("/")
         if method == "GET":
             if len(parts) == 1 and parts[0] and parts[0] != "search":
-                return HotRoute(self._get_rollout, self.ops.get_rollout, None, True, (parts[0],))
+                template = self._get_rollout if parts[0] not in _LITERALS else route_template(path)
+                return HotRoute(template, self.ops.get_rollout, None, True, (parts[0],))
             return None
         if (
             method == "POST"

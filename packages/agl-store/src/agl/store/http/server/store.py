@@ -40,8 +40,9 @@ if TYPE_CHECKING:
 
     from ...sql import SqlLightningStore
     from ..client.store import LightningStoreClient
-    from ._app import AppOptions
     from ._hot import HotRoutes
+    from ._options import AppOptions
+    from ._stack import LazyApp
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_PORT", "LightningStoreServer"]
 
@@ -137,7 +138,7 @@ class LightningStoreServer(ForwardingStore):
         self.connection_limits = connection_limits or ConnectionLimits()
         self.access_host = access_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
         self._owner_pid = os.getpid()
-        self._app: FastAPI | None = None
+        self._app: LazyApp | None = None
         self._options: AppOptions | None = None
         self._asgi: Any = None
         self._hot: HotRoutes | None = None
@@ -178,12 +179,17 @@ class LightningStoreServer(ForwardingStore):
     @property
     def app(self) -> FastAPI:
         """The FastAPI application (built on first use)."""
+        return self._lazy_app().get()
+
+    def _lazy_app(self) -> LazyApp:
+        """The served app, whose FastAPI part is built on first use."""
         if self._app is None:
             if self.store is None:
                 raise RuntimeError(
                     "this LightningStoreServer was unpickled in another process; it has no app"
                 )
-            from ._app import AppOptions, create_asgi_app
+            from ._options import AppOptions
+            from ._stack import create_asgi_app
 
             self._shutdown = None
             options = AppOptions(
@@ -240,7 +246,7 @@ class LightningStoreServer(ForwardingStore):
                 if self.started and on_started is not None:
                     on_started()
 
-        _ = self.app
+        _ = self._lazy_app()
         asgi = self._asgi
         hot = self._hot
         if self._worker_index is not None:
@@ -255,6 +261,7 @@ class LightningStoreServer(ForwardingStore):
             access_log=False,
             http=server_protocol_class(_fast_http_impl(), limits=self.connection_limits, hot=hot),
             lifespan="off",
+            ws="none",  # no WebSocket routes (and no import of a WebSocket library at start)
             proxy_headers=False,  # nothing reads X-Forwarded-*; uvicorn's check cost ~4% of a request
             timeout_graceful_shutdown=2,
             timeout_keep_alive=max(1, round(self.connection_limits.idle_seconds)),
@@ -303,7 +310,7 @@ class LightningStoreServer(ForwardingStore):
         self._check_owner("start")
         if self._thread is not None and self._thread.is_alive():
             raise RuntimeError(f"the store server is already running at {self.endpoint}")
-        _ = self.app
+        _ = self._lazy_app()
         sock = self._bind()
         self._uvicorn = self._make_uvicorn()
         self._thread_error = None
@@ -357,7 +364,7 @@ class LightningStoreServer(ForwardingStore):
         ``on_started`` is called (in the server's loop) once the server accepts requests.
         """
         self._check_owner("run_forever")
-        _ = self.app
+        _ = self._lazy_app()
         sock = self._bind()
         self._uvicorn = self._make_uvicorn(on_started)
         in_main = threading.current_thread() is threading.main_thread()
