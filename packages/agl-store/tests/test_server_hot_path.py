@@ -184,3 +184,19 @@ print(json.dumps([before, after]))
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [[], True]
+
+
+async def test_a_backend_that_needs_a_task_before_its_first_wait_is_served() -> None:
+    """A store whose call enters ``asyncio.timeout`` (as database drivers do) at once gets a task to run in."""
+    import asyncio
+
+    from agl.testing.store.http import serve_over_http
+
+    class NeedsTask(InMemoryLightningStore):
+        async def enqueue_many_rollouts(self, *args: Any, **kwargs: Any) -> Any:
+            async with asyncio.timeout(5):  # RuntimeError outside a task
+                await asyncio.sleep(0)
+                return await super().enqueue_many_rollouts(*args, **kwargs)
+
+    async with serve_over_http(NeedsTask()) as client:
+        assert len(await client.enqueue_many_rollouts([{"input": 1}])) == 1

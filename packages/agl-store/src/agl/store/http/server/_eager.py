@@ -7,13 +7,44 @@ scheduling a task for each. Python 3.12's eager tasks do this; this module does 
 from __future__ import annotations
 
 import asyncio
+import sys
 import types
 from collections.abc import Coroutine, Generator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-__all__ = ["run_eagerly"]
+__all__ = ["eager_safe", "run_eagerly", "start"]
 
 T = TypeVar("T")
+
+
+def eager_safe(store: object) -> bool:
+    """Whether the first step of a call to ``store`` may run outside a task (Python < 3.12).
+
+    Code that binds itself to the current task before its first wait (``asyncio.timeout``, a database
+    driver's connect; on Python 3.12 ``asyncio.wait_for`` too) needs a task: only the in-memory store is
+    known to have none on 3.11. On 3.12 and later, :func:`start` uses eager tasks, which have one."""
+    if sys.version_info >= (3, 12):
+        return True
+    from ...memory import InMemoryLightningStore
+
+    return type(store).__module__.startswith("agl.store.memory") and isinstance(store, InMemoryLightningStore)
+
+
+def start(
+    coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop, eager: bool
+) -> tuple[bool, Any, asyncio.Task[T] | None]:
+    """Start ``coro``: ``(True, result, None)`` when it finished without waiting, else ``(False, None, task)``.
+
+    With ``eager`` (see :func:`eager_safe`) its first step runs now, in the caller (Python 3.12: in an eager
+    task); otherwise it is a task that starts on the loop's next turn."""
+    if sys.version_info >= (3, 12):
+        task = cast(Any, asyncio.Task)(coro, loop=loop, eager_start=eager)
+        if task.done():
+            return True, task.result(), None
+        return False, None, task
+    if eager:
+        return run_eagerly(coro, loop)
+    return False, None, loop.create_task(coro)
 
 
 def run_eagerly(

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._models import API_PREFIX
-from ._eager import run_eagerly
+from ._eager import start
 from ._middleware import (
     ASGIApp,
     Message,
@@ -36,7 +36,7 @@ from ._middleware import (
     unauthorized,
 )
 from ._ops import FastPathMiddleware, HotRoute, error_reply, fault_reply, reply_headers
-from ._replay import RecordedAnswer, ReplayCache
+from ._replay import MemoryReplayCache, RecordedAnswer, ReplayCache
 
 if TYPE_CHECKING:
     from .metrics import MetricsMiddleware
@@ -89,6 +89,8 @@ class HotRoutes:
         self.observe = metrics.http.observe
         self.debug = debug
         self.extra_headers = list(extra_headers)
+        # A request's coroutine runs at once (no task) where nothing in it needs one: see _eager.eager_safe.
+        self.eager = fast.ops.eager and isinstance(cache, MemoryReplayCache)
 
     def match(self, method: str, path: str) -> HotRoute | None:
         """The hot route of ``method path``, or ``None`` for the general stack's."""
@@ -351,10 +353,14 @@ class HotCycle:
         parts = self._body
         body = parts[0] if len(parts) == 1 else b"".join(parts)
         self._body = []
-        coro = self._routes.respond(
-            self._route, self._method, self._path, self._key, self._content_type, body
-        )
-        done, answer, task = run_eagerly(coro, self._proto.loop)
+        routes = self._routes
+        coro = routes.respond(self._route, self._method, self._path, self._key, self._content_type, body)
+        try:
+            done, answer, task = start(coro, self._proto.loop, routes.eager)
+        except Exception as exc:  # (respond maps the store's errors; this is the replay cache failing)
+            logger.exception("store server fault on %s %s", self._method, self._path)
+            self._finish(_fault(exc, routes.debug))
+            return
         if done:
             self._finish(answer)
             return

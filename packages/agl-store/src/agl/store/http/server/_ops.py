@@ -37,7 +37,7 @@ from .._models import (
     UpdateAttemptRequest,
     UpdateWorkerRequest,
 )
-from ._eager import run_eagerly
+from ._eager import eager_safe, run_eagerly
 from ._middleware import ASGIApp, Receive, Scope, Send
 from .metrics import _LITERALS, route_template  # pyright: ignore[reportPrivateUsage]
 
@@ -197,6 +197,8 @@ class HotOps:
     def __init__(self, store: LightningStore, options: AppOptions) -> None:
         self.store = store
         self.options = options
+        self.eager = eager_safe(store)
+        """Whether a call's first step may run outside a task (see :func:`._eager.eager_safe`)."""
 
     def bounded(self, timeout: float | None) -> float:
         limit = self.options.max_wait_seconds
@@ -207,10 +209,16 @@ class HotOps:
         shutdown = self.options.shutdown
         if shutdown is None:
             return await coro
-        done, result, task = run_eagerly(coro, asyncio.get_running_loop())
-        if done:  # answered without waiting (work was there): no race with the shutdown needed
-            return cast("T", result)
-        assert task is not None
+        if self.eager and sys.version_info < (
+            3,
+            12,
+        ):  # (on 3.12 a task's first step would bind timeouts to it)
+            done, result, task = run_eagerly(coro, asyncio.get_running_loop())
+            if done:  # answered without waiting (work was there): no race with the shutdown needed
+                return cast("T", result)
+            assert task is not None
+        else:
+            task = asyncio.ensure_future(coro)
         stopper = asyncio.ensure_future(shutdown.wait())
         try:
             await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
