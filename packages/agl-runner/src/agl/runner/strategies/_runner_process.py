@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ._signals import ChildStopEvent
@@ -71,16 +70,6 @@ def _make_store(
     return store, False
 
 
-def _run(main: Coroutine[Any, Any, None]) -> None:
-    """``asyncio.run(main)`` on uvloop where it is installed (its loop costs a runner less CPU per request)."""
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(main)
-        return
-    uvloop.run(main)
-
-
 def run_runner_here(
     runner: RunnerBundle,
     worker_id: Any,
@@ -124,10 +113,10 @@ def runner_process_main(
             ready_reader.close()
         threading.Thread(target=_hard_exit_after_stop, args=(event, 60.0), daemon=True).start()
         client, owns = _make_store(endpoint, token, store)
-        from agl.store.serving import serving_gc
+        from agl.store.serving import run_fast, serving_gc
 
         with serving_gc():  # a runner's requests leave short-lived objects, as a server's do
-            _run(_run_bundle(runner, client, worker_id, event, owns))
+            run_fast(_run_bundle(runner, client, worker_id, event, owns))  # on uvloop: less CPU per request
     except KeyboardInterrupt:
         return
     except BaseException as exc:

@@ -32,6 +32,7 @@ from ...base import LightningStore, LightningStoreCapabilities
 from ...loop_bound import as_thread_safe
 from .._models import API_PREFIX
 from ._gc import serving_gc
+from ._loop import new_event_loop as _new_event_loop
 from ._uvicorn import ConnectionLimits, server_protocol_class
 
 if TYPE_CHECKING:
@@ -60,14 +61,6 @@ def _fast_http_impl() -> str:
         return "h11"
     del httptools  # (only whether it imports matters here)
     return "httptools"
-
-
-def _new_event_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
 
 
 class LightningStoreServer(ForwardingStore):
