@@ -178,9 +178,11 @@ def report(
     print(f"\n{title}: {rollouts} rollouts in {elapsed:.2f} s = {rollouts / elapsed:,.0f} rollouts/s")
     if cpu is not None:
         server_cpu, client_cpu = cpu
+        calls = sum(len(v) for v in latencies.values())
         print(
             f"  CPU per rollout: server {server_cpu / rollouts * 1000:.2f} ms, client {client_cpu / rollouts * 1000:.2f} ms"
-            f" (capacity if each had a free core: {rollouts / max(server_cpu, client_cpu):,.0f} rollouts/s)"
+            f" (capacity if each had a free core: {rollouts / max(server_cpu, client_cpu):,.0f} rollouts/s);"
+            f" per call: server {server_cpu / calls * 1e6:.0f} us, client {client_cpu / calls * 1e6:.0f} us"
         )
     print_operations(latencies, elapsed)
 

@@ -7,7 +7,10 @@ start-up costs count as they would for a user. Figures printed:
 - ``startup``: from ``Trainer.fit()`` to the first finished rollout (server start, runner processes, first
   claim, first trace flushed);
 - ``rollouts/s``: tasks divided by the time from enqueueing them to the last one finishing;
-- ``total``: the whole ``fit()`` call, shutdown included.
+- ``total``: the whole ``fit()`` call, shutdown included;
+- ``cpu ms/rollout``: CPU time per rollout between enqueueing and the last rollout, of this process (the
+  algorithm and, for ``cs``, the store server's thread) and of the runner processes together (``cs``): on a
+  busy machine, where wall-clock figures mean little, these are what to compare.
 
     uv run benchmarks/trainer_bench.py                # 500 tasks, shm and cs, 1 and 4 runners
     uv run benchmarks/trainer_bench.py --tasks 2000 --runners 1 2 4 8
@@ -40,6 +43,21 @@ def run_one(strategy: str, n_runners: int, n_tasks: int) -> dict[str, Any]:
 
     imported = time.perf_counter() - started_import
     marks: dict[str, float] = {}
+    import psutil
+
+    me = psutil.Process()
+
+    def cpu_seconds() -> tuple[float, float]:
+        """CPU seconds of this process and of its live child processes."""
+        own = me.cpu_times()
+        children = 0.0
+        for child in me.children(recursive=True):
+            try:
+                times = child.cpu_times()
+            except psutil.Error:
+                continue
+            children += times.user + times.system
+        return own.user + own.system, children
 
     @rollout
     async def agent(task: int, llm: LLM) -> None:
@@ -48,6 +66,7 @@ def run_one(strategy: str, n_runners: int, n_tasks: int) -> dict[str, Any]:
     @algo
     async def bench(store: Any, train_dataset: Any, initial_resources: Any) -> None:
         resources = await store.add_resources(initial_resources)
+        marks["cpu_main_0"], marks["cpu_children_0"] = cpu_seconds()
         marks["enqueue"] = time.perf_counter()
         rollouts = await store.enqueue_many_rollouts(
             [EnqueueRolloutRequest(input=t, resources_id=resources.resources_id) for t in train_dataset]
@@ -57,6 +76,7 @@ def run_one(strategy: str, n_runners: int, n_tasks: int) -> dict[str, Any]:
         marks["first"] = time.perf_counter()
         finished = await store.wait_for_rollouts(rollout_ids=ids, timeout=None)
         marks["last"] = time.perf_counter()
+        marks["cpu_main_1"], marks["cpu_children_1"] = cpu_seconds()
         marks["succeeded"] = sum(r.status == "succeeded" for r in finished)
 
     trainer = Trainer(
@@ -80,6 +100,10 @@ def run_one(strategy: str, n_runners: int, n_tasks: int) -> dict[str, Any]:
         "startup_s": round(marks["first"] - fit_start, 3),
         "rollouts_per_s": round(n_tasks / (marks["last"] - marks["enqueue"]), 1),
         "total_s": round(fit_end - fit_start, 3),
+        "cpu_main_ms_per_rollout": round((marks["cpu_main_1"] - marks["cpu_main_0"]) / n_tasks * 1000, 3),
+        "cpu_runners_ms_per_rollout": round(
+            (marks["cpu_children_1"] - marks["cpu_children_0"]) / n_tasks * 1000, 3
+        ),
     }
 
 
@@ -139,11 +163,13 @@ def main() -> None:
     )
     print(
         f"{'strategy':>8} {'runners':>7} {'tasks':>6} {'ok':>5} {'startup s':>10} {'rollouts/s':>11} {'total s':>8}"
+        f" {'cpu ms/rollout: main':>21} {'runners':>8}"
     )
     for r in results:
         print(
             f"{r['strategy']:>8} {r['n_runners']:>7} {r['tasks']:>6} {r['succeeded']:>5} "
             f"{r['startup_s']:>10.3f} {r['rollouts_per_s']:>11.1f} {r['total_s']:>8.3f}"
+            f" {r['cpu_main_ms_per_rollout']:>21.3f} {r['cpu_runners_ms_per_rollout']:>8.3f}"
         )
     print(
         f"targets: cs start-up <= {TARGETS['cs_startup_s']} s, cs with 4 runners >= {TARGETS['cs_4_rollouts_per_s']}/s, "

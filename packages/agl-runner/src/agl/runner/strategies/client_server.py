@@ -187,7 +187,10 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
                 child.send_endpoint(endpoint)
                 return child
 
-            asyncio.run(self._algorithm_with_watch(algorithm, algorithm_store, event, children, spawn))
+            from agl.store.serving import serving_gc
+
+            with serving_gc():  # this process serves the store to the runners (the server's thread)
+                asyncio.run(self._algorithm_with_watch(algorithm, algorithm_store, event, children, spawn))
         except KeyboardInterrupt:  # Ctrl+C stops everything and returns, as the reference does
             logger.warning("Interrupted: stopping the algorithm and the runners")
         finally:

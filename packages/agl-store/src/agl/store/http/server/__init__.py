@@ -1,12 +1,14 @@
 """The store's HTTP server: :class:`LightningStoreServer` and everything it serves.
 
 - ``store.py``: :class:`LightningStoreServer` (a ``LightningStore`` that serves another one);
-- ``_app.py``: the FastAPI application; ``_ops.py``: the hot operations and their ASGI fast path;
-  ``_hot.py``: the single layer in front of the hot routes;
+- ``_stack.py``: the served ASGI stack (the FastAPI app built on first use); ``_app.py``: the FastAPI
+  application; ``_ops.py``: the hot operations and their ASGI fast path; ``_hot.py``: the single layer in
+  front of the hot routes, served straight from the HTTP protocol; ``_eager.py``: a coroutine run at once;
 - ``_middleware.py``: bearer token, size cap, idempotent replays; ``_replay.py``: the replay cache;
   ``_options.py``: how the app behaves (auth, CORS, limits);
 - ``metrics.py``: Prometheus metrics; ``otlp.py``: OTLP/HTTP trace ingestion; ``dashboard/``: the dashboard;
-- ``_uvicorn.py``: stall deadlines and one-write answers (public as :mod:`agl.store.serving`);
+- ``_uvicorn.py``: stall deadlines, one-write answers and the hot routes' hook (public as
+  :mod:`agl.store.serving`); ``_gc.py``: the garbage collector's thresholds while serving;
 - ``_workers.py``, ``_worker_tag.py``: ``agl store --workers N``.
 """
 

@@ -59,32 +59,18 @@ from .._models import (
     WaitRequest,
     WorkerQueryParams,
 )
-from ._hot import HotPathMiddleware
-from ._middleware import (
-    ASGIApp,
-    BearerTokenMiddleware,
-    BodySizeLimitMiddleware,
-    IdempotencyMiddleware,
-    Message,
-    Receive,
-    Scope,
-    Send,
-)
 from ._ops import (
-    FastPathMiddleware,
     HotOps,
     Reply,
     encode,
     error_body,
     error_reply,
     fault_reply,
-    send_reply,
     validation_reply,
 )
 from ._options import AppOptions
-from ._replay import MemoryReplayCache
 
-__all__ = ["AppOptions", "create_app", "create_asgi_app"]
+__all__ = ["AppOptions", "create_app"]
 
 logger = logging.getLogger("agl.store.server")
 
@@ -100,32 +86,6 @@ def _reply(reply: Reply) -> Response:
     return Response(body, status_code=status, media_type=_JSON, headers=headers)
 
 
-class _FaultMiddleware:
-    """Last line of defence: log a server fault once and answer 500 if nothing was answered yet."""
-
-    def __init__(self, app: Any, debug: bool) -> None:
-        self.app = app
-        self.debug = debug
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, receive, tracking_send)
-        except Exception as exc:
-            mapped = error_reply(exc)  # a database error on the fast path: 4xx or 503, not a fault
-            if mapped is None:
-                logger.exception("store server fault on %s %s", scope.get("method"), scope.get("path"))
-            if not started:
-                await send_reply(send, mapped if mapped is not None else fault_reply(exc, self.debug))
-
-
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody, "description": desc}
     for code, desc in [
@@ -138,57 +98,6 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (500, "Server fault"),
     ]
 }
-
-
-def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[FastAPI, ASGIApp]:
-    """The FastAPI app over ``store`` (routes, OpenAPI schema) and the ASGI app to serve.
-
-    Served stack, outermost first: CORS → hot path (the hot routes, in one pass: :mod:`._hot`) →
-    metrics (``/metrics``, request counts) → dashboard (static files) → bearer token → size cap →
-    idempotent replay → fault barrier → fast path for the hot routes → FastAPI.
-    """
-    from .dashboard import DashboardMiddleware
-    from .metrics import MetricsMiddleware, StoreFigures
-
-    app = create_app(store, options)
-    cache = options.replay_cache or MemoryReplayCache()
-    fast = FastPathMiddleware(app, HotOps(store, options))
-    asgi: ASGIApp = _FaultMiddleware(fast, debug=options.debug)
-    asgi = IdempotencyMiddleware(asgi, cache=cache)
-    asgi = BodySizeLimitMiddleware(asgi, max_body_bytes=options.max_body_bytes)
-    if options.token:
-        asgi = BearerTokenMiddleware(asgi, token=options.token)
-    asgi = DashboardMiddleware(asgi)
-    metrics = MetricsMiddleware(
-        asgi,
-        namespace="agl_store",
-        token=options.token,
-        public=options.metrics_public,
-        figures=StoreFigures(store),
-        include_default=True,
-    )
-    asgi = HotPathMiddleware(
-        metrics,
-        fast,
-        token=options.token,
-        max_body_bytes=options.max_body_bytes,
-        cache=cache,
-        metrics=metrics,
-        debug=options.debug,
-    )
-    origins = [o.strip() for o in options.cors_allow_origins if o and o.strip()]
-    if origins:
-        from starlette.middleware.cors import CORSMiddleware
-
-        asgi = CORSMiddleware(
-            asgi,
-            allow_origins=origins,
-            allow_methods=["*"],
-            allow_headers=["*"],
-            allow_credentials="*" not in origins,
-            expose_headers=["*"],
-        )
-    return app, asgi
 
 
 def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
@@ -418,10 +327,7 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
 
     @app.post(prefix + "/workers/{worker_id:path}", response_model=Worker, tags=["workers"])
     async def update_worker(worker_id: str, body: UpdateWorkerRequest | None = None) -> Response:
-        stats: Any = UNSET
-        if body is not None and "heartbeat_stats" in body.model_fields_set:  # (the model refuses a null)
-            stats = body.heartbeat_stats
-        return _json(await store.update_worker(worker_id, heartbeat_stats=stats))
+        return _reply(await ops.update_worker(worker_id, body))
 
     # -- OTLP -----------------------------------------------------------------------------------
 

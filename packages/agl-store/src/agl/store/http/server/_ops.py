@@ -14,12 +14,13 @@ import asyncio
 import contextlib
 import json
 import math
-from collections.abc import Awaitable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+import sys
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from agl.types import ConflictError, InvalidRequestError, NotFoundError, Span
+from agl.types import UNSET, ConflictError, InvalidRequestError, NotFoundError, Span
 from pydantic import BaseModel, TypeAdapter, ValidationError
-from sqlalchemy import exc as sa_exc
 
 from ...base import LightningStore
 from ...errors import StoreFullError
@@ -34,21 +35,28 @@ from .._models import (
     NextSequenceIdsRequest,
     StartRolloutRequest,
     UpdateAttemptRequest,
+    UpdateWorkerRequest,
 )
+from ._eager import eager_safe, run_eagerly
 from ._middleware import ASGIApp, Receive, Scope, Send
+from .metrics import _LITERALS, route_template  # pyright: ignore[reportPrivateUsage]
 
 if TYPE_CHECKING:
+    from sqlalchemy import exc as sa_exc
+
     from ._options import AppOptions
 
 __all__ = [
     "FastPathMiddleware",
     "HotOps",
+    "HotRoute",
     "Reply",
     "encode",
     "error_body",
     "error_reply",
     "fault_reply",
     "positions",
+    "reply_headers",
     "send_reply",
     "validation_reply",
 ]
@@ -113,14 +121,17 @@ def error_reply(exc: Exception) -> Reply | None:
         return error_body(400, "the request is nested too deeply to process", "InvalidRequestError")
     if isinstance(exc, OverflowError):
         return error_body(400, f"a number in the request is out of range: {exc}", "InvalidRequestError")
-    if isinstance(exc, sa_exc.SQLAlchemyError):
-        return database_error_reply(exc)
+    sa = sys.modules.get("sqlalchemy.exc")  # not imported: no SQL store here (and no import cost)
+    if sa is not None and isinstance(exc, sa.SQLAlchemyError):
+        return database_error_reply(cast("sa_exc.SQLAlchemyError", exc))
     return None
 
 
 def database_error_reply(exc: sa_exc.SQLAlchemyError) -> Reply:
     """A database error: the request's data refused (400), a constraint (409), or the database unavailable
     or failing (503, retry later). The database's own message is left out (it may quote other data)."""
+    from sqlalchemy import exc as sa_exc
+
     kind = type(exc).__name__
     sqlstate = _sqlstate(exc)
     if isinstance(exc, sa_exc.DataError) or sqlstate.startswith("22") or _refused_value(exc):
@@ -186,17 +197,28 @@ class HotOps:
     def __init__(self, store: LightningStore, options: AppOptions) -> None:
         self.store = store
         self.options = options
+        self.eager = eager_safe(store)
+        """Whether a call's first step may run outside a task (see :func:`._eager.eager_safe`)."""
 
     def bounded(self, timeout: float | None) -> float:
         limit = self.options.max_wait_seconds
         return limit if timeout is None else min(timeout, limit)
 
-    async def until_shutdown(self, coro: Awaitable[T], default: T) -> T:
+    async def until_shutdown(self, coro: Coroutine[Any, Any, T], default: T) -> T:
         """Await ``coro``, or give up with ``default`` when the server is stopping."""
         shutdown = self.options.shutdown
         if shutdown is None:
             return await coro
-        task = asyncio.ensure_future(coro)
+        if self.eager and sys.version_info < (
+            3,
+            12,
+        ):  # (on 3.12 a task's first step would bind timeouts to it)
+            done, result, task = run_eagerly(coro, asyncio.get_running_loop())
+            if done:  # answered without waiting (work was there): no race with the shutdown needed
+                return cast("T", result)
+            assert task is not None
+        else:
+            task = asyncio.ensure_future(coro)
         stopper = asyncio.ensure_future(shutdown.wait())
         try:
             await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -279,6 +301,12 @@ class HotOps:
         answer = {"stored": positions(body.spans, stored), "sequence_ids": [s.sequence_id for s in stored]}
         return 201, encode(answer), None
 
+    async def update_worker(self, worker_id: str, body: UpdateWorkerRequest | None) -> Reply:
+        stats: Any = UNSET
+        if body is not None and "heartbeat_stats" in body.model_fields_set:  # (the model refuses a null)
+            stats = body.heartbeat_stats
+        return 200, encode(await self.store.update_worker(worker_id, heartbeat_stats=stats)), None
+
     async def next_sequence_id(self, body: NextSequenceIdRequest) -> Reply:
         value = await self.store.get_next_span_sequence_id(body.rollout_id, body.attempt_id)
         return 200, encode({"sequence_id": value}), None
@@ -292,14 +320,33 @@ class HotOps:
 _HEALTH = b'{"status":"ok"}'
 
 
+@dataclass(frozen=True, slots=True)
+class HotRoute:
+    """One hot route as matched: its handler, how its body is read, the metrics template of its path."""
+
+    template: str
+    """The path with ids replaced by ``{id}`` (the ``route`` label of the request metrics)."""
+    handler: Callable[..., Awaitable[Reply]] | None
+    """``None`` for the health check (a fixed answer)."""
+    model: type[BaseModel] | TypeAdapter[Any] | None = None
+    """What the JSON body is validated as; ``None`` for a route that reads no body."""
+    required: bool = True
+    """Whether a body must be sent (else an empty or ``null`` body passes ``None``)."""
+    args: tuple[str, ...] = ()
+    """The ids taken from the path, passed before the body."""
+
+
 class FastPathMiddleware:
-    """Serve the hot routes straight from ASGI; hand everything else to the FastAPI app."""
+    """Serve the hot routes straight from ASGI; hand everything else to the FastAPI app.
+
+    :meth:`match` and :meth:`answer` are the same work without ASGI, for the layers in front (:mod:`._hot`).
+    """
 
     def __init__(self, app: ASGIApp, ops: HotOps) -> None:
         self.app = app
         self.ops = ops
         p = API_PREFIX
-        self._exact: dict[tuple[str, str], tuple[Any, type[BaseModel] | TypeAdapter[Any], bool]] = {
+        exact: dict[tuple[str, str], tuple[Any, type[BaseModel] | TypeAdapter[Any], bool]] = {
             ("POST", p + "/queues/rollouts/enqueue"): (ops.enqueue, EnqueueRequest, True),
             ("POST", p + "/queues/rollouts/dequeue"): (ops.dequeue, DequeueRequest, False),
             ("POST", p + "/queues/rollouts/claim"): (ops.claim, ClaimRequest, False),
@@ -310,87 +357,92 @@ class FastPathMiddleware:
             ("POST", p + "/spans/next"): (ops.next_sequence_id, NextSequenceIdRequest, True),
             ("POST", p + "/spans/next/batch"): (ops.next_sequence_ids, NextSequenceIdsRequest, True),
         }
+        self._exact: dict[tuple[str, str], HotRoute] = {
+            key: HotRoute(key[1], handler, model, required)
+            for key, (handler, model, required) in exact.items()
+        }
+        self._exact[("GET", p + "/health")] = HotRoute(p + "/health", None)
         self._rollouts = p + "/rollouts/"
+        self._workers = p + "/workers/"
+        self._update_worker = p + "/workers/{id}"
+        self._get_rollout = p + "/rollouts/{id}"
+        self._update_attempt = p + "/rollouts/{id}/attempts/{id}"
 
-    def serves(self, method: str, path: str) -> bool:
-        """Whether this layer answers ``method path`` itself (health and the hot routes)."""
-        if (method, path) in self._exact or (method == "GET" and path == API_PREFIX + "/health"):
-            return True
+    def match(self, method: str, path: str) -> HotRoute | None:
+        """The hot route ``method path`` belongs to, or ``None`` for one this layer does not serve."""
+        route = self._exact.get((method, path))
+        if route is not None:
+            return route
         if not path.startswith(self._rollouts):
-            return False
+            if method == "POST" and path.startswith(self._workers):
+                worker_id = path[len(self._workers) :]  # (may hold slashes)
+                if worker_id and worker_id != "search":
+                    template = self._update_worker if worker_id not in _LITERALS else route_template(path)
+                    return HotRoute(
+                        template, self.ops.update_worker, UpdateWorkerRequest, False, (worker_id,)
+                    )
+            return None
         parts = path[len(self._rollouts) :].split("/")
         if method == "GET":
-            return len(parts) == 1 and bool(parts[0]) and parts[0] != "search"
-        return (
+            if len(parts) == 1 and parts[0] and parts[0] != "search":
+                template = self._get_rollout if parts[0] not in _LITERALS else route_template(path)
+                return HotRoute(template, self.ops.get_rollout, None, True, (parts[0],))
+            return None
+        if (
             method == "POST"
             and len(parts) == 3
             and parts[1] == "attempts"
-            and bool(parts[0])
-            and bool(parts[2])
+            and parts[0]
+            and parts[2]
             and parts[2] != "search"
-        )
+        ):
+            return HotRoute(
+                self._update_attempt,
+                self.ops.update_attempt,
+                UpdateAttemptRequest,
+                True,
+                (parts[0], parts[2]),
+            )
+        return None
+
+    def serves(self, method: str, path: str) -> bool:
+        """Whether this layer answers ``method path`` itself (health and the hot routes)."""
+        return self.match(method, path) is not None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        route = self.match(scope["method"], scope["path"]) if scope["type"] == "http" else None
+        if route is None:
             await self.app(scope, receive, send)
             return
-        method, path = scope["method"], scope["path"]
-        if method == "GET" and path == API_PREFIX + "/health":
-            await send_reply(send, (200, _HEALTH, None))
-            return
-        route = self._exact.get((method, path))
-        if route is not None:
-            handler, model, required = route
-            await self._serve_body(scope, receive, send, handler, model, required, ())
-            return
-        if path.startswith(self._rollouts):
-            parts = path[len(self._rollouts) :].split("/")
-            if method == "GET" and len(parts) == 1 and parts[0] and parts[0] != "search":
-                await self._guarded(send, self.ops.get_rollout(parts[0]))
-                return
-            if (
-                method == "POST"
-                and len(parts) == 3
-                and parts[1] == "attempts"
-                and parts[0]
-                and parts[2]
-                and parts[2] != "search"
-            ):
-                args = (parts[0], parts[2])
-                await self._serve_body(
-                    scope, receive, send, self.ops.update_attempt, UpdateAttemptRequest, True, args
-                )
-                return
-        await self.app(scope, receive, send)
+        raw = b""
+        if route.model is not None:
+            chunks: list[bytes] = []
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return  # the client went away (or the size cap cut the body off and answered)
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    break
+            raw = b"".join(chunks)
+        await send_reply(send, await self.answer(route, raw, _content_type(scope)))
 
-    async def _serve_body(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        handler: Any,
-        model: type[BaseModel] | TypeAdapter[Any],
-        required: bool,
-        args: tuple[str, ...],
-    ) -> None:
-        chunks: list[bytes] = []
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return  # the client went away (or the size cap cut the body off and answered)
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        raw = b"".join(chunks)
-        if not raw.strip() or (not required and raw.strip() == b"null"):
-            if required:
-                await send_reply(
-                    send, validation_reply([{"loc": ("body",), "msg": "Field required", "type": "missing"}])
-                )
-                return
-            await self._guarded(send, handler(*args, None))
-            return
-        content_type = _content_type(scope)
+    async def answer(self, route: HotRoute, raw: bytes, content_type: str) -> Reply:
+        """The answer to ``route`` with body ``raw``: validation errors and store errors mapped to 4xx/503.
+
+        A server fault (an exception the API does not map) is raised, for the fault barrier to answer.
+        """
+        handler = route.handler
+        if handler is None:
+            return 200, _HEALTH, None
+        model = route.model
+        if model is None:
+            return await self._guarded(handler(*route.args))
+        stripped = raw.strip()
+        if not stripped or (not route.required and stripped == b"null"):
+            if route.required:
+                return validation_reply([{"loc": ("body",), "msg": "Field required", "type": "missing"}])
+            return await self._guarded(handler(*route.args, None))
         if content_type and "json" not in content_type:
             detail = [
                 {
@@ -399,14 +451,12 @@ class FastPathMiddleware:
                     "type": "content_type",
                 }
             ]
-            await send_reply(send, validation_reply(detail))
-            return
+            return validation_reply(detail)
         try:
             data = json.loads(raw, parse_float=_json_number, parse_constant=_no_constant)
         except (ValueError, RecursionError) as exc:
             msg = f"Invalid JSON: {exc}" if isinstance(exc, ValueError) else "Invalid JSON: nested too deeply"
-            await send_reply(send, validation_reply([{"loc": ("body",), "msg": msg, "type": "json_invalid"}]))
-            return
+            return validation_reply([{"loc": ("body",), "msg": msg, "type": "json_invalid"}])
         try:
             # Strict, as the schema says: JSON types must match (no "3" or true for 3); 3.0 is an integer.
             if isinstance(model, TypeAdapter):
@@ -415,19 +465,17 @@ class FastPathMiddleware:
                 body = model.model_validate(data, strict=True)
         except ValidationError as exc:
             errors = [{**e, "loc": ("body", *e.get("loc", ()))} for e in exc.errors(include_url=False)]
-            await send_reply(send, validation_reply(errors))
-            return
-        await self._guarded(send, handler(*args, body))
+            return validation_reply(errors)
+        return await self._guarded(handler(*route.args, body))
 
-    async def _guarded(self, send: Send, call: Awaitable[Reply]) -> None:
+    async def _guarded(self, call: Awaitable[Reply]) -> Reply:
         try:
-            reply = await call
+            return await call
         except Exception as exc:
             mapped = error_reply(exc)
             if mapped is None:
                 raise  # a server fault: the fault barrier answers 500
-            reply = mapped
-        await send_reply(send, reply)
+            return mapped
 
 
 def _json_number(text: str) -> float | int:
@@ -449,10 +497,16 @@ def _content_type(scope: Scope) -> str:
     return ""
 
 
-async def send_reply(send: Send, reply: Reply) -> None:
+def reply_headers(reply: Reply) -> list[tuple[bytes, bytes]]:
+    """The header pairs ``reply`` is sent with (JSON content type, length, its extra headers)."""
     status, body, headers = reply
+    del status
     raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if headers:
         raw_headers.extend((k.lower().encode(), v.encode()) for k, v in headers.items())
-    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
-    await send({"type": "http.response.body", "body": body})
+    return raw_headers
+
+
+async def send_reply(send: Send, reply: Reply) -> None:
+    await send({"type": "http.response.start", "status": reply[0], "headers": reply_headers(reply)})
+    await send({"type": "http.response.body", "body": reply[1]})

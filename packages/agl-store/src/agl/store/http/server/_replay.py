@@ -63,7 +63,7 @@ class MemoryReplayCache:
         self.max_bytes = max_bytes
         self.ttl_seconds = ttl_seconds
         self._done: OrderedDict[bytes, tuple[float, RecordedAnswer]] = OrderedDict()
-        self._running: dict[bytes, asyncio.Event] = {}
+        self._running: dict[bytes, asyncio.Event | None] = {}  # the event is made once a retry waits
         self._bytes = 0
 
     @property
@@ -86,10 +86,12 @@ class MemoryReplayCache:
                 if time.monotonic() - found[0] <= self.ttl_seconds:
                     return found[1]
                 self._drop(key)
-            running = self._running.get(key)
-            if running is None:
-                self._running[key] = asyncio.Event()
+            if key not in self._running:
+                self._running[key] = None
                 return None
+            running = self._running[key]
+            if running is None:
+                running = self._running[key] = asyncio.Event()
             await running.wait()  # then look again: answered, or forgotten (and maybe claimed by another)
 
     async def release(self, key: bytes, answer: RecordedAnswer | None) -> None:

@@ -13,7 +13,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-__all__ = ["ConnectionLimits", "coalescing_protocol_class", "server_protocol_class"]
+__all__ = ["ConnectionLimits", "HotServing", "coalescing_protocol_class", "server_protocol_class"]
 
 
 class _CoalescingTransport:
@@ -35,6 +35,14 @@ class _CoalescingTransport:
             self._held = bytes(data)
             self._loop.call_soon(self._flush)
             return
+        self._transport.write(data)
+
+    def write_whole(self, data: bytes) -> None:
+        """Write a whole answer (head and body) at once, after anything still held."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            data = held + data
         self._transport.write(data)
 
     def _flush(self) -> None:
@@ -97,6 +105,30 @@ class _Flow(Protocol):
     read_paused: bool
 
 
+class HotCycleLike(_Cycle, Protocol):
+    """A request cycle that a :class:`HotServing` serves without ASGI (see :mod:`agl.store.http.server._hot`)."""
+
+    keep_alive: bool
+    disconnected: bool
+
+    def on_body(self, body: bytes) -> None: ...
+    def on_message_complete(self) -> None: ...
+
+
+class HotServing(Protocol):
+    """Routes the protocol serves itself: ``start_cycle`` returns the cycle of a request it takes (given the
+    request's method, path and lower-cased headers, once its head is in), or ``None`` to leave it to ASGI."""
+
+    def start_cycle(
+        self,
+        proto: Any,
+        method: str,
+        path: str,
+        headers: list[tuple[bytes, bytes]],
+        keep_alive: bool,
+    ) -> HotCycleLike | None: ...
+
+
 if TYPE_CHECKING:
 
     class _UvicornHttp(asyncio.Protocol):
@@ -107,8 +139,18 @@ if TYPE_CHECKING:
         transport: asyncio.Transport
         cycle: _Cycle | None
         flow: _Flow
+        url: bytes
+        headers: list[tuple[bytes, bytes]]
+        expect_100_continue: bool
+        limit_concurrency: int | None
+        parser: Any
+        server_state: Any
+        tasks: set[asyncio.Task[None]]
 
         def on_response_complete(self) -> None: ...
+        def on_headers_complete(self) -> None: ...
+        def on_body(self, body: bytes) -> None: ...
+        def on_message_complete(self) -> None: ...
 
 
 def _plain_answer(status: bytes, text: bytes) -> bytes:
@@ -125,11 +167,23 @@ _HEAD_431 = _plain_answer(
 
 
 def server_protocol_class(
-    http: str, *, coalesce: bool = True, limits: ConnectionLimits | None = None
+    http: str,
+    *,
+    coalesce: bool = True,
+    limits: ConnectionLimits | None = None,
+    hot: HotServing | None = None,
 ) -> type[asyncio.Protocol]:
     """uvicorn's protocol class for ``http`` (``"httptools"`` or ``"h11"``) with stall deadlines (``limits``)
-    and, with ``coalesce``, each answer's header block written together with its body."""
+    and, with ``coalesce``, each answer's header block written together with its body.
+
+    ``hot`` (httptools only) serves the requests it takes straight from the protocol, without ASGI; a request
+    that arrives while another is still answered (pipelined) or that expects ``100 Continue`` goes to ASGI.
+    """
+    from httptools import parse_url as httptools_parse_url
+
     base: type[_UvicornHttp]
+    if http != "httptools":
+        hot = None
     if http == "httptools":
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -139,16 +193,22 @@ def server_protocol_class(
 
         base = cast("type[_UvicornHttp]", H11Protocol)
     lim = limits or ConnectionLimits()
+    defaults: list[Any] = [None, b""]  # uvicorn's default headers (a new list each second) and their bytes
 
     class GuardedProtocol(base):
         # The connection's phase is read off uvicorn's request cycle after each read: no cycle in progress
         # means waiting for (the rest of) a head; a cycle whose body is still arriving means a body; else the
         # app has the request and no deadline applies (long polls last as long as the app says).
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self._agl_write = cast(asyncio.Transport, transport).write
             if coalesce:  # the wrapper stands in for the socket's transport, forwarding what it does not do
                 wrapper = _CoalescingTransport(cast(asyncio.Transport, transport), self.loop)
+                self._agl_write = wrapper.write_whole
                 transport = cast(asyncio.Transport, wrapper)
             super().connection_made(transport)
+            self._agl_hot: HotCycleLike | None = None
+            self._agl_feeding = False
+            self._agl_answered = False  # an answer completed while the last read was parsed
             self._agl_phase = _IDLE
             self._agl_head_bytes = 0
             self._agl_timer: asyncio.TimerHandle | None = None
@@ -171,8 +231,73 @@ def server_protocol_class(
                 return None
             return cycle
 
+        # -- the hot routes, served here (see HotServing) --------------------------------------------
+
+        def on_headers_complete(self) -> None:
+            cycle = self.cycle
+            if (
+                hot is not None
+                and (cycle is None or cycle.response_complete)
+                and not self.expect_100_continue
+                and self.limit_concurrency is None
+            ):
+                parser = self.parser
+                raw_path: bytes = httptools_parse_url(self.url).path
+                if b"%" not in raw_path and not parser.should_upgrade():
+                    try:
+                        path, method = raw_path.decode("ascii"), parser.get_method().decode("ascii")
+                    except UnicodeDecodeError:
+                        path = method = ""
+                    keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
+                    hot_cycle = (
+                        hot.start_cycle(self, method, path, self.headers, keep_alive) if path else None
+                    )
+                    if hot_cycle is not None:
+                        self._agl_hot = hot_cycle
+                        self.cycle = hot_cycle
+                        return
+            self._agl_hot = None
+            super().on_headers_complete()
+
+        def on_body(self, body: bytes) -> None:
+            cycle = self._agl_hot
+            if cycle is not None and cycle is self.cycle:
+                cycle.on_body(body)
+                return
+            super().on_body(body)
+
+        def on_message_complete(self) -> None:
+            cycle = self._agl_hot
+            if cycle is not None and cycle is self.cycle:
+                cycle.on_message_complete()
+                return
+            super().on_message_complete()
+
+        def hot_write(self, data: bytes) -> None:
+            self._agl_write(data)
+
+        def hot_close(self) -> None:
+            self.transport.close()
+
+        def hot_default_headers(self) -> bytes:
+            current = self.server_state.default_headers
+            if current is not defaults[0]:
+                defaults[1] = b"".join(name + b": " + value + b"\r\n" for name, value in current)
+                defaults[0] = current
+            return defaults[1]
+
+        def hot_track(self, task: asyncio.Task[Any]) -> None:
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+        # -- stall deadlines ---------------------------------------------------------------------------
+
         def data_received(self, data: bytes) -> None:
-            super().data_received(data)
+            self._agl_feeding, self._agl_answered = True, False
+            try:
+                super().data_received(data)
+            finally:
+                self._agl_feeding = False
             if self.transport.is_closing():
                 self._agl_disarm()
                 return
@@ -186,8 +311,10 @@ def server_protocol_class(
                     self._agl_phase = _APP
                     self._agl_disarm()
                 return
-            if self._agl_phase in (_BODY, _APP):  # this read ended a body that was answered early
+            if self._agl_phase in (_BODY, _APP) or self._agl_answered:
+                # this read ended a body that was answered early, or a request answered at once
                 self._agl_phase = _IDLE
+                self._agl_head_bytes = 0
                 self._agl_arm(lim.idle_seconds)
                 return
             self._agl_head_bytes += len(data)
@@ -200,6 +327,9 @@ def server_protocol_class(
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
+            if self._agl_feeding:  # answered while a read is parsed: data_received re-arms after it
+                self._agl_answered = True
+                return
             if not self.transport.is_closing() and self._agl_busy_cycle() is None:
                 self._agl_phase = _IDLE
                 self._agl_head_bytes = 0

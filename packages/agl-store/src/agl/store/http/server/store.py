@@ -31,6 +31,8 @@ from ..._forwarding import ForwardingStore
 from ...base import LightningStore, LightningStoreCapabilities
 from ...loop_bound import as_thread_safe
 from .._models import API_PREFIX
+from ._gc import serving_gc
+from ._loop import new_event_loop as _new_event_loop
 from ._uvicorn import ConnectionLimits, server_protocol_class
 
 if TYPE_CHECKING:
@@ -39,7 +41,9 @@ if TYPE_CHECKING:
 
     from ...sql import SqlLightningStore
     from ..client.store import LightningStoreClient
-    from ._app import AppOptions
+    from ._hot import HotRoutes
+    from ._options import AppOptions
+    from ._stack import LazyApp
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_PORT", "LightningStoreServer"]
 
@@ -57,14 +61,6 @@ def _fast_http_impl() -> str:
         return "h11"
     del httptools  # (only whether it imports matters here)
     return "httptools"
-
-
-def _new_event_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
 
 
 class LightningStoreServer(ForwardingStore):
@@ -135,9 +131,10 @@ class LightningStoreServer(ForwardingStore):
         self.connection_limits = connection_limits or ConnectionLimits()
         self.access_host = access_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
         self._owner_pid = os.getpid()
-        self._app: FastAPI | None = None
+        self._app: LazyApp | None = None
         self._options: AppOptions | None = None
         self._asgi: Any = None
+        self._hot: HotRoutes | None = None
         self._uvicorn: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -175,12 +172,17 @@ class LightningStoreServer(ForwardingStore):
     @property
     def app(self) -> FastAPI:
         """The FastAPI application (built on first use)."""
+        return self._lazy_app().get()
+
+    def _lazy_app(self) -> LazyApp:
+        """The served app, whose FastAPI part is built on first use."""
         if self._app is None:
             if self.store is None:
                 raise RuntimeError(
                     "this LightningStoreServer was unpickled in another process; it has no app"
                 )
-            from ._app import AppOptions, create_asgi_app
+            from ._options import AppOptions
+            from ._stack import create_asgi_app
 
             self._shutdown = None
             options = AppOptions(
@@ -193,7 +195,7 @@ class LightningStoreServer(ForwardingStore):
                 replay_cache=self._replay_cache(self.store),
             )
             self._options = options
-            self._app, self._asgi = create_asgi_app(self.store, options)
+            self._app, self._asgi, self._hot = create_asgi_app(self.store, options)
         return self._app
 
     def _replay_cache(self, store: LightningStore) -> Any:
@@ -237,18 +239,22 @@ class LightningStoreServer(ForwardingStore):
                 if self.started and on_started is not None:
                     on_started()
 
-        _ = self.app
+        _ = self._lazy_app()
         asgi = self._asgi
+        hot = self._hot
         if self._worker_index is not None:
-            from ._worker_tag import tag_worker
+            from ._worker_tag import WORKER_HEADER, tag_worker
 
             asgi = tag_worker(asgi, self._worker_index)
+            if hot is not None:
+                hot.extra_headers = [(WORKER_HEADER.encode(), str(self._worker_index).encode())]
         config = uvicorn.Config(
             asgi,
             log_level="warning",
             access_log=False,
-            http=server_protocol_class(_fast_http_impl(), limits=self.connection_limits),
+            http=server_protocol_class(_fast_http_impl(), limits=self.connection_limits, hot=hot),
             lifespan="off",
+            ws="none",  # no WebSocket routes (and no import of a WebSocket library at start)
             proxy_headers=False,  # nothing reads X-Forwarded-*; uvicorn's check cost ~4% of a request
             timeout_graceful_shutdown=2,
             timeout_keep_alive=max(1, round(self.connection_limits.idle_seconds)),
@@ -297,7 +303,7 @@ class LightningStoreServer(ForwardingStore):
         self._check_owner("start")
         if self._thread is not None and self._thread.is_alive():
             raise RuntimeError(f"the store server is already running at {self.endpoint}")
-        _ = self.app
+        _ = self._lazy_app()
         sock = self._bind()
         self._uvicorn = self._make_uvicorn()
         self._thread_error = None
@@ -351,7 +357,7 @@ class LightningStoreServer(ForwardingStore):
         ``on_started`` is called (in the server's loop) once the server accepts requests.
         """
         self._check_owner("run_forever")
-        _ = self.app
+        _ = self._lazy_app()
         sock = self._bind()
         self._uvicorn = self._make_uvicorn(on_started)
         in_main = threading.current_thread() is threading.main_thread()
@@ -362,7 +368,8 @@ class LightningStoreServer(ForwardingStore):
         loop = _new_event_loop()
         self._thread = threading.current_thread()
         try:
-            loop.run_until_complete(self._serve(sock))
+            with serving_gc():  # this thread serves until stopped: the process is a server
+                loop.run_until_complete(self._serve(sock))
         finally:
             loop.close()
             sock.close()
@@ -412,6 +419,7 @@ class LightningStoreServer(ForwardingStore):
         self.store = None
         self._app = None
         self._asgi = None
+        self._hot = None
         self._options = None
         self._uvicorn = None
         self._thread = None
