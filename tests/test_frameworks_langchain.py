@@ -18,16 +18,15 @@ def _add(a: int, b: int) -> int:
     return a + b
 
 
-@rollout
-async def langchain_agent(task: dict[str, Any], llm: LLM) -> float:
-    from langchain_core.messages import HumanMessage, ToolMessage
+def calculator_chat(llm: LLM, task: dict[str, Any], http: httpx.AsyncClient) -> tuple[Any, Any]:
+    """The ``add`` tool and a ChatOpenAI bound to it, talking to ``llm`` through ``http``.
+
+    The caller owns ``http`` and closes it: langchain-openai's default client is cached for the whole process,
+    its connections left to the garbage collector after the rollout's loop closed."""
     from langchain_core.tools import tool
     from langchain_openai import ChatOpenAI
 
     add = tool("add")(_add)
-    # Our own HTTP client, closed below: langchain-openai's default one is cached for the whole process, its
-    # connections left to the garbage collector after this rollout's loop closed.
-    http = httpx.AsyncClient()
     chat = ChatOpenAI(
         model=llm.model,
         base_url=llm.endpoint,
@@ -36,6 +35,15 @@ async def langchain_agent(task: dict[str, Any], llm: LLM) -> float:
         streaming=task["stream"],
         http_async_client=http,
     ).bind_tools([add])
+    return add, chat
+
+
+@rollout
+async def langchain_agent(task: dict[str, Any], llm: LLM) -> float:
+    from langchain_core.messages import HumanMessage, ToolMessage
+
+    http = httpx.AsyncClient()
+    add, chat = calculator_chat(llm, task, http)
     messages: list[Any] = [HumanMessage(content=f"Please add {task['a']} and {task['b']}.")]
     async with http:
         answer = await chat.ainvoke(messages)

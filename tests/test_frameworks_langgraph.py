@@ -10,34 +10,18 @@ from agl.runner import rollout
 from agl.testing.e2e.proxy_harness import run_agent
 from agl.types import LLM
 
+from tests.test_frameworks_langchain import calculator_chat
 from tests.test_frameworks_openai import check_calculator_run
-
-
-def _add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
 
 
 @rollout
 async def langgraph_agent(task: dict[str, Any], llm: LLM) -> float:
     from langchain_core.messages import HumanMessage
-    from langchain_core.tools import tool
-    from langchain_openai import ChatOpenAI
     from langgraph.graph import START, MessagesState, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
 
-    add = tool("add")(_add)
-    # Our own HTTP client, closed below: langchain-openai's default one is cached for the whole process, its
-    # connections left to the garbage collector after this rollout's loop closed.
     http = httpx.AsyncClient()
-    chat = ChatOpenAI(
-        model=llm.model,
-        base_url=llm.endpoint,
-        api_key="unused",
-        max_retries=0,
-        streaming=task["stream"],
-        http_async_client=http,
-    ).bind_tools([add])
+    add, chat = calculator_chat(llm, task, http)
 
     async def model(state: MessagesState) -> dict[str, Any]:
         return {"messages": [await chat.ainvoke(state["messages"])]}

@@ -15,14 +15,19 @@ from agl.testing.store.sql_workers import kill_writer_after, stored_rollouts
 from agl.types import NotFoundError
 
 
+async def _one_running_attempt(store: SqlLightningStore) -> tuple[str, str]:
+    """Enqueue and claim one rollout; its rollout and attempt ids."""
+    await store.enqueue_rollout({"q": 1})
+    claimed = await store.dequeue_rollout(worker_id="w")
+    assert claimed is not None
+    return claimed.rollout_id, claimed.attempt.attempt_id
+
+
 def test_concurrent_writes_are_committed_together(tmp_path: Path) -> None:
     async def main() -> None:
         store = SqlLightningStore(f"sqlite:///{tmp_path / 'g.db'}")
         try:
-            await store.enqueue_rollout({"q": 1})
-            claimed = await store.dequeue_rollout(worker_id="w")
-            assert claimed is not None
-            rid, aid = claimed.rollout_id, claimed.attempt.attempt_id
+            rid, aid = await _one_running_attempt(store)
             before = store._db.commits
             spans = [make_span(rid, aid, i) for i in range(1, 65)]
             stored = await asyncio.gather(*(store.add_span(span) for span in spans))
@@ -46,10 +51,7 @@ def test_concurrent_writes_on_uvloop_are_committed_together(tmp_path: Path) -> N
     async def main() -> None:
         store = SqlLightningStore(f"sqlite:///{tmp_path / 'u.db'}")
         try:
-            await store.enqueue_rollout({"q": 1})
-            claimed = await store.dequeue_rollout(worker_id="w")
-            assert claimed is not None
-            rid, aid = claimed.rollout_id, claimed.attempt.attempt_id
+            rid, aid = await _one_running_attempt(store)
             before = store._db.commits
             for i in range(1, 6):  # one task, one write after another: not held back
                 await store.add_span(make_span(rid, aid, i))
@@ -76,10 +78,7 @@ def test_a_failing_write_among_concurrent_ones_fails_alone(backend: str, tmp_pat
     async def main(url: str, kwargs: dict) -> None:
         store = SqlLightningStore(url, **kwargs)
         try:
-            await store.enqueue_rollout({"q": 1})
-            claimed = await store.dequeue_rollout(worker_id="w")
-            assert claimed is not None
-            rid, aid = claimed.rollout_id, claimed.attempt.attempt_id
+            rid, aid = await _one_running_attempt(store)
             calls = [store.add_span(make_span(rid, aid, i)) for i in range(1, 11)]
             calls.insert(3, store.add_span(make_span("ro-missing", aid, 99)))
             calls.insert(7, store.update_attempt(rid, "at-missing", status="failed"))
