@@ -35,7 +35,7 @@ async def _trivial(task: int, llm: LLM) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_a_trivial_rollout_costs_at_most_three_requests() -> None:
+def test_a_trivial_rollout_costs_two_requests() -> None:
     n_tasks, n_runners = 60, 2
     seen: dict[str, Any] = {}
 
@@ -66,10 +66,11 @@ def test_a_trivial_rollout_costs_at_most_three_requests() -> None:
 
     assert seen["succeeded"] == n_tasks
     requests: Counter[str] = seen["requests"]
-    # Per rollout: the claim (with its resources), one span batch, the outcome. A runner's long poll that
-    # was waiting when the work arrived may come back empty once, hence the slack of one per runner.
+    # Per rollout: the claim (with its resources), then its spans and outcome together. A runner's long poll
+    # that was waiting when the work arrived may come back empty once, hence the slack of one per runner.
     assert requests["POST /v1/agl/queues/rollouts/claim"] <= n_tasks + n_runners, requests
-    assert requests["POST /v1/agl/spans/in-order"] == n_tasks, requests
-    assert requests["POST /v1/agl/rollouts/{id}/attempts/{id}"] == n_tasks, requests
+    assert requests["POST /v1/agl/rollouts/{id}/attempts/{id}/finish"] == n_tasks, requests
+    assert "POST /v1/agl/spans/in-order" not in requests, requests
+    assert "POST /v1/agl/rollouts/{id}/attempts/{id}" not in requests, requests
     assert "GET /v1/agl/resources/{id}" not in requests, requests
-    assert requests.total() <= 3 * n_tasks + n_runners, requests
+    assert requests.total() <= 2 * n_tasks + n_runners, requests

@@ -84,6 +84,42 @@ async def test_add_spans_in_order_validates_the_whole_batch_first(store: Lightni
     assert (await store.query_spans(rollout.rollout_id)).total == 0
 
 
+async def test_finish_attempt_stores_the_last_spans_then_the_outcome(store: LightningStore) -> None:
+    rollout = await claim(store)
+    rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
+    await store.add_spans_in_order([make_span(rid, aid, 0)])
+    last = [make_span(rid, aid, 0), make_span(rid, aid, 0)]
+    stored, attempt = await store.finish_attempt(
+        rid, aid, last, status="succeeded", metadata={"final_reward": 1.0}
+    )
+    assert [(s.span_id, s.sequence_id) for s in stored] == [(last[0].span_id, 2), (last[1].span_id, 3)]
+    assert attempt.status == "succeeded" and attempt.metadata == {"final_reward": 1.0}
+    assert [s.sequence_id for s in await store.query_spans(rid)] == [1, 2, 3]
+    finished = await store.get_rollout_by_id(rid)
+    assert finished is not None and finished.status == "succeeded"
+    # no spans: just the update; a duplicate span is skipped (and uses up an id), as in add_spans_in_order
+    stored, attempt = await store.finish_attempt(rid, aid, [last[0]], metadata={"again": True})
+    assert stored == [] and attempt.metadata == {"again": True} and attempt.status == "succeeded"
+    _, attempt = await store.finish_attempt(rid, aid)
+    assert attempt.metadata == {"again": True}
+
+
+async def test_finish_attempt_refuses_bad_fields_and_unknown_attempts_before_writing(
+    store: LightningStore,
+) -> None:
+    rollout = await claim(store)
+    rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
+    with pytest.raises(InvalidRequestError, match="spans must be a list"):
+        await store.finish_attempt(rid, aid, "spans", status="succeeded")  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError, match="attempt status"):
+        await store.finish_attempt(rid, aid, [make_span(rid, aid, 0)], status="done")  # type: ignore[arg-type]
+    with pytest.raises(NotFoundError):
+        await store.finish_attempt(rid, "at-missing", [make_span(rid, "at-missing", 0)], status="failed")
+    assert (await store.query_spans(rid)).total == 0
+    attempt = await store.get_latest_attempt(rid)
+    assert attempt is not None and attempt.status == "preparing"  # nothing was written
+
+
 async def test_add_many_spans_across_rollouts(store: LightningStore) -> None:
     a = await claim(store)
     b = await claim(store)

@@ -105,6 +105,66 @@ async def test_spans_go_in_batches_not_one_call_each() -> None:
     tracer.teardown_worker(0)
 
 
+async def test_spans_ending_together_share_a_batch() -> None:
+    store = GatedStore()
+    store.gate.set()
+    tracer = worker_tracer(store)
+    rid, aid = await new_attempt(store)
+    async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
+        emit_reward(0.0)
+        await asyncio.sleep(0)  # the drain wakes, and lingers for the spans that follow
+        for i in range(1, 5):
+            emit_reward(float(i))
+        await poll_until(lambda: store.calls)
+    assert store.calls == [5]
+
+
+async def test_a_closing_context_hands_its_unsent_spans_to_the_caller() -> None:
+    store = GatedStore()
+    tracer = OtelTracer(linger_seconds=0.5)  # nothing is sent before the context closes
+    tracer.init_worker(0, store)
+    rid, aid = await new_attempt(store)
+    handed: list[Span] = []
+    async with tracer.trace_context(rollout_id=rid, attempt_id=aid, hand_over_to=handed):
+        emit_reward(0.5)
+        emit_message("last words")
+    assert store.calls == [] and await spans_of(store, rid, aid) == []  # not written: handed over
+    assert names(handed) == ["agentlightning.annotation", "agentlightning.message"]
+    assert {(s.rollout_id, s.attempt_id, s.sequence_id) for s in handed} == {(rid, aid, 0)}
+    assert tracer.get_last_trace() == handed  # the trace has them all the same
+    assert tracer.pipeline.pending_spans == 0
+    store.gate.set()
+    stored, attempt = await store.finish_attempt(rid, aid, handed, status="succeeded")
+    assert [s.sequence_id for s in stored] == [1, 2] and attempt.status == "succeeded"
+    tracer.teardown_worker(0)
+
+
+async def test_a_batch_in_flight_at_close_is_still_written_first() -> None:
+    store = GatedStore()
+    tracer = OtelTracer(linger_seconds=0)
+    tracer.init_worker(0, store)
+    rid, aid = await new_attempt(store)
+    handed: list[Span] = []
+    closing: Any = None
+
+    async def body() -> None:
+        async with tracer.trace_context(rollout_id=rid, attempt_id=aid, hand_over_to=handed):
+            emit_reward(0.0)
+            await poll_until(lambda: len(store.calls) == 1)  # in flight, held by the gate
+            emit_reward(1.0)
+
+    closing = asyncio.ensure_future(body())
+    await poll_until(lambda: len(store.calls) == 1)
+    await asyncio.sleep(0.01)
+    assert not closing.done()  # the close waits for the batch in flight
+    store.gate.set()
+    await closing
+    assert store.calls == [1]
+    assert [get_reward_value(s) for s in await spans_of(store, rid, aid)] == [0.0]
+    assert [get_reward_value(s) for s in handed] == [1.0]
+    tracer.teardown_worker(0)
+
+
 async def test_eight_concurrent_coroutines_never_mix_their_spans() -> None:
     store = new_store()
     tracer = worker_tracer(store)

@@ -405,12 +405,13 @@ class LitAgentRunner(Runner[T]):
         self._attempts.current[attempt_id] = rollout
         started = time.monotonic()
         spans: list[Span] = []
+        unsent: list[Span] = []  # the trace's last spans: they go with the outcome, in one store call
         error: BaseException | None = None
         try:
             named = await self._resources(rollout, resources)
             await self._run_hooks("on_rollout_start", rollout=rollout)
             async with self.tracer.trace_context(
-                name=rollout_id, rollout_id=rollout_id, attempt_id=attempt_id
+                name=rollout_id, rollout_id=rollout_id, attempt_id=attempt_id, hand_over_to=unsent
             ):
                 await self._run_hooks("on_trace_start", tracer=self.tracer, rollout=rollout)
                 try:
@@ -439,11 +440,13 @@ class LitAgentRunner(Runner[T]):
             await self._run_hooks("on_rollout_end", rollout=rollout, spans=spans)
             metadata = dict(rollout.attempt.metadata or {})
             if isinstance(error, AttemptEnded):
-                await self._report_ended(rollout, error, metadata)
+                await self._report_ended(rollout, error, metadata, unsent)
                 if raise_on_exception:
                     raise error
                 return
             if error is None and await self._superseded(rollout, started, known=ended_meanwhile is not None):
+                if unsent:  # the result is dropped, its spans are kept
+                    _numbered(unsent, await store.add_spans_in_order(unsent))
                 return
             if error is None:
                 from agl.tracer import find_final_reward
@@ -465,12 +468,14 @@ class LitAgentRunner(Runner[T]):
                     "message": str(error),
                     "traceback": "".join(traceback.format_exception(type(error), error, error.__traceback__)),
                 }
-            await store.update_attempt(
+            stored, _ = await store.finish_attempt(
                 rollout_id,
                 attempt_id,
+                unsent,
                 status="failed" if error is not None else "succeeded",
                 metadata=metadata,
             )
+            _numbered(unsent, stored)
         except Exception:
             logger.exception(
                 "%s: could not report the outcome of rollout %s", self.get_worker_id(), rollout_id
@@ -501,7 +506,7 @@ class LitAgentRunner(Runner[T]):
             attempts.agent_tasks.pop(attempt_id, None)
 
     async def _report_ended(
-        self, rollout: AttemptedRollout, ended: AttemptEnded, metadata: dict[str, Any]
+        self, rollout: AttemptedRollout, ended: AttemptEnded, metadata: dict[str, Any], unsent: list[Span]
     ) -> None:
         """Record on the attempt why its agent was cancelled.
 
@@ -515,13 +520,15 @@ class LitAgentRunner(Runner[T]):
             "traceback": "",
         }
         store = self.get_store()
+        rollout_id, attempt_id = rollout.rollout_id, rollout.attempt.attempt_id
         if ended.status in ("succeeded", "failed"):  # someone else already reported the outcome
-            await store.update_attempt(rollout.rollout_id, rollout.attempt.attempt_id, metadata=metadata)
-            return
-        status: Any = ended.status if ended.status in ("timeout", "unresponsive") else "failed"
-        await store.update_attempt(
-            rollout.rollout_id, rollout.attempt.attempt_id, status=status, metadata=metadata
-        )
+            stored, _ = await store.finish_attempt(rollout_id, attempt_id, unsent, metadata=metadata)
+        else:
+            status: Any = ended.status if ended.status in ("timeout", "unresponsive") else "failed"
+            stored, _ = await store.finish_attempt(
+                rollout_id, attempt_id, unsent, status=status, metadata=metadata
+            )
+        _numbered(unsent, stored)
 
     async def _superseded(self, rollout: AttemptedRollout, started: float, *, known: bool = False) -> bool:
         """Whether a finished attempt lost its rollout meanwhile (another attempt took over, or it was cancelled).
@@ -558,6 +565,14 @@ class LitAgentRunner(Runner[T]):
             why,
         )
         return True
+
+
+def _numbered(sent: list[Span], stored: list[Span]) -> None:
+    """Give the spans of the trace (``sent``) the sequence ids the store gave them."""
+    if stored:
+        ids = {span.span_id: span.sequence_id for span in stored}
+        for span in sent:
+            span.sequence_id = ids.get(span.span_id, span.sequence_id)
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,11 @@ class ForwardingStore(LightningStore):
     async def _update_attempt(self, rollout_id: str, attempt_id: str, changes: AttemptUpdate) -> Attempt:
         return await self._call("update_attempt", rollout_id, attempt_id, **changes)
 
+    async def _finish_attempt(
+        self, rollout_id: str, attempt_id: str, spans: list[Span], changes: AttemptUpdate
+    ) -> tuple[list[Span], Attempt]:
+        return await self._call("finish_attempt", rollout_id, attempt_id, spans, **changes)
+
     async def wait_for_rollouts(
         self, *, rollout_ids: Sequence[str], timeout: float | None = None
     ) -> list[Rollout]:

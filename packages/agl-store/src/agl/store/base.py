@@ -58,7 +58,7 @@ from agl.types.query import (
 from agl.types.validation import check_id, check_optional_id, check_timeout, json_bytes
 from typing_extensions import TypedDict
 
-from ._checks import CHECKS, check_metadata, check_mode, check_status, checked, new_config
+from ._checks import CHECKS, check_metadata, check_mode, check_status, checked, new_config, spans_of
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -125,6 +125,22 @@ def _checked_request(request: Any) -> EnqueueRolloutRequest:
             f"not {type(request).__name__}"
         )
     return _checked_request(validated(EnqueueRolloutRequest.model_validate, request, "rollout"))
+
+
+def _attempt_changes(status: Any, worker_id: Any, last_heartbeat_time: Any, metadata: Any) -> AttemptUpdate:
+    """The checked fields of an attempt update (those given)."""
+    changes: Any = {}
+    if status is not UNSET:
+        check_status(status, ATTEMPT_STATUSES, "attempt status")
+        changes["status"] = status
+    if worker_id is not UNSET:
+        changes["worker_id"] = check_optional_id(worker_id, "worker_id")
+    if last_heartbeat_time is not UNSET:
+        changes["last_heartbeat_time"] = _check_time(last_heartbeat_time)
+    if metadata is not UNSET:
+        _check_documents(None, metadata)
+        changes["metadata"] = metadata
+    return changes
 
 
 def _check_time(value: Any) -> float:
@@ -365,23 +381,45 @@ class LightningStore(ABC):
         metadata: dict[str, Any] | Unset = UNSET,
     ) -> Attempt:
         """Write the given fields; a status change of the latest attempt propagates to the rollout (retries included)."""
-        changes: Any = {}
-        if status is not UNSET:
-            check_status(status, ATTEMPT_STATUSES, "attempt status")
-            changes["status"] = status
-        if worker_id is not UNSET:
-            changes["worker_id"] = check_optional_id(worker_id, "worker_id")
-        if last_heartbeat_time is not UNSET:
-            changes["last_heartbeat_time"] = _check_time(last_heartbeat_time)
-        if metadata is not UNSET:
-            _check_documents(None, metadata)
-            changes["metadata"] = metadata
+        changes = _attempt_changes(status, worker_id, last_heartbeat_time, metadata)
         check_id(rollout_id, "rollout_id")
         return await self._update_attempt(rollout_id, check_id(attempt_id, "attempt_id"), changes)
 
     @abstractmethod
     async def _update_attempt(self, rollout_id: str, attempt_id: str, changes: AttemptUpdate) -> Attempt:
         """Backend of :meth:`update_attempt`, given the checked fields to write."""
+
+    async def finish_attempt(
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        spans: Sequence[Span] = (),
+        *,
+        status: AttemptStatus | Unset = UNSET,
+        worker_id: str | Unset = UNSET,
+        last_heartbeat_time: float | Unset = UNSET,
+        metadata: dict[str, Any] | Unset = UNSET,
+    ) -> tuple[list[Span], Attempt]:
+        """Store an attempt's last spans, then write its outcome: :meth:`add_spans_in_order` followed by
+        :meth:`update_attempt`, in one call (one round trip over HTTP). A runner ends each attempt with it.
+
+        ``spans`` are normally the attempt's own (they are stored as :meth:`add_spans_in_order` stores any).
+        Returns the stored spans (numbered; duplicates skipped) and the updated attempt. Spans are stored
+        before the outcome is written: spans refused (an unknown attempt, say) leave the attempt unchanged.
+        """
+        changes = _attempt_changes(status, worker_id, last_heartbeat_time, metadata)
+        check_id(rollout_id, "rollout_id")
+        check_id(attempt_id, "attempt_id")
+        CHECKS["add_spans_in_order"](self, spans)
+        return await self._finish_attempt(rollout_id, attempt_id, spans_of(spans), changes)
+
+    async def _finish_attempt(
+        self, rollout_id: str, attempt_id: str, spans: list[Span], changes: AttemptUpdate
+    ) -> tuple[list[Span], Attempt]:
+        """Backend of :meth:`finish_attempt`, given checked spans of the attempt and fields to write. This
+        default makes the two calls; a backend overrides it to make them one (a request, a transaction)."""
+        stored = await self.add_spans_in_order(spans) if spans else []
+        return stored, await self._update_attempt(rollout_id, attempt_id, changes)
 
     @abstractmethod
     async def wait_for_rollouts(

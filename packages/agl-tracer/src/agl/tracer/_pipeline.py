@@ -3,7 +3,10 @@
 Per trace session (one ``trace_context``): spans are queued as they end (cheap, never blocking, never raising),
 and one drain task per session ships whatever has accumulated in one ``add_spans_in_order`` call (the store
 numbers the spans and writes them: one round trip). While a batch is in flight the next one accumulates, so
-batches grow with the load and a lone span goes out at once (spans are also the heartbeat of the attempt).
+batches grow with the load. A batch waits ``linger_seconds`` (5 ms) for the spans that end right after its
+first, unless the context closes meanwhile; a lone span still goes out within that (spans are also the
+heartbeat of the attempt). A closing context can hand its unsent spans to the caller instead of writing
+them (``close_session(hand_over=True)``): the runner stores them with the attempt's outcome, in one call.
 Closing a session waits, up to a bound, until everything queued is written.
 
 The drain runs on the pipeline's own export thread (so spans flow even while a synchronous agent blocks the
@@ -74,6 +77,9 @@ class TraceSession:
         self.inflight: list[SpanItem] = []
         self.recorded: list[Span] = []
         self.local_items: list[tuple[SpanItem, int]] = []
+        self.handed_over: list[
+            Span
+        ] = []  # queued at close and given to the caller to store (see close_session)
         self.truncated = False
         self.local_sequence = 0
         self.dropped = 0
@@ -125,13 +131,25 @@ class TraceSession:
     def final_spans(self) -> list[Span]:
         """Recorded spans plus, converted locally, any still waiting (a flush that timed out)."""
         with self.lock:
-            leftovers = [*self.inflight, *self.pending]
+            inflight, pending = list(self.inflight), list(self.pending)
             spans = list(self.recorded)
             local = list(self.local_items)
         rid, aid = self.rollout_id, self.attempt_id
         spans.extend(Span.from_item(i, rollout_id=rid, attempt_id=aid, sequence_id=seq) for i, seq in local)
-        spans.extend(Span.from_item(i, rollout_id=rid, attempt_id=aid) for i in leftovers)
+        spans.extend(Span.from_item(i, rollout_id=rid, attempt_id=aid) for i in inflight)
+        spans.extend(self.handed_over)
+        spans.extend(Span.from_item(i, rollout_id=rid, attempt_id=aid) for i in pending)
         return spans
+
+    def hand_over_pending(self) -> int:
+        """Take the spans still queued (not yet sent) out of the pipeline into :attr:`handed_over`; returns
+        how many. Spans that end later are shipped as usual."""
+        with self.lock:
+            taken = list(self.pending)
+            self.pending.clear()
+        rid, aid = self.rollout_id, self.attempt_id
+        self.handed_over.extend(Span.from_item(i, rollout_id=rid, attempt_id=aid) for i in taken)
+        return len(taken)
 
 
 class PipelineStats:
@@ -179,9 +197,13 @@ class SpanPipeline:
         max_retries: int = 3,
         retry_backoff: float = 0.2,
         drain_on_caller_loop: bool = False,
+        linger_seconds: float = 0.005,
     ) -> None:
         if max_pending_spans < 1 or max_batch_size < 1 or max_recorded_spans < 0:
             raise ValueError("max_pending_spans and max_batch_size must be >= 1, max_recorded_spans >= 0")
+        if not 0 <= linger_seconds <= 1:
+            raise ValueError(f"linger_seconds must be between 0 and 1, not {linger_seconds}")
+        self.linger_seconds = linger_seconds
         self.max_pending_spans = max_pending_spans
         self.max_batch_size = max_batch_size
         self.max_recorded_spans = max_recorded_spans
@@ -310,7 +332,10 @@ class SpanPipeline:
         otel_context.attach(otel_context.set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
         if session.event is None:
             session.event = asyncio.Event()
+        event = session.event
         while True:
+            if self.linger_seconds and session.pending and not session.closing:
+                await _linger(event, self.linger_seconds)
             batch = self._take(session)
             if batch:
                 with session.lock:
@@ -323,8 +348,8 @@ class SpanPipeline:
                 continue
             if session.drained:
                 return
-            await session.event.wait()
-            session.event.clear()
+            await event.wait()
+            event.clear()
 
     async def _ship(self, session: TraceSession, batch: list[SpanItem]) -> None:
         store = session.store
@@ -374,8 +399,15 @@ class SpanPipeline:
         session.failed += len(spans)
         self.stats.failed += len(spans)
 
-    def _begin_close(self, session: TraceSession) -> concurrent.futures.Future[None] | None:
+    def _begin_close(
+        self, session: TraceSession, hand_over: bool = False
+    ) -> concurrent.futures.Future[None] | None:
         session.closing = True
+        if hand_over and session.ships_to_store:
+            taken = session.hand_over_pending()
+            if taken:
+                with self._lock:
+                    self._pending_total -= taken
         if session.loop is not None and not session.loop.is_closed():
             session.loop.call_soon_threadsafe(_wake, session)
         return session.drain_future
@@ -401,9 +433,14 @@ class SpanPipeline:
                 session.attempt_id,
             )
 
-    async def close_session(self, session: TraceSession, timeout: float) -> bool:
-        """Wait (up to ``timeout`` seconds) until every queued span of the session is written or given up."""
-        future = self._begin_close(session)
+    async def close_session(self, session: TraceSession, timeout: float, *, hand_over: bool = False) -> bool:
+        """Wait (up to ``timeout`` seconds) until every queued span of the session is written or given up.
+
+        ``hand_over``: spans still queued (not yet sent) are not written but moved to ``session.handed_over``
+        for the caller to store with the attempt's outcome (``LightningStore.finish_attempt``, one round trip
+        instead of two); a batch already on its way is still waited for, so sequence ids keep span order.
+        """
+        future = self._begin_close(session, hand_over)
         done = True
         if future is not None:
             try:
@@ -471,6 +508,17 @@ async def _release_loop_resources(stores: list[LightningStore]) -> None:
     """Release what the stores hold for the export loop (HTTP sessions, say); the stores stay usable."""
     for store in stores:
         await store.release_loop_resources()
+
+
+async def _linger(event: asyncio.Event, seconds: float) -> None:
+    """Wait ``seconds`` for the spans that end soon after the first, unless ``event`` (the context closing)
+    comes first: the last spans of an attempt then go with its outcome instead of in a request of their own."""
+    handle = asyncio.get_running_loop().call_later(seconds, event.set)
+    try:
+        await event.wait()
+    finally:
+        handle.cancel()
+    event.clear()
 
 
 def _wake(session: TraceSession) -> None:

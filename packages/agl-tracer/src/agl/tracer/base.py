@@ -58,6 +58,8 @@ class Tracer(ParallelWorkerBase):
         max_batch_size: most spans written in one ``add_many_spans`` call.
         max_recorded_spans: most spans one context keeps for :meth:`get_last_trace`.
         store_timeout: seconds one store call may take before it is retried.
+        linger_seconds: how long a batch waits for the spans that end right after its first (a closing
+            context does not wait): the last spans of an attempt then travel with its outcome.
     """
 
     _transient_attributes: tuple[str, ...] = ("_pipeline", "_store", "_last_trace")
@@ -70,6 +72,7 @@ class Tracer(ParallelWorkerBase):
         max_batch_size: int = 1_000,
         max_recorded_spans: int = 100_000,
         store_timeout: float = 10.0,
+        linger_seconds: float = 0.005,
     ) -> None:
         if flush_timeout < 0:
             raise ValueError("flush_timeout must be >= 0")
@@ -79,6 +82,7 @@ class Tracer(ParallelWorkerBase):
             "max_batch_size": max_batch_size,
             "max_recorded_spans": max_recorded_spans,
             "store_timeout": store_timeout,
+            "linger_seconds": linger_seconds,
         }
         self._pipeline: SpanPipeline | None = None
         self._store: LightningStore | None = None
@@ -213,6 +217,7 @@ class Tracer(ParallelWorkerBase):
         store: LightningStore | None = None,
         rollout_id: str | None = None,
         attempt_id: str | None = None,
+        hand_over_to: list[Span] | None = None,
     ) -> AsyncGenerator[Any, None]:
         """Record the spans of one rollout attempt (or, without ids, just record them locally).
 
@@ -220,6 +225,10 @@ class Tracer(ParallelWorkerBase):
         every span recorded inside has been written to the store, waiting at most ``flush_timeout`` seconds;
         store failures are logged, never raised. Exceptions of the body propagate unchanged.
         Yields what the backend offers (an OpenTelemetry tracer for :class:`OtelTracer`).
+
+        ``hand_over_to``: the spans not yet sent when the context closes are appended to this list instead
+        of being written (unnumbered, ``sequence_id`` 0); the caller stores them, typically with the
+        attempt's outcome in one ``LightningStore.finish_attempt`` call, as the runner does.
         """
         session, tracer_token, session_token = self._open(
             name, store, rollout_id, attempt_id, asyncio.get_running_loop()
@@ -229,7 +238,10 @@ class Tracer(ParallelWorkerBase):
                 yield handle
         finally:
             try:
-                await self.pipeline.close_session(session, self.flush_timeout)
+                hand_over = hand_over_to is not None
+                await self.pipeline.close_session(session, self.flush_timeout, hand_over=hand_over)
+                if hand_over_to is not None:
+                    hand_over_to.extend(session.handed_over)
             finally:
                 self._close(session, tracer_token, session_token)
 

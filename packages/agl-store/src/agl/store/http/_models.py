@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Union
 
 from agl.types import (
+    Attempt,
     AttemptedRollout,
     AttemptStatus,
     EnqueueRolloutRequest,
@@ -49,6 +50,8 @@ __all__ = [
     "DequeueRequest",
     "EnqueueRequest",
     "ErrorBody",
+    "FinishAttemptRequest",
+    "FinishAttemptResponse",
     "HealthBody",
     "NextSequenceIdRequest",
     "NextSequenceIdResponse",
@@ -184,6 +187,12 @@ class UpdateAttemptRequest(_Body):
     metadata: dict[str, Any] = _not_null()
 
 
+class FinishAttemptRequest(UpdateAttemptRequest):
+    """The attempt's last spans (numbered in order, as ``/spans/in-order``), then its fields (as an update)."""
+
+    spans: list[Span] = Field(default_factory=list[Span])
+
+
 class WaitRequest(_Body):
     rollout_ids: list[str]
     timeout: float | None = Field(default=None, ge=0)
@@ -202,6 +211,11 @@ class AddSpansResponse(BaseModel):
 class AddSpansInOrderResponse(AddSpansResponse):
     sequence_ids: list[int]
     """The sequence id each stored span was given, in the order of ``stored``."""
+
+
+class FinishAttemptResponse(AddSpansInOrderResponse):
+    attempt: Attempt
+    """The attempt as written."""
 
 
 class NextSequenceIdRequest(_Body):

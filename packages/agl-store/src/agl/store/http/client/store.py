@@ -39,7 +39,13 @@ from pydantic import Discriminator, Tag, TypeAdapter
 
 from ...base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
 from ...errors import *  # noqa: F403  (compatibility: the errors were importable from here)
-from .._models import WAIT_COMPLETE_HEADER, AddSpansInOrderResponse, AddSpansResponse, ClaimResponse
+from .._models import (
+    WAIT_COMPLETE_HEADER,
+    AddSpansInOrderResponse,
+    AddSpansResponse,
+    ClaimResponse,
+    FinishAttemptResponse,
+)
 from ._transport import HttpTransport
 
 __all__ = ["LightningStoreClient"]
@@ -76,6 +82,7 @@ _RESOURCES_PAGE = TypeAdapter(PaginatedResult[ResourcesUpdate])
 _CLAIM = TypeAdapter(ClaimResponse)
 _STORED = TypeAdapter(AddSpansResponse)
 _STORED_IN_ORDER = TypeAdapter(AddSpansInOrderResponse)
+_FINISHED = TypeAdapter(FinishAttemptResponse)
 _SPAN_PAGE = TypeAdapter(PaginatedResult[Span])
 _WORKER = TypeAdapter(Worker)
 _WORKER_OR_NONE: TypeAdapter[Worker | None] = TypeAdapter(Worker | None)
@@ -222,6 +229,20 @@ class LightningStoreClient(HttpTransport, LightningStore):
     async def _update_attempt(self, rollout_id: str, attempt_id: str, changes: AttemptUpdate) -> Attempt:
         path = f"/rollouts/{_q(rollout_id)}/attempts/{_q(attempt_id)}"
         return await self._call("update_attempt", "POST", path, _ATTEMPT, changes)
+
+    async def _finish_attempt(
+        self, rollout_id: str, attempt_id: str, spans: list[Span], changes: AttemptUpdate
+    ) -> tuple[list[Span], Attempt]:
+        last = len(spans) - (len(spans) - 1) % _SPAN_BATCH - 1 if spans else 0
+        stored = await self.add_spans_in_order(spans[:last]) if last else []  # all but the last batch
+        batch = spans[last:]
+        path = f"/rollouts/{_q(rollout_id)}/attempts/{_q(attempt_id)}/finish"
+        answer = await self._call("finish_attempt", "POST", path, _FINISHED, {**changes, "spans": batch})
+        stored.extend(
+            batch[i].model_copy(update={"sequence_id": seq})
+            for i, seq in zip(answer.stored, answer.sequence_ids, strict=True)
+        )
+        return stored, answer.attempt
 
     async def wait_for_rollouts(
         self, *, rollout_ids: Sequence[str], timeout: float | None = None

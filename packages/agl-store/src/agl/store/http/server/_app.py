@@ -42,6 +42,8 @@ from .._models import (
     DequeueRequest,
     EnqueueRequest,
     ErrorBody,
+    FinishAttemptRequest,
+    FinishAttemptResponse,
     HealthBody,
     NextSequenceIdRequest,
     NextSequenceIdResponse,
@@ -228,6 +230,16 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
     )
     async def update_attempt(rollout_id: str, attempt_id: str, body: UpdateAttemptRequest) -> Response:
         return _reply(await ops.update_attempt(rollout_id, attempt_id, body))
+
+    @app.post(
+        prefix + "/rollouts/{rollout_id}/attempts/{attempt_id}/finish",
+        response_model=FinishAttemptResponse,
+        tags=["attempts"],
+    )
+    async def finish_attempt(rollout_id: str, attempt_id: str, body: FinishAttemptRequest) -> Response:
+        """Store the attempt's last spans (numbered in order), then write its fields: how a runner ends an
+        attempt, in one request. Answers as ``/spans/in-order`` does, with the attempt as written."""
+        return _reply(await ops.finish_attempt(rollout_id, attempt_id, body))
 
     @app.post(prefix + "/waits/rollouts", response_model=list[Rollout], tags=["rollouts"])
     async def wait_for_rollouts(body: WaitRequest) -> Response:

@@ -31,6 +31,7 @@ from .._models import (
     DequeueRequest,
     EnqueueRequest,
     ErrorBody,
+    FinishAttemptRequest,
     NextSequenceIdRequest,
     NextSequenceIdsRequest,
     StartRolloutRequest,
@@ -275,15 +276,19 @@ class HotOps:
         return 200, encode(await self.store.get_rollout_by_id(rollout_id)), None
 
     async def update_attempt(self, rollout_id: str, attempt_id: str, body: UpdateAttemptRequest) -> Reply:
-        values: dict[str, Any] = {}
-        for name in body.model_fields_set:
-            value = getattr(body, name)
-            if value is None:
-                raise InvalidRequestError(
-                    f"{name} may not be null in an attempt update; leave it out to keep it"
-                )
-            values[name] = value
+        values = _attempt_fields(body)
         return 200, encode(await self.store.update_attempt(rollout_id, attempt_id, **values)), None
+
+    async def finish_attempt(self, rollout_id: str, attempt_id: str, body: FinishAttemptRequest) -> Reply:
+        values = _attempt_fields(body)
+        spans = values.pop("spans", [])
+        stored, attempt = await self.store.finish_attempt(rollout_id, attempt_id, spans, **values)
+        answer = {
+            "stored": positions(spans, stored),
+            "sequence_ids": [s.sequence_id for s in stored],
+            "attempt": attempt,
+        }
+        return 200, encode(answer), None
 
     async def add_span(self, span: Span) -> Reply:
         return 201, encode(await self.store.add_span(span)), None
@@ -315,6 +320,17 @@ class HotOps:
         pairs = [(rollout_id, attempt_id) for rollout_id, attempt_id in body.pairs]
         values = await self.store.get_many_span_sequence_ids(pairs) if pairs else []
         return 200, encode({"sequence_ids": values}), None
+
+
+def _attempt_fields(body: UpdateAttemptRequest) -> dict[str, Any]:
+    """The fields an attempt update sent (none of them may be ``null``)."""
+    values: dict[str, Any] = {}
+    for name in body.model_fields_set:
+        value = getattr(body, name)
+        if value is None:
+            raise InvalidRequestError(f"{name} may not be null in an attempt update; leave it out to keep it")
+        values[name] = value
+    return values
 
 
 _HEALTH = b'{"status":"ok"}'
@@ -367,6 +383,7 @@ class FastPathMiddleware:
         self._update_worker = p + "/workers/{id}"
         self._get_rollout = p + "/rollouts/{id}"
         self._update_attempt = p + "/rollouts/{id}/attempts/{id}"
+        self._finish_attempt = p + "/rollouts/{id}/attempts/{id}/finish"
 
     def match(self, method: str, path: str) -> HotRoute | None:
         """The hot route ``method path`` belongs to, or ``None`` for one this layer does not serve."""
@@ -388,21 +405,14 @@ class FastPathMiddleware:
                 template = self._get_rollout if parts[0] not in _LITERALS else route_template(path)
                 return HotRoute(template, self.ops.get_rollout, None, True, (parts[0],))
             return None
-        if (
-            method == "POST"
-            and len(parts) == 3
-            and parts[1] == "attempts"
-            and parts[0]
-            and parts[2]
-            and parts[2] != "search"
-        ):
-            return HotRoute(
-                self._update_attempt,
-                self.ops.update_attempt,
-                UpdateAttemptRequest,
-                True,
-                (parts[0], parts[2]),
-            )
+        if method != "POST" or len(parts) < 3 or parts[1] != "attempts" or not parts[0] or not parts[2]:
+            return None
+        if len(parts) == 3 and parts[2] != "search":
+            ids = (parts[0], parts[2])
+            return HotRoute(self._update_attempt, self.ops.update_attempt, UpdateAttemptRequest, True, ids)
+        if len(parts) == 4 and parts[3] == "finish":
+            ids = (parts[0], parts[2])
+            return HotRoute(self._finish_attempt, self.ops.finish_attempt, FinishAttemptRequest, True, ids)
         return None
 
     def serves(self, method: str, path: str) -> bool:
