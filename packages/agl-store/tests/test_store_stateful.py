@@ -325,6 +325,35 @@ class StoreMachine(RuleBasedStateMachine):
         assert got.status == status
         assert got.end_time == a.end_time
 
+    @precondition(lambda self: self.has_attempts())
+    @rule(
+        index=st.integers(0, 2),
+        which=st.integers(0, 1),
+        count=st.integers(0, 2),
+        status=st.sampled_from(ATTEMPT_STATUSES),
+    )
+    def finish_attempt(self, index: int, which: int, count: int, status: str) -> None:
+        self.model.watchdog()
+        r = self.pick(index, with_attempts=True)
+        a = r.attempts[-1] if which else r.attempts[0]
+        spans = []
+        for _ in range(count):
+            self.span_counter += 1
+            spans.append(make_span(r.rollout_id, a.attempt_id, 0, span_id=f"{self.span_counter:016x}"))
+        stored, got = self.run(
+            self.store.finish_attempt(r.rollout_id, a.attempt_id, spans, status=status)  # type: ignore[arg-type]
+        )
+        start = self.model.counters.get(r.rollout_id, 0)
+        assert [s.sequence_id for s in stored] == list(range(start + 1, start + count + 1))
+        self.model.counters[r.rollout_id] = start + count
+        if count:
+            a.spans += count
+            self.model.heartbeat(r, a)
+        self.model.set_attempt_status(r, a, status)
+        assert got.attempt_id == a.attempt_id
+        assert got.status == status
+        assert got.end_time == a.end_time
+
     @precondition(lambda self: self.model.rollouts)
     @rule(index=st.integers(0, 2), status=st.sampled_from(MANUAL_STATUSES))
     def update_rollout(self, index: int, status: str) -> None:

@@ -293,6 +293,12 @@ class SqlLightningStore(LightningStore):
         await self._watchdog()
         return await self._write(_writes.update_attempt, rollout_id, attempt_id, changes)
 
+    async def _finish_attempt(
+        self, rollout_id: str, attempt_id: str, spans: list[Span], changes: AttemptUpdate
+    ) -> tuple[list[Span], Attempt]:
+        await self._watchdog()
+        return await self._write(_finish_attempt, rollout_id, attempt_id, spans, changes)
+
     async def wait_for_rollouts(
         self, *, rollout_ids: Sequence[str], timeout: float | None = None
     ) -> list[Rollout]:
@@ -389,3 +395,12 @@ class SqlLightningStore(LightningStore):
     async def update_worker(self, worker_id: str, heartbeat_stats: dict[str, Any] | Unset = UNSET) -> Worker:
         stats = _writes.KEEP if heartbeat_stats is UNSET else heartbeat_stats
         return await self._db.write(_writes.update_worker, self._ctx, worker_id, stats)
+
+
+def _finish_attempt(
+    conn: Any, ctx: Ctx, eff: Effects, rollout_id: str, attempt_id: str, spans: list[Span], changes: Any
+) -> tuple[list[Span], Attempt]:
+    """The spans, then the attempt update, in one transaction: a refused update stores no spans either."""
+    numbered, stored = _spans.add_spans_in_order(conn, ctx, eff, spans) if spans else ([], [])
+    attempt = _writes.update_attempt(conn, ctx, eff, rollout_id, attempt_id, changes)
+    return [numbered[i] for i in stored], attempt
