@@ -52,6 +52,8 @@ DUMMY_ROLLOUT_ID = "rollout-dummy"
 DUMMY_ATTEMPT_ID = "attempt-dummy"
 
 SpanItem = Union["ReadableSpan", SpanCoreFields, Span]
+DrainFuture = Union["concurrent.futures.Future[None]", "asyncio.Future[None]"]
+"""A session's drain: a task when it runs on the loop (and thread) that opened the session."""
 
 
 class TraceSession:
@@ -91,7 +93,7 @@ class TraceSession:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.loop_thread: int | None = None  # ident of the thread running ``loop``
         self.event: asyncio.Event | None = None
-        self.drain_future: concurrent.futures.Future[None] | None = None
+        self.drain_future: DrainFuture | None = None
         self.backend_state: Any = None  # what a tracer backend keeps per context (e.g. an AgentOps trace)
 
     @property
@@ -238,7 +240,10 @@ class SpanPipeline:
                 with self._lock:
                     self._export_stores[id(session.store)] = session.store
             session.loop = loop
-            session.drain_future = asyncio.run_coroutine_threadsafe(self._drain(session), loop)
+            if loop is caller_loop:  # this thread runs it: a plain task, no cross-thread hand-off
+                session.drain_future = loop.create_task(self._drain(session))
+            else:
+                session.drain_future = asyncio.run_coroutine_threadsafe(self._drain(session), loop)
             with self._lock:
                 self._sessions.add(session)
         return session
@@ -399,9 +404,7 @@ class SpanPipeline:
         session.failed += len(spans)
         self.stats.failed += len(spans)
 
-    def _begin_close(
-        self, session: TraceSession, hand_over: bool = False
-    ) -> concurrent.futures.Future[None] | None:
+    def _begin_close(self, session: TraceSession, hand_over: bool = False) -> DrainFuture | None:
         session.closing = True
         if hand_over and session.ships_to_store:
             taken = session.hand_over_pending()
@@ -409,7 +412,10 @@ class SpanPipeline:
                 with self._lock:
                     self._pending_total -= taken
         if session.loop is not None and not session.loop.is_closed():
-            session.loop.call_soon_threadsafe(_wake, session)
+            if session.loop_thread == threading.get_ident():
+                _wake(session)
+            else:
+                session.loop.call_soon_threadsafe(_wake, session)
         return session.drain_future
 
     def _end_close(self, session: TraceSession, done: bool, timeout: float) -> None:
@@ -460,7 +466,7 @@ class SpanPipeline:
         done = True
         if future is not None:
             try:
-                future.result(timeout)
+                _wait_blocking(session, future, timeout)
             except concurrent.futures.TimeoutError:
                 done = False
             except Exception:
@@ -478,7 +484,7 @@ class SpanPipeline:
             if future is None:
                 continue
             try:
-                future.result(max(0.0, deadline - time.monotonic()))
+                _wait_blocking(session, future, max(0.0, deadline - time.monotonic()))
             except Exception:
                 logger.warning(
                     "span pipeline shut down with spans of %s/%s unwritten",
@@ -508,6 +514,21 @@ async def _release_loop_resources(stores: list[LightningStore]) -> None:
     """Release what the stores hold for the export loop (HTTP sessions, say); the stores stay usable."""
     for store in stores:
         await store.release_loop_resources()
+
+
+def _wait_blocking(session: TraceSession, future: DrainFuture, timeout: float) -> None:
+    """Block until a session's drain is done (``TimeoutError`` after ``timeout`` seconds)."""
+    if isinstance(future, concurrent.futures.Future):
+        future.result(timeout)
+        return
+    if future.done():
+        if not future.cancelled():
+            future.result()  # (raises what the drain raised)
+        return
+    loop = session.loop
+    if loop is None or loop.is_closed() or session.loop_thread == threading.get_ident():
+        return  # the loop's own thread cannot block on it: the context's own close waits for it instead
+    asyncio.run_coroutine_threadsafe(asyncio.wait([future]), loop).result(timeout)
 
 
 async def _linger(event: asyncio.Event, seconds: float) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing.connection
+import time
 from typing import Any
 
 __all__ = ["ChildStopEvent", "ParentStopEvent", "stop_pipe"]
@@ -34,17 +35,28 @@ class ParentStopEvent:
 
 
 class ChildStopEvent:
-    """The runner side: set when the parent closed the pipe (stop requested, or the parent died)."""
+    """The runner side: set when the parent closed the pipe (stop requested, or the parent died).
+
+    The pipe is polled at most every ``POLL_SECONDS``: the runner asks before each claim, and a poll is a
+    selector and a system call, while a stop may well take that long to be seen.
+    """
+
+    POLL_SECONDS = 0.01
 
     def __init__(self, reader: multiprocessing.connection.Connection) -> None:
         self._reader = reader
         self._set = False
+        self._next_poll = 0.0
 
     def set(self) -> None:
         self._set = True
 
     def is_set(self) -> bool:
         if not self._set:
+            now = time.monotonic()
+            if now < self._next_poll:
+                return False
+            self._next_poll = now + self.POLL_SECONDS
             try:
                 self._set = self._reader.poll()
             except (OSError, EOFError, ValueError):
@@ -53,6 +65,10 @@ class ChildStopEvent:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_reader": self._reader, "_set": self._set}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._next_poll = 0.0
 
 
 def stop_pipe(

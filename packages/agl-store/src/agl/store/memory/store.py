@@ -13,6 +13,7 @@ spans the store holds. Every status decision comes from ``_rules``, shared with 
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Sequence
 from operator import attrgetter
@@ -250,13 +251,16 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
     ) -> list[Rollout]:
         wanted = list(dict.fromkeys(rollout_ids))
         deadline = None if timeout is None else time.monotonic() + timeout
-        pending: list[RolloutRecord] | None = None  # known and not yet finished; shrinks at each wake-up
+        # Known and not yet seen finished. Waiting needs one unfinished rollout, not all of them: each wake-up
+        # drops the finished ones from the front only, so a long wait costs O(rollouts), not O(rollouts²).
+        pending: collections.deque[RolloutRecord] | None = None
         while True:
             with self._lock:
                 self._watch(self._clock())
                 if pending is None:
-                    pending = [self._rollouts[i] for i in wanted if i in self._rollouts]
-                pending = [r for r in pending if r.rollout.status not in FINISHED_STATUSES]
+                    pending = collections.deque(self._rollouts[i] for i in wanted if i in self._rollouts)
+                while pending and pending[0].rollout.status in FINISHED_STATUSES:
+                    pending.popleft()
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if not pending or self._closed or (remaining is not None and remaining <= 0):
                     finished = (self._rollouts.get(i) for i in wanted)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import threading
-import uuid
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast
@@ -202,7 +202,7 @@ class HttpTransport:
             target += "?" + urlencode(params, doseq=True)
         data = _ANY.dump_json(body, serialize_as_any=True) if body is not None else None
         if verb == "POST":
-            headers = {**self._headers, IDEMPOTENCY_HEADER: uuid.uuid4().hex}
+            headers = {**self._headers, IDEMPOTENCY_HEADER: os.urandom(16).hex()}
         else:
             headers = self._headers if data is not None else self._get_headers
         timeout = self.request_timeout + wait
