@@ -209,8 +209,13 @@ def test_metrics_scraped_during_the_run_agree_with_the_store(run: Run) -> None:
     assert total(final, "agl_store_attempts", status="succeeded") == stats["total_attempts"]
     assert total(final, "agl_store_attempts_retried_total") == 0
     assert total(final, "agl_store_resources_versions") == stats["total_resources"]
-    # Requests by route template: every rollout was claimed (with its resources) and its spans were written.
-    assert total(final, "agl_store_http_requests_total", route="/v1/agl/queues/rollouts/claim") >= N_TASKS
+    # Requests by route template: every rollout was finished in one request (its last spans and outcome),
+    # and claimed (with its resources) by a claim of its own or by the finish of the runner's previous one.
+    finishes = total(
+        final, "agl_store_http_requests_total", route="/v1/agl/rollouts/{id}/attempts/{id}/finish"
+    )
+    assert finishes == N_TASKS
+    assert total(final, "agl_store_http_requests_total", route="/v1/agl/queues/rollouts/claim") >= 1
     assert total(final, "agl_store_http_request_duration_seconds_count") > 0
     # Counters only grow between scrapes.
     seen = [total(s, "agl_store_spans_ingested_total") for s in run.store_scrapes]

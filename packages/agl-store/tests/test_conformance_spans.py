@@ -89,19 +89,47 @@ async def test_finish_attempt_stores_the_last_spans_then_the_outcome(store: Ligh
     rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
     await store.add_spans_in_order([make_span(rid, aid, 0)])
     last = [make_span(rid, aid, 0), make_span(rid, aid, 0)]
-    stored, attempt = await store.finish_attempt(
+    stored, attempt, claimed = await store.finish_attempt(
         rid, aid, last, status="succeeded", metadata={"final_reward": 1.0}
     )
+    assert claimed is None  # not asked
     assert [(s.span_id, s.sequence_id) for s in stored] == [(last[0].span_id, 2), (last[1].span_id, 3)]
     assert attempt.status == "succeeded" and attempt.metadata == {"final_reward": 1.0}
     assert [s.sequence_id for s in await store.query_spans(rid)] == [1, 2, 3]
     finished = await store.get_rollout_by_id(rid)
     assert finished is not None and finished.status == "succeeded"
     # no spans: just the update; a duplicate span is skipped (and uses up an id), as in add_spans_in_order
-    stored, attempt = await store.finish_attempt(rid, aid, [last[0]], metadata={"again": True})
+    stored, attempt, _ = await store.finish_attempt(rid, aid, [last[0]], metadata={"again": True})
     assert stored == [] and attempt.metadata == {"again": True} and attempt.status == "succeeded"
-    _, attempt = await store.finish_attempt(rid, aid)
+    attempt = (await store.finish_attempt(rid, aid)).attempt
     assert attempt.metadata == {"again": True}
+
+
+async def test_finish_attempt_claims_the_workers_next_rollout_in_the_same_call(store: LightningStore) -> None:
+    resources = await store.add_resources(
+        {"llm": {"resource_type": "llm", "endpoint": "http://h/v1", "model": "m"}}
+    )
+    await store.enqueue_many_rollouts([{"input": 1}, {"input": 2}])
+    claimed = await store.dequeue_rollout_with_resources("w-1")
+    assert claimed is not None
+    rollout = claimed[0]
+    rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
+    finished = await store.finish_attempt(
+        rid, aid, [make_span(rid, aid, 0)], status="succeeded", claim_next_for="w-1"
+    )
+    assert finished.attempt.status == "succeeded" and [s.sequence_id for s in finished.spans] == [1]
+    assert finished.next is not None
+    following, its_resources = finished.next
+    assert following.input == 2 and following.attempt.worker_id == "w-1"
+    assert its_resources is not None and its_resources.resources_id == resources.resources_id
+    # twice over HTTP: the client holds the snapshot now, the server does not send it again
+    assert its_resources.resources == resources.resources
+    ended = await store.finish_attempt(
+        following.rollout_id, following.attempt.attempt_id, status="failed", claim_next_for="w-1"
+    )
+    assert ended.next is None and ended.attempt.status == "failed"  # nothing queued: no wait either
+    with pytest.raises(InvalidRequestError, match="claim_next_for"):
+        await store.finish_attempt(rid, aid, claim_next_for=7)  # type: ignore[arg-type]
 
 
 async def test_finish_attempt_refuses_bad_fields_and_unknown_attempts_before_writing(

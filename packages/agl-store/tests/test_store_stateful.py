@@ -340,7 +340,7 @@ class StoreMachine(RuleBasedStateMachine):
         for _ in range(count):
             self.span_counter += 1
             spans.append(make_span(r.rollout_id, a.attempt_id, 0, span_id=f"{self.span_counter:016x}"))
-        stored, got = self.run(
+        stored, got, _ = self.run(
             self.store.finish_attempt(r.rollout_id, a.attempt_id, spans, status=status)  # type: ignore[arg-type]
         )
         start = self.model.counters.get(r.rollout_id, 0)

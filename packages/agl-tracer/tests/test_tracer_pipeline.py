@@ -134,7 +134,7 @@ async def test_a_closing_context_hands_its_unsent_spans_to_the_caller() -> None:
     assert tracer.get_last_trace() == handed  # the trace has them all the same
     assert tracer.pipeline.pending_spans == 0
     store.gate.set()
-    stored, attempt = await store.finish_attempt(rid, aid, handed, status="succeeded")
+    stored, attempt, _ = await store.finish_attempt(rid, aid, handed, status="succeeded")
     assert [s.sequence_id for s in stored] == [1, 2] and attempt.status == "succeeded"
     tracer.teardown_worker(0)
 

@@ -281,9 +281,16 @@ class LitAgentRunner(Runner[T]):
         worker_id = self.get_worker_id()
         backoff = 0.05
         while True:
-            if gate.ready:  # claimed for this runner by another loop (counted in ``claimed``): run it first
+            if gate.ready:  # claimed for this runner (counted in ``claimed``): run it first
                 rollout, resources = gate.ready.popleft()
-                await self._run_claimed(rollout, resources)
+                # A slot that will want work next claims it as it reports this rollout's outcome (one request).
+                ask = not _stopped(event) and (self.max_rollouts is None or claimed[0] < self.max_rollouts)
+                claimed[0] += ask
+                following = await self._run_claimed(rollout, resources, claim_next=ask)
+                if following is not None:
+                    gate.ready.append(following)
+                elif ask:
+                    claimed[0] -= 1
                 continue
             if _stopped(event):
                 return
@@ -323,11 +330,16 @@ class LitAgentRunner(Runner[T]):
             finally:
                 gate.idle -= 1
 
-    async def _run_claimed(self, rollout: AttemptedRollout, resources: ResourcesUpdate | None) -> None:
-        await self._step_impl(rollout, resources=_ClaimedResources(resources))
+    async def _run_claimed(
+        self, rollout: AttemptedRollout, resources: ResourcesUpdate | None, *, claim_next: bool
+    ) -> _Claimed | None:
+        following = await self._step_impl(
+            rollout, resources=_ClaimedResources(resources), claim_next=claim_next
+        )
         self._processed += 1
         if self._processed == 1 or self._processed % 100 == 0:
             logger.info("%s: %d rollouts done", self.get_worker_id(), self._processed)
+        return following
 
     async def step(
         self,
@@ -398,8 +410,12 @@ class LitAgentRunner(Runner[T]):
         *,
         raise_on_exception: bool = False,
         resources: _ClaimedResources | None = None,
-    ) -> None:
-        """Execute one attempt and report its outcome to the store. Never raises unless asked to."""
+        claim_next: bool = False,
+    ) -> _Claimed | None:
+        """Execute one attempt and report its outcome to the store. Never raises unless asked to.
+
+        ``claim_next``: claim this worker's next rollout with the outcome; returns it (``None``: none queued,
+        or the outcome was not reported that way)."""
         store = self.get_store()
         rollout_id, attempt_id = rollout.rollout_id, rollout.attempt.attempt_id
         self._attempts.current[attempt_id] = rollout
@@ -443,11 +459,11 @@ class LitAgentRunner(Runner[T]):
                 await self._report_ended(rollout, error, metadata, unsent)
                 if raise_on_exception:
                     raise error
-                return
+                return None
             if error is None and await self._superseded(rollout, started, known=ended_meanwhile is not None):
                 if unsent:  # the result is dropped, its spans are kept
                     _numbered(unsent, await store.add_spans_in_order(unsent))
-                return
+                return None
             if error is None:
                 from agl.tracer import find_final_reward
 
@@ -468,22 +484,26 @@ class LitAgentRunner(Runner[T]):
                     "message": str(error),
                     "traceback": "".join(traceback.format_exception(type(error), error, error.__traceback__)),
                 }
-            stored, _ = await store.finish_attempt(
+            finished = await store.finish_attempt(
                 rollout_id,
                 attempt_id,
                 unsent,
                 status="failed" if error is not None else "succeeded",
                 metadata=metadata,
+                claim_next_for=self.get_worker_id() if claim_next else None,
             )
-            _numbered(unsent, stored)
+            _numbered(unsent, finished.spans)
+            following = finished.next
         except Exception:
             logger.exception(
                 "%s: could not report the outcome of rollout %s", self.get_worker_id(), rollout_id
             )
             if raise_on_exception and error is None:
                 raise
+            following = None
         if error is not None and raise_on_exception:
             raise error
+        return following
 
     async def _await_agent(self, rollout: AttemptedRollout, resources: NamedResources) -> RolloutRawResult:
         """Run the agent as its own task, so that the heartbeat can cancel it when the store ends the attempt."""
@@ -522,13 +542,13 @@ class LitAgentRunner(Runner[T]):
         store = self.get_store()
         rollout_id, attempt_id = rollout.rollout_id, rollout.attempt.attempt_id
         if ended.status in ("succeeded", "failed"):  # someone else already reported the outcome
-            stored, _ = await store.finish_attempt(rollout_id, attempt_id, unsent, metadata=metadata)
+            finished = await store.finish_attempt(rollout_id, attempt_id, unsent, metadata=metadata)
         else:
             status: Any = ended.status if ended.status in ("timeout", "unresponsive") else "failed"
-            stored, _ = await store.finish_attempt(
+            finished = await store.finish_attempt(
                 rollout_id, attempt_id, unsent, status=status, metadata=metadata
             )
-        _numbered(unsent, stored)
+        _numbered(unsent, finished.spans)
 
     async def _superseded(self, rollout: AttemptedRollout, started: float, *, known: bool = False) -> bool:
         """Whether a finished attempt lost its rollout meanwhile (another attempt took over, or it was cancelled).
@@ -573,6 +593,10 @@ def _numbered(sent: list[Span], stored: list[Span]) -> None:
         ids = {span.span_id: span.sequence_id for span in stored}
         for span in sent:
             span.sequence_id = ids.get(span.span_id, span.sequence_id)
+
+
+_Claimed = tuple[AttemptedRollout, ResourcesUpdate | None]
+"""A claimed rollout with the resources it runs with."""
 
 
 @dataclass(frozen=True)

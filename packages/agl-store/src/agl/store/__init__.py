@@ -6,7 +6,7 @@ from agl.types._lazy import lazy_exports
 
 from . import errors
 from ._open import is_store_url, open_store
-from .base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
+from .base import FinishedAttempt, LightningStore, LightningStoreCapabilities, LightningStoreStatistics
 from .errors import *  # noqa: F403  (every error users catch, listed once in errors.__all__)
 from .loop_bound import LoopBoundStore, as_thread_safe
 from .memory import InMemoryLightningStore
@@ -33,6 +33,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ConnectionLimits",
+    "FinishedAttempt",
     "InMemoryLightningStore",
     "LightningStore",
     "LightningStoreCapabilities",

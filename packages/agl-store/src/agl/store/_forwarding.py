@@ -26,7 +26,7 @@ from agl.types import (
 )
 from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
 
-from .base import LightningStore, LightningStoreStatistics
+from .base import FinishedAttempt, LightningStore, LightningStoreStatistics
 
 __all__ = ["ForwardingStore"]
 
@@ -85,9 +85,16 @@ class ForwardingStore(LightningStore):
         return await self._call("update_attempt", rollout_id, attempt_id, **changes)
 
     async def _finish_attempt(
-        self, rollout_id: str, attempt_id: str, spans: list[Span], changes: AttemptUpdate
-    ) -> tuple[list[Span], Attempt]:
-        return await self._call("finish_attempt", rollout_id, attempt_id, spans, **changes)
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        spans: list[Span],
+        changes: AttemptUpdate,
+        claim_next_for: str | None,
+    ) -> FinishedAttempt:
+        return await self._call(
+            "finish_attempt", rollout_id, attempt_id, spans, claim_next_for=claim_next_for, **changes
+        )
 
     async def wait_for_rollouts(
         self, *, rollout_ids: Sequence[str], timeout: float | None = None

@@ -56,37 +56,14 @@ from agl.types.query import (
     WorkerQuery,
 )
 from agl.types.validation import check_id, check_optional_id, check_timeout, json_bytes
-from typing_extensions import TypedDict
 
 from ._checks import CHECKS, check_metadata, check_mode, check_status, checked, new_config, spans_of
+from ._results import FinishedAttempt, LightningStoreCapabilities, LightningStoreStatistics
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
-__all__ = ["LightningStore", "LightningStoreCapabilities", "LightningStoreStatistics"]
-
-
-class LightningStoreCapabilities(TypedDict, total=False):
-    """What a store can be trusted with. Missing keys mean ``False``."""
-
-    thread_safe: bool
-    """Safe to call from several threads (each with its own event loop)."""
-    async_safe: bool
-    """Safe under concurrent coroutines of one event loop."""
-    zero_copy: bool
-    """One copy of the data shared across processes: usable from a forked or spawned child."""
-    otlp_traces: bool
-    """Accepts OTLP/HTTP traces at :meth:`LightningStore.otlp_traces_endpoint`."""
-
-
-class LightningStoreStatistics(TypedDict, total=False):
-    name: str
-    total_rollouts: int
-    total_attempts: int
-    total_spans: int
-    total_resources: int
-    total_workers: int
-    uptime: float
+__all__ = ["FinishedAttempt", "LightningStore", "LightningStoreCapabilities", "LightningStoreStatistics"]
 
 
 def _request(
@@ -399,27 +376,46 @@ class LightningStore(ABC):
         worker_id: str | Unset = UNSET,
         last_heartbeat_time: float | Unset = UNSET,
         metadata: dict[str, Any] | Unset = UNSET,
-    ) -> tuple[list[Span], Attempt]:
+        claim_next_for: str | None = None,
+    ) -> FinishedAttempt:
         """Store an attempt's last spans, then write its outcome: :meth:`add_spans_in_order` followed by
         :meth:`update_attempt`, in one call (one round trip over HTTP). A runner ends each attempt with it.
 
         ``spans`` are normally the attempt's own (they are stored as :meth:`add_spans_in_order` stores any).
-        Returns the stored spans (numbered; duplicates skipped) and the updated attempt. Spans are stored
-        before the outcome is written: spans refused (an unknown attempt, say) leave the attempt unchanged.
+        Spans are stored before the outcome is written: spans refused (an unknown attempt, say) leave the
+        attempt unchanged. ``claim_next_for``: a worker id; the worker's next rollout is claimed in the same
+        call, as :meth:`dequeue_rollout_with_resources` without waiting (``next`` is ``None`` when none is
+        queued), so a busy runner spends one round trip per rollout.
         """
         changes = _attempt_changes(status, worker_id, last_heartbeat_time, metadata)
         check_id(rollout_id, "rollout_id")
         check_id(attempt_id, "attempt_id")
         CHECKS["add_spans_in_order"](self, spans)
-        return await self._finish_attempt(rollout_id, attempt_id, spans_of(spans), changes)
+        if claim_next_for is not None:
+            check_id(claim_next_for, "claim_next_for")
+        return await self._finish_attempt(rollout_id, attempt_id, spans_of(spans), changes, claim_next_for)
 
     async def _finish_attempt(
-        self, rollout_id: str, attempt_id: str, spans: list[Span], changes: AttemptUpdate
-    ) -> tuple[list[Span], Attempt]:
-        """Backend of :meth:`finish_attempt`, given checked spans of the attempt and fields to write. This
-        default makes the two calls; a backend overrides it to make them one (a request, a transaction)."""
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        spans: list[Span],
+        changes: AttemptUpdate,
+        claim_next_for: str | None,
+    ) -> FinishedAttempt:
+        """Backend of :meth:`finish_attempt`, given its checked arguments. This default makes the calls one
+        by one; a backend overrides it to make them one (a request, a transaction)."""
         stored = await self.add_spans_in_order(spans) if spans else []
-        return stored, await self._update_attempt(rollout_id, attempt_id, changes)
+        attempt = await self._update_attempt(rollout_id, attempt_id, changes)
+        return FinishedAttempt(stored, attempt, await self._claim_next(claim_next_for))
+
+    async def _claim_next(
+        self, worker_id: str | None
+    ) -> tuple[AttemptedRollout, ResourcesUpdate | None] | None:
+        """The claim of :meth:`finish_attempt` (``None`` without a worker id, or with nothing queued)."""
+        if worker_id is None:
+            return None
+        return await self.dequeue_rollout_with_resources(worker_id, timeout=0.0)
 
     @abstractmethod
     async def wait_for_rollouts(

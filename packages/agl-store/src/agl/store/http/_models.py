@@ -45,6 +45,7 @@ __all__ = [
     "AttemptQuery",
     "AttemptQueryBody",
     "AttemptQueryParams",
+    "ClaimNext",
     "ClaimRequest",
     "ClaimResponse",
     "DequeueRequest",
@@ -187,10 +188,19 @@ class UpdateAttemptRequest(_Body):
     metadata: dict[str, Any] = _not_null()
 
 
+class ClaimNext(_Body):
+    """Claim the worker's next rollout in the same request (as ``/queues/rollouts/claim``, without waiting)."""
+
+    worker_id: str
+    known_resources: dict[str, JsonInt] = Field(default_factory=dict)
+    """``resources_id → version`` the client already holds: those are not sent again."""
+
+
 class FinishAttemptRequest(UpdateAttemptRequest):
     """The attempt's last spans (numbered in order, as ``/spans/in-order``), then its fields (as an update)."""
 
     spans: list[Span] = Field(default_factory=list[Span])
+    claim: ClaimNext = _not_null()
 
 
 class WaitRequest(_Body):
@@ -216,6 +226,8 @@ class AddSpansInOrderResponse(AddSpansResponse):
 class FinishAttemptResponse(AddSpansInOrderResponse):
     attempt: Attempt
     """The attempt as written."""
+    next: ClaimResponse | None = None
+    """The claim asked for with ``claim`` (its ``rollout`` is ``null`` when none was queued)."""
 
 
 class NextSequenceIdRequest(_Body):

@@ -41,7 +41,7 @@ from pydantic import TypeAdapter
 from .._checks import spans_of
 from .._notify import Notifier, Waiter
 from .._watchdog import ScanDebouncer
-from ..base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
+from ..base import FinishedAttempt, LightningStore, LightningStoreCapabilities, LightningStoreStatistics
 from . import _lease, _reads, _spans, _writes
 from ._db import Database
 from ._steps import Ctx, Effects
@@ -294,10 +294,16 @@ class SqlLightningStore(LightningStore):
         return await self._write(_writes.update_attempt, rollout_id, attempt_id, changes)
 
     async def _finish_attempt(
-        self, rollout_id: str, attempt_id: str, spans: list[Span], changes: AttemptUpdate
-    ) -> tuple[list[Span], Attempt]:
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        spans: list[Span],
+        changes: AttemptUpdate,
+        claim_next_for: str | None,
+    ) -> FinishedAttempt:
         await self._watchdog()
-        return await self._write(_finish_attempt, rollout_id, attempt_id, spans, changes)
+        stored, attempt = await self._write(_finish_attempt, rollout_id, attempt_id, spans, changes)
+        return FinishedAttempt(stored, attempt, await self._claim_next(claim_next_for))
 
     async def wait_for_rollouts(
         self, *, rollout_ids: Sequence[str], timeout: float | None = None

@@ -37,7 +37,7 @@ from agl.types import (
 from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, StoreQuery, WorkerQuery
 from pydantic import Discriminator, Tag, TypeAdapter
 
-from ...base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
+from ...base import FinishedAttempt, LightningStore, LightningStoreCapabilities, LightningStoreStatistics
 from ...errors import *  # noqa: F403  (compatibility: the errors were importable from here)
 from .._models import (
     WAIT_COMPLETE_HEADER,
@@ -167,9 +167,7 @@ class LightningStoreClient(HttpTransport, LightningStore):
         deadline = time.monotonic() + max(timeout, 0.0)
         while True:
             chunk = max(0.0, min(deadline - time.monotonic(), self.long_poll_seconds))
-            with self._lock:
-                known = {rid: version for rid, (version, _) in self._known_resources.items()}
-            body = {"worker_id": worker_id, "timeout": chunk, "known_resources": known}
+            body = {"worker_id": worker_id, "timeout": chunk, "known_resources": self._known_versions()}
             answer = await self._call(
                 "dequeue_rollout", "POST", "/queues/rollouts/claim", _CLAIM, body, wait=chunk
             )
@@ -177,6 +175,11 @@ class LightningStoreClient(HttpTransport, LightningStore):
                 return answer.rollout, await self._resources_of(answer)
             if time.monotonic() >= deadline - 0.001:
                 return None
+
+    def _known_versions(self) -> dict[str, int]:
+        """``resources_id → version`` of the snapshots this client holds (the server does not resend them)."""
+        with self._lock:
+            return {rid: version for rid, (version, _) in self._known_resources.items()}
 
     async def _resources_of(self, answer: ClaimResponse) -> ResourcesUpdate | None:
         cache = self._known_resources
@@ -231,18 +234,29 @@ class LightningStoreClient(HttpTransport, LightningStore):
         return await self._call("update_attempt", "POST", path, _ATTEMPT, changes)
 
     async def _finish_attempt(
-        self, rollout_id: str, attempt_id: str, spans: list[Span], changes: AttemptUpdate
-    ) -> tuple[list[Span], Attempt]:
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        spans: list[Span],
+        changes: AttemptUpdate,
+        claim_next_for: str | None,
+    ) -> FinishedAttempt:
         last = len(spans) - (len(spans) - 1) % _SPAN_BATCH - 1 if spans else 0
         stored = await self.add_spans_in_order(spans[:last]) if last else []  # all but the last batch
         batch = spans[last:]
+        body: dict[str, Any] = {**changes, "spans": batch}
+        if claim_next_for is not None:
+            body["claim"] = {"worker_id": claim_next_for, "known_resources": self._known_versions()}
         path = f"/rollouts/{_q(rollout_id)}/attempts/{_q(attempt_id)}/finish"
-        answer = await self._call("finish_attempt", "POST", path, _FINISHED, {**changes, "spans": batch})
+        answer = await self._call("finish_attempt", "POST", path, _FINISHED, body)
         stored.extend(
             batch[i].model_copy(update={"sequence_id": seq})
             for i, seq in zip(answer.stored, answer.sequence_ids, strict=True)
         )
-        return stored, answer.attempt
+        claimed = answer.next
+        if claimed is None or claimed.rollout is None:
+            return FinishedAttempt(stored, answer.attempt)
+        return FinishedAttempt(stored, answer.attempt, (claimed.rollout, await self._resources_of(claimed)))
 
     async def wait_for_rollouts(
         self, *, rollout_ids: Sequence[str], timeout: float | None = None

@@ -19,7 +19,15 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from agl.types import UNSET, ConflictError, InvalidRequestError, NotFoundError, Span
+from agl.types import (
+    UNSET,
+    AttemptedRollout,
+    ConflictError,
+    InvalidRequestError,
+    NotFoundError,
+    ResourcesUpdate,
+    Span,
+)
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ...base import LightningStore
@@ -252,14 +260,7 @@ class HotOps:
         claimed = await self.until_shutdown(claim, None)
         if claimed is None:
             return 200, b'{"rollout":null}', None
-        rollout, resources = claimed
-        answer: dict[str, Any] = {"rollout": rollout}
-        if resources is not None:
-            answer["resources_id"] = resources.resources_id
-            answer["resources_version"] = resources.version
-            if body.known_resources.get(resources.resources_id) != resources.version:
-                answer["resources"] = resources
-        return 200, encode(answer), None
+        return 200, encode(_claim_answer(claimed, body.known_resources)), None
 
     async def start_rollout(self, body: StartRolloutRequest) -> Reply:
         rollout = await self.store.start_rollout(
@@ -282,12 +283,18 @@ class HotOps:
     async def finish_attempt(self, rollout_id: str, attempt_id: str, body: FinishAttemptRequest) -> Reply:
         values = _attempt_fields(body)
         spans = values.pop("spans", [])
-        stored, attempt = await self.store.finish_attempt(rollout_id, attempt_id, spans, **values)
-        answer = {
-            "stored": positions(spans, stored),
-            "sequence_ids": [s.sequence_id for s in stored],
-            "attempt": attempt,
+        claim = values.pop("claim", None)
+        worker_id = claim.worker_id if claim is not None else None
+        finished = await self.store.finish_attempt(
+            rollout_id, attempt_id, spans, claim_next_for=worker_id, **values
+        )
+        answer: dict[str, Any] = {
+            "stored": positions(spans, finished.spans),
+            "sequence_ids": [s.sequence_id for s in finished.spans],
+            "attempt": finished.attempt,
         }
+        if claim is not None:
+            answer["next"] = _claim_answer(finished.next, claim.known_resources)
         return 200, encode(answer), None
 
     async def add_span(self, span: Span) -> Reply:
@@ -320,6 +327,22 @@ class HotOps:
         pairs = [(rollout_id, attempt_id) for rollout_id, attempt_id in body.pairs]
         values = await self.store.get_many_span_sequence_ids(pairs) if pairs else []
         return 200, encode({"sequence_ids": values}), None
+
+
+def _claim_answer(
+    claimed: tuple[AttemptedRollout, ResourcesUpdate | None] | None, known_resources: dict[str, int]
+) -> dict[str, Any]:
+    """A claim's answer: the rollout and its resources, which are left out when the client holds them."""
+    if claimed is None:
+        return {"rollout": None}
+    rollout, resources = claimed
+    answer: dict[str, Any] = {"rollout": rollout}
+    if resources is not None:
+        answer["resources_id"] = resources.resources_id
+        answer["resources_version"] = resources.version
+        if known_resources.get(resources.resources_id) != resources.version:
+            answer["resources"] = resources
+    return answer
 
 
 def _attempt_fields(body: UpdateAttemptRequest) -> dict[str, Any]:
