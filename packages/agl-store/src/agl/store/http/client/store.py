@@ -249,10 +249,7 @@ class LightningStoreClient(HttpTransport, LightningStore):
             body["claim"] = {"worker_id": claim_next_for, "known_resources": self._known_versions()}
         path = f"/rollouts/{_q(rollout_id)}/attempts/{_q(attempt_id)}/finish"
         answer = await self._call("finish_attempt", "POST", path, _FINISHED, body)
-        stored.extend(
-            batch[i].model_copy(update={"sequence_id": seq})
-            for i, seq in zip(answer.stored, answer.sequence_ids, strict=True)
-        )
+        stored.extend(_numbered(batch, answer))
         claimed = answer.next
         if claimed is None or claimed.rollout is None:
             return FinishedAttempt(stored, answer.attempt)
@@ -319,10 +316,7 @@ class LightningStoreClient(HttpTransport, LightningStore):
             answer = await self._call(
                 "add_spans_in_order", "POST", "/spans/in-order", _STORED_IN_ORDER, {"spans": batch}
             )
-            stored.extend(
-                batch[i].model_copy(update={"sequence_id": seq})
-                for i, seq in zip(answer.stored, answer.sequence_ids, strict=True)
-            )
+            stored.extend(_numbered(batch, answer))
         return stored
 
     async def get_next_span_sequence_id(self, rollout_id: str, attempt_id: str) -> int:
@@ -349,3 +343,11 @@ class LightningStoreClient(HttpTransport, LightningStore):
     async def update_worker(self, worker_id: str, heartbeat_stats: dict[str, Any] | Unset = UNSET) -> Worker:
         body = {} if heartbeat_stats is UNSET else {"heartbeat_stats": heartbeat_stats}
         return await self._call("update_worker", "POST", f"/workers/{_q(worker_id)}", _WORKER, body)
+
+
+def _numbered(batch: list[Span], answer: AddSpansInOrderResponse) -> list[Span]:
+    """The spans of ``batch`` the server stored, with the sequence ids it gave them."""
+    return [
+        batch[i].model_copy(update={"sequence_id": seq})
+        for i, seq in zip(answer.stored, answer.sequence_ids, strict=True)
+    ]

@@ -288,11 +288,7 @@ class HotOps:
         finished = await self.store.finish_attempt(
             rollout_id, attempt_id, spans, claim_next_for=worker_id, **values
         )
-        answer: dict[str, Any] = {
-            "stored": positions(spans, finished.spans),
-            "sequence_ids": [s.sequence_id for s in finished.spans],
-            "attempt": finished.attempt,
-        }
+        answer = {**_in_order_answer(spans, finished.spans), "attempt": finished.attempt}
         if claim is not None:
             answer["next"] = _claim_answer(finished.next, claim.known_resources)
         return 200, encode(answer), None
@@ -310,8 +306,7 @@ class HotOps:
         if not body.spans:
             return 201, b'{"stored":[],"sequence_ids":[]}', None
         stored = await self.store.add_spans_in_order(body.spans)
-        answer = {"stored": positions(body.spans, stored), "sequence_ids": [s.sequence_id for s in stored]}
-        return 201, encode(answer), None
+        return 201, encode(_in_order_answer(body.spans, stored)), None
 
     async def update_worker(self, worker_id: str, body: UpdateWorkerRequest | None) -> Reply:
         stats: Any = UNSET
@@ -327,6 +322,11 @@ class HotOps:
         pairs = [(rollout_id, attempt_id) for rollout_id, attempt_id in body.pairs]
         values = await self.store.get_many_span_sequence_ids(pairs) if pairs else []
         return 200, encode({"sequence_ids": values}), None
+
+
+def _in_order_answer(sent: Sequence[Span], stored: Sequence[Span]) -> dict[str, Any]:
+    """Which of the spans sent were stored (positions), and the sequence id each got."""
+    return {"stored": positions(sent, stored), "sequence_ids": [s.sequence_id for s in stored]}
 
 
 def _claim_answer(
