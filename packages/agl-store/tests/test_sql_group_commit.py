@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agl.store import SqlLightningStore
@@ -71,6 +72,44 @@ def test_concurrent_writes_on_uvloop_are_committed_together(tmp_path: Path) -> N
             await store.close()
 
     uvloop.run(main())
+
+
+def test_writes_that_find_the_write_lock_held_by_another_thread_wait_for_it_on_the_loop(
+    tmp_path: Path,
+) -> None:
+    """Another of the process's threads holds the write lock for a moment (a checkpoint catching up, a write
+    from another loop): the loop's writes wait for it and then commit as one group. They used to go to the
+    pool, whose write then held the lock while the loop's next writes came, sending those there too."""
+
+    async def main() -> None:
+        store = SqlLightningStore(f"sqlite:///{tmp_path / 'h.db'}")
+        try:
+            rid, aid = await _one_running_attempt(store)
+            lock = store._db._write_lock
+            pooled, commits = store._db.pooled, store._db.commits
+
+            async def while_held(*writes: Any) -> list[Any]:
+                lock.acquire()  # as another thread would; not reentrant, so the loop's writes find it held
+                try:
+                    tasks = [asyncio.ensure_future(w) for w in writes]
+                    for _ in range(100):  # a few loop turns: every write has tried and is waiting
+                        await asyncio.sleep(0)
+                    assert store._db.pooled == pooled, "writes went to the thread pool"
+                    assert not any(t.done() for t in tasks)
+                finally:
+                    lock.release()
+                return await asyncio.gather(*tasks)
+
+            [lone] = await while_held(store.add_span(make_span(rid, aid, 1)))  # a lone write waits too
+            assert lone.sequence_id == 1
+            stored = await while_held(*(store.add_span(make_span(rid, aid, i)) for i in range(2, 34)))
+            assert sorted(s.sequence_id for s in stored) == list(range(2, 34))
+            assert store._db.pooled == pooled
+            assert store._db.commits - commits == 2
+        finally:
+            await store.close()
+
+    asyncio.run(main())
 
 
 @pytest.mark.parametrize("backend", SQL_BACKENDS)

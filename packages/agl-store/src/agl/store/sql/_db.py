@@ -5,7 +5,9 @@ synchronous :class:`sqlalchemy.Connection`; :class:`Database` runs it in one tra
 
 - **SQLite**: on the stdlib driver, each thread with its own connection. An operation first runs right on
   the calling (event-loop) thread if it need not wait for any lock (it then takes well under a
-  millisecond); otherwise it runs on a small thread pool, where waiting does not block the loop.
+  millisecond); otherwise it runs on a small thread pool, where waiting does not block the loop. A
+  write that finds only this process's write lock held (by another of its threads, for a moment) waits
+  for it on the loop instead, as a group that the writes arriving meanwhile join.
   (aiosqlite costs several thread hops per statement and was about 3x slower.) Writers take an
   in-process lock, then ``BEGIN IMMEDIATE`` (which serializes them against other processes; in the pool
   they wait up to ``busy_timeout``, 60 s): :class:`._sqlite.Writing`, for lone writes and groups alike.
@@ -46,11 +48,14 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 
 from . import schema
+from ._batch import STICKY_BATCHING, Batch, Op, settle, worth_batching
 from ._codec import json_dumps, json_loads
 from ._sqlite import SqliteThread as _SqliteThread
 from ._sqlite import (
+    WriteLock,
     Writing,
-    _WouldWait,  # pyright: ignore[reportPrivateUsage]  (internal to the SQL store)
+    _LockHeld,  # pyright: ignore[reportPrivateUsage]  (internal to the SQL store)
+    _WouldWait,  # pyright: ignore[reportPrivateUsage]
     is_busy_error,
 )
 from ._steps import sqlite_cursor
@@ -106,76 +111,6 @@ def _is_retryable(exc: BaseException) -> bool:
     return getattr(orig, "sqlstate", None) in _RETRIED_SQLSTATES
 
 
-_Op = tuple[Callable[..., Any], tuple[Any, ...], "asyncio.Future[Any]"]
-
-
-class _Batch:
-    """Writes of one event loop waiting to be committed together."""
-
-    __slots__ = ("loop", "ops")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.ops: list[_Op] = []
-
-
-class _Turn:
-    """The task that last wrote right away in this turn of a loop (see :func:`_worth_batching`)."""
-
-    __slots__ = ("loop", "task")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any] | None) -> None:
-        self.loop = loop
-        self.task = task
-
-
-_STICKY_BATCHING = 16
-"""Groups of one write after which a loop without a visible ready queue goes back to writing at once."""
-
-
-def _worth_batching(local: threading.local, loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether other writers may come in this turn of the loop, so that a write should join a batch.
-
-    asyncio's own loop shows its ready queue: batch when other callbacks wait in it. Other loops (uvloop,
-    which the store server runs on) do not: there writes start batching when a second task writes in the
-    same turn, and keep batching until :data:`_STICKY_BATCHING` groups in a row held one write each (a
-    lone task's writes one after another run right away, as on an idle asyncio loop)."""
-    ready = getattr(loop, "_ready", None)
-    if ready is not None:
-        return bool(ready)
-    if getattr(local, "batching", 0) > 0:
-        return True
-    task = asyncio.current_task(loop)
-    turn: _Turn | None = getattr(local, "turn", None)
-    if turn is not None and turn.loop is loop:
-        if turn.task is task:
-            return False
-        local.batching = _STICKY_BATCHING
-        return True
-    turn = local.turn = _Turn(loop, task)
-
-    def end_of_turn() -> None:
-        if getattr(local, "turn", None) is turn:
-            local.turn = None
-
-    loop.call_soon(end_of_turn)
-    return False
-
-
-def _settle(ops: list[_Op], outcomes: list[tuple[bool, Any]] | None, error: BaseException | None) -> None:
-    for i, (_, _, future) in enumerate(ops):
-        if future.done():  # its caller was cancelled; the write stands
-            continue
-        if outcomes is None:
-            future.set_exception(error if error is not None else RuntimeError("write not run"))
-            continue
-        ok, value = outcomes[i]
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
-
-
 class Database:
     """Runs operations (``fn(conn, *args)``) in read or write transactions; creates the schema on first use.
 
@@ -197,7 +132,7 @@ class Database:
         # SQLite
         self._sync_engine: sa.Engine | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._write_lock = threading.Lock()
+        self._write_lock = WriteLock()
         self._writes_since_checkpoint = 0
         self._local = threading.local()
         self._thread_connections: list[sa.Connection] = []
@@ -346,16 +281,19 @@ class Database:
         if self._closed:
             raise RuntimeError("the SQL store is closed")
         if self.dialect == "sqlite":
-            if write and self._group_commit:
+            batching = write and self._group_commit
+            if batching:
                 loop = asyncio.get_running_loop()
-                batch: _Batch | None = getattr(self._local, "batch", None)
-                if batch is not None and batch.loop is not loop:  # left by a loop that closed first
-                    batch = None
-                if batch is not None or _worth_batching(self._local, loop):
+                batch = self._open_batch(loop)
+                if batch is not None or worth_batching(self._local, loop):
                     return await self._join_batch(loop, batch, fn, args)
             if not snapshot:  # short operations run right here when they need not wait for anyone
                 try:
                     return self._sqlite_transaction(fn, args, write, snapshot, inline=True)
+                except _LockHeld:  # another thread of ours writes: wait for it in a group (not the pool)
+                    if batching:
+                        loop = asyncio.get_running_loop()
+                        return await self._join_batch(loop, self._open_batch(loop), fn, args)
                 except _WouldWait:
                     pass
             assert self._executor is not None
@@ -373,42 +311,52 @@ class Database:
 
     # -- group commit (SQLite) -----------------------------------------------------------------
 
+    def _open_batch(self, loop: asyncio.AbstractEventLoop) -> Batch | None:
+        """This thread's batch still open for writes on ``loop``, if any."""
+        batch: Batch | None = getattr(self._local, "batch", None)
+        if batch is not None and batch.loop is not loop:  # left by a loop that closed first
+            return None
+        return batch
+
     async def _join_batch(
         self,
         loop: asyncio.AbstractEventLoop,
-        batch: _Batch | None,
+        batch: Batch | None,
         fn: Callable[..., T],
         args: tuple[Any, ...],
     ) -> T:
         """Add a write to this thread's open batch (opening one, flushed at the loop's next turn)."""
         if batch is None:
-            batch = self._local.batch = _Batch(loop)
+            batch = self._local.batch = Batch(loop)
             loop.call_soon(self._flush_batch, loop, batch)
         future: asyncio.Future[T] = loop.create_future()
         batch.ops.append((fn, args, future))
         return await future
 
-    def _flush_batch(self, loop: asyncio.AbstractEventLoop, batch: _Batch) -> None:
+    def _flush_batch(self, loop: asyncio.AbstractEventLoop, batch: Batch) -> None:
         """Run a batch in one transaction right here, or (if it would wait for a lock) in the pool."""
         local = self._local
         if getattr(local, "batch", None) is batch:
             local.batch = None
         batching: int = getattr(local, "batching", 0)
-        if batching:  # (see _worth_batching) still several writers at once, or one fewer turn to go
-            local.batching = _STICKY_BATCHING if len(batch.ops) > 1 else batching - 1
+        if batching:  # (see worth_batching) still several writers at once, or one fewer turn to go
+            local.batching = STICKY_BATCHING if len(batch.ops) > 1 else batching - 1
         if self._closed:
-            _settle(batch.ops, None, RuntimeError("the SQL store is closed"))
+            settle(batch.ops, None, RuntimeError("the SQL store is closed"))
             return
         started = time.thread_time()
         try:
             outcomes = self._sqlite_batch(batch.ops, inline=True)
+        except _LockHeld:
+            self._flush_when_free(loop, batch)
+            return
         except _WouldWait:
             pass
         except BaseException as error:  # BEGIN or COMMIT failed: nothing was written
-            _settle(batch.ops, None, error)
+            settle(batch.ops, None, error)
             return
         else:
-            _settle(batch.ops, outcomes, None)
+            settle(batch.ops, outcomes, None)
             self.batched_writes += len(batch.ops) if len(batch.ops) > 1 else 0
             return
         finally:
@@ -418,17 +366,31 @@ class Database:
         try:
             pooled = self._executor.submit(self._pooled, self._sqlite_batch, batch.ops, False)
         except RuntimeError:  # shut down by close() meanwhile
-            _settle(batch.ops, None, RuntimeError("the SQL store is closed"))
+            settle(batch.ops, None, RuntimeError("the SQL store is closed"))
             return
 
         def done(f: concurrent.futures.Future[list[tuple[bool, Any]]]) -> None:
             error = f.exception()
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-                loop.call_soon_threadsafe(_settle, batch.ops, None if error else f.result(), error)
+                loop.call_soon_threadsafe(settle, batch.ops, None if error else f.result(), error)
 
         pooled.add_done_callback(done)
 
-    def _sqlite_batch(self, ops: list[_Op], inline: bool) -> list[tuple[bool, Any]]:
+    def _flush_when_free(self, loop: asyncio.AbstractEventLoop, batch: Batch) -> None:
+        """Flush ``batch`` on ``loop`` once the write lock is free (another of our threads holds it for a
+        moment: a checkpoint catching up, a write that waited in the pool); writes that arrive meanwhile
+        join it. In the pool, it would hold the lock while the loop's next writes come, sending those to
+        the pool too, one after another."""
+        if getattr(self._local, "batch", None) is None:
+            self._local.batch = batch
+
+        def wake() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+                loop.call_soon_threadsafe(self._flush_batch, loop, batch)
+
+        self._write_lock.call_when_free(wake)
+
+    def _sqlite_batch(self, ops: list[Op], inline: bool) -> list[tuple[bool, Any]]:
         """Several writes in one transaction, one commit for all; each caller's future is settled only
         after the commit, so an acknowledged write is a committed one. They run first without savepoints;
         if one raises, all are rolled back and run again each in its own savepoint, so that the one that

@@ -11,11 +11,54 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-__all__ = ["SqliteThread", "Writing", "is_busy", "is_busy_error"]
+__all__ = ["SqliteThread", "WriteLock", "Writing", "is_busy", "is_busy_error"]
 
 
 class _WouldWait(Exception):
     """An operation tried on the event loop's thread would have to wait for a lock: run it in the pool."""
+
+
+class _LockHeld(_WouldWait):
+    """The one that would have to wait is this process's write lock: another of its threads holds it for a
+    moment. Waiting for :meth:`WriteLock.call_when_free` beats a pool thread, which would then hold the lock
+    while the loop's next writes arrive, and send those to the pool too."""
+
+
+class WriteLock:
+    """This process's SQLite write lock. A thread that must not block (an event loop's) can instead ask to
+    be called back once the lock is free (:meth:`call_when_free`)."""
+
+    __slots__ = ("_lock", "_mutex", "_waiters")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._mutex = threading.Lock()  # orders a release against a waiter's check-and-register
+        self._waiters: list[Callable[[], None]] = []
+
+    def acquire(self, blocking: bool = True) -> bool:
+        return self._lock.acquire(blocking)
+
+    def release(self) -> None:
+        with self._mutex:
+            self._lock.release()
+            waiters, self._waiters = self._waiters, []
+        for callback in waiters:
+            callback()
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()
+
+    def call_when_free(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once the lock is free: at once if it is now, else on the thread that releases
+        it (so ``callback`` must be quick and thread-safe, e.g. ``loop.call_soon_threadsafe``)."""
+        with self._mutex:
+            if self._lock.locked():
+                self._waiters.append(callback)
+                return
+        callback()
 
 
 def is_busy(error: BaseException) -> bool:
@@ -48,7 +91,7 @@ class Writing:
 
     def __init__(
         self,
-        lock: threading.Lock,
+        lock: WriteLock,
         committed: Callable[[int], None],
         cursor: sqlite3.Cursor,
         inline: bool,
@@ -63,7 +106,7 @@ class Writing:
     def __enter__(self) -> None:
         lock = self.lock
         if not lock.acquire(blocking=not self.inline):
-            raise _WouldWait
+            raise _LockHeld
         try:
             self.cursor.execute("BEGIN IMMEDIATE")
         except BaseException as error:
