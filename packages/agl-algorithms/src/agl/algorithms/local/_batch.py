@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from ._prefix import SharedPrefix
 from ._request import GenerationRequest
 
 __all__ = ["BatchContext", "RunningBatch", "sample"]
@@ -31,6 +32,8 @@ class BatchContext:
     """Why a row ends after the token it just sampled (``"stop"``, ``"length"``), or ``None``."""
     finish: Callable[[GenerationRequest, str], None]
     """Answer a finished row's future."""
+    prefix: SharedPrefix | None = None
+    """The cache of the prompt prefix requests share (``None``: every prompt is prefilled whole)."""
 
 
 class RunningBatch:
@@ -62,16 +65,23 @@ class RunningBatch:
         for r in requests:
             if r.params.seed is not None:
                 r.generator = torch.Generator(device=device).manual_seed(r.params.seed)
-        width = max(len(r.prompt_ids) for r in requests)
+        prompts = [r.prompt_ids for r in requests]
+        shared = context.prefix.tokens_for(prompts, self._prefix_cache) if context.prefix is not None else 0
+        width = max(len(p) for p in prompts) - shared
         ids = torch.full((len(requests), width), context.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(requests), width), dtype=torch.long)
-        for row, r in enumerate(requests):
-            ids[row, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
-            attention[row, width - len(r.prompt_ids) :] = 1
+        attention = torch.zeros((len(requests), shared + width), dtype=torch.long)
+        attention[:, :shared] = 1  # the shared prefix first, then each prompt's rest, right-aligned
+        for row, prompt in enumerate(prompts):
+            rest = len(prompt) - shared
+            ids[row, width - rest :] = torch.tensor(prompt[shared:])
+            attention[row, shared + width - rest :] = 1
         ids, attention = ids.to(device), attention.to(device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
-        out = context.forward(ids, attention, positions, cache)
+        if shared:
+            assert context.prefix is not None
+            context.prefix.seed(cache, len(requests))
+        out = context.forward(ids, attention, positions[:, shared:], cache)
         cache = output_cache(out, cache)
         temps = torch.tensor([r.params.temperature for r in requests], device=device)
         top_ps = torch.tensor([r.params.top_p for r in requests], device=device)
@@ -79,7 +89,8 @@ class RunningBatch:
         stats = context.stats
         stats["prefills"] += 1
         stats["requests"] += len(requests)
-        stats["prompt_tokens"] += sum(len(r.prompt_ids) for r in requests)
+        stats["prompt_tokens"] += sum(len(p) for p in prompts)
+        stats["prefix_tokens"] += shared * len(requests)
         if keep:
             index = torch.tensor(keep, device=device)
             if len(keep) < len(requests):
@@ -101,6 +112,17 @@ class RunningBatch:
                 self.top_ps = torch.cat([self.top_ps, top_ps[index]])
             self._high_water()
         stats["busy_s"] += time.perf_counter() - started
+
+    def _prefix_cache(self, ids: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Keys and values of ``ids`` alone, per layer (for :class:`SharedPrefix`)."""
+        from transformers import DynamicCache
+
+        device = self.context.device
+        tokens = torch.tensor([ids], device=device)
+        positions = torch.arange(len(ids), device=device).unsqueeze(0)
+        cache = DynamicCache()
+        out = self.context.forward(tokens, torch.ones_like(tokens), positions, cache)
+        return cache_tensors(output_cache(out, cache))
 
     @torch.inference_mode()
     def step(self) -> None:

@@ -25,6 +25,7 @@ from typing import Any, cast
 import torch
 
 from ._batch import BatchContext, RunningBatch
+from ._prefix import SharedPrefix
 from ._request import GenerationRequest, GenerationResult, SamplingParams, TokenCallback
 
 __all__ = ["GenerationEngine", "GenerationResult", "SamplingParams"]
@@ -56,6 +57,8 @@ class GenerationEngine:
             ``admit_at`` are waiting): each admission is one prefill pass, so admitting arrivals one by one
             would cost a pass per request.
         admit_at: how many waiting requests are admitted without waiting for ``admit_every``.
+        prefix_cache: reuse the keys and values of the prompt prefix that requests share (system message,
+            tool schema) instead of prefilling it for every request (see ``_prefix.py``).
     """
 
     def __init__(
@@ -70,6 +73,7 @@ class GenerationEngine:
         max_cache_tokens: int | None = None,
         admit_every: int = 4,
         admit_at: int = 16,
+        prefix_cache: bool = True,
     ) -> None:
         self.model = model.eval()
         self.admit_every = max(1, admit_every)
@@ -108,6 +112,7 @@ class GenerationEngine:
             "requests": 0,
             "generated_tokens": 0,
             "prompt_tokens": 0,
+            "prefix_tokens": 0,
             "busy_s": 0.0,
             "prefills": 0,
             "decode_steps": 0,
@@ -117,9 +122,17 @@ class GenerationEngine:
         }
         """Counters: ``batches`` counts busy periods (the running batch went from empty to non-empty),
         ``prefills`` the forward passes that admitted requests, ``decode_steps`` the one-token passes,
-        ``busy_s`` the time spent in both; ``max_rows`` and ``max_cache_tokens_used`` are high-water marks."""
+        ``busy_s`` the time spent in both; ``prefix_tokens`` the prompt tokens taken from the shared prefix's
+        cache instead of being prefilled; ``max_rows`` and ``max_cache_tokens_used`` are high-water marks."""
+        self._prefix = SharedPrefix() if prefix_cache else None
         self._batch_context = BatchContext(
-            self.device, self.pad_id, self.stats, self._forward, self._finish_reason, self._finish
+            self.device,
+            self.pad_id,
+            self.stats,
+            self._forward,
+            self._finish_reason,
+            self._finish,
+            self._prefix,
         )
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -182,6 +195,8 @@ class GenerationEngine:
                         self._cond.wait()
                     with torch.no_grad():
                         self.model.load_state_dict(state_dict, strict=False)
+                    if self._prefix is not None:
+                        self._prefix.clear()  # computed by the old weights
                     self.version += 1
                     return self.version
             finally:
