@@ -119,3 +119,19 @@ def test_a_lone_request_uses_the_prefix_but_does_not_learn_one() -> None:
     assert prefix.tokens_for([[1] * 3 + [7] * 20], _cache_of) == 0 and len(prefix.ids) == 20
     # a group of its own replaces it
     assert prefix.tokens_for([[7] * 12 + [1], [7] * 12 + [2]], _cache_of) == 12 and prefix.ids == [7] * 12
+
+
+def test_identical_prompts_are_prefilled_once_and_each_samples_its_own_tokens(
+    loaded: tuple[Any, Any],
+) -> None:
+    model, tokenizer = loaded
+    engine = GenerationEngine(model, tokenizer, prefix_cache=False)
+    a, b = prompts_of(tokenizer, ["What is 12 + 30?", "Hello there"])
+    group = [a, a, a, b, b]
+    params = [SamplingParams(max_tokens=12, temperature=1.0, seed=seed) for seed in range(len(group))]
+    before = engine.stats["prefilled_tokens"]
+    together = engine.generate(group, params)
+    assert engine.stats["prefilled_tokens"] - before == len(a) + len(b)
+    alone = [engine.generate([p], [q])[0] for p, q in zip(group, params, strict=True)]
+    assert_same_results(together, alone)
+    assert len({tuple(r.token_ids) for r in together[:3]}) > 1  # three samples, not one copied thrice

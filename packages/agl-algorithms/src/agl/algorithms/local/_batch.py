@@ -57,40 +57,19 @@ class RunningBatch:
     @torch.inference_mode()
     def add(self, requests: list[GenerationRequest]) -> None:
         """Prefill ``requests`` together, sample their first tokens, and join the unfinished ones."""
-        from transformers import DynamicCache
-
         context = self.context
         started = time.perf_counter()
         device = context.device
         for r in requests:
             if r.params.seed is not None:
                 r.generator = torch.Generator(device=device).manual_seed(r.params.seed)
-        prompts = [r.prompt_ids for r in requests]
-        shared = context.prefix.tokens_for(prompts, self._prefix_cache) if context.prefix is not None else 0
-        width = max(len(p) for p in prompts) - shared
-        ids = torch.full((len(requests), width), context.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(requests), shared + width), dtype=torch.long)
-        attention[:, :shared] = 1  # the shared prefix first, then each prompt's rest, right-aligned
-        for row, prompt in enumerate(prompts):
-            rest = len(prompt) - shared
-            ids[row, width - rest :] = torch.tensor(prompt[shared:])
-            attention[row, shared + width - rest :] = 1
-        ids, attention = ids.to(device), attention.to(device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache()
-        if shared:
-            assert context.prefix is not None
-            context.prefix.seed(cache, len(requests))
-        out = context.forward(ids, attention, positions[:, shared:], cache)
-        cache = output_cache(out, cache)
+        logits, cache, attention, positions = self._prefill([r.prompt_ids for r in requests])
         temps = torch.tensor([r.params.temperature for r in requests], device=device)
         top_ps = torch.tensor([r.params.top_p for r in requests], device=device)
-        next_ids, keep = self._emit(requests, out.logits[:, -1, :], temps, top_ps)
+        next_ids, keep = self._emit(requests, logits, temps, top_ps)
         stats = context.stats
         stats["prefills"] += 1
         stats["requests"] += len(requests)
-        stats["prompt_tokens"] += sum(len(p) for p in prompts)
-        stats["prefix_tokens"] += shared * len(requests)
         if keep:
             index = torch.tensor(keep, device=device)
             if len(keep) < len(requests):
@@ -112,6 +91,46 @@ class RunningBatch:
                 self.top_ps = torch.cat([self.top_ps, top_ps[index]])
             self._high_water()
         stats["busy_s"] += time.perf_counter() - started
+
+    def _prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+        """One forward pass over ``prompts``: each distinct prompt once (a GRPO group's samples ask alike),
+        without the shared prefix (its cache is copied in). Returns, per prompt, the last position's
+        logits, and the KV cache, attention mask and position ids of its row."""
+        from transformers import DynamicCache
+
+        context = self.context
+        device = context.device
+        rows_of: dict[tuple[int, ...], int] = {}
+        row_of_prompt = [rows_of.setdefault(tuple(p), len(rows_of)) for p in prompts]
+        distinct = [list(key) for key in rows_of]
+        prefix = context.prefix
+        shared = prefix.tokens_for(distinct, self._prefix_cache) if prefix is not None else 0
+        width = max(len(p) for p in distinct) - shared
+        ids = torch.full((len(distinct), width), context.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(distinct), shared + width), dtype=torch.long)
+        attention[:, :shared] = 1  # the shared prefix first, then each prompt's rest, right-aligned
+        for row, prompt in enumerate(distinct):
+            rest = len(prompt) - shared
+            ids[row, width - rest :] = torch.tensor(prompt[shared:])
+            attention[row, shared + width - rest :] = 1
+        ids, attention = ids.to(device), attention.to(device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache()
+        if shared:
+            assert prefix is not None
+            prefix.seed(cache, len(distinct))
+        out = context.forward(ids, attention, positions[:, shared:], cache)
+        cache = output_cache(out, cache)
+        logits = out.logits[:, -1, :]
+        stats = context.stats
+        stats["prompt_tokens"] += sum(len(p) for p in prompts)
+        stats["prefix_tokens"] += shared * len(distinct)
+        stats["prefilled_tokens"] += sum(len(p) for p in distinct) - shared * len(distinct)
+        if len(distinct) < len(prompts):  # each prompt's own row, copied from its distinct one
+            index = torch.tensor(row_of_prompt, device=device)
+            cache.batch_select_indices(index)
+            logits, attention, positions = logits[index], attention[index], positions[index]
+        return logits, cache, attention, positions
 
     def _prefix_cache(self, ids: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Keys and values of ``ids`` alone, per layer (for :class:`SharedPrefix`)."""

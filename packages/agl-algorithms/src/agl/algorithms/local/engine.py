@@ -113,6 +113,7 @@ class GenerationEngine:
             "generated_tokens": 0,
             "prompt_tokens": 0,
             "prefix_tokens": 0,
+            "prefilled_tokens": 0,
             "busy_s": 0.0,
             "prefills": 0,
             "decode_steps": 0,
@@ -122,8 +123,10 @@ class GenerationEngine:
         }
         """Counters: ``batches`` counts busy periods (the running batch went from empty to non-empty),
         ``prefills`` the forward passes that admitted requests, ``decode_steps`` the one-token passes,
-        ``busy_s`` the time spent in both; ``prefix_tokens`` the prompt tokens taken from the shared prefix's
-        cache instead of being prefilled; ``max_rows`` and ``max_cache_tokens_used`` are high-water marks."""
+        ``busy_s`` the time spent in both; ``prompt_tokens`` counts every request's prompt,
+        ``prefilled_tokens`` those run through the model (each distinct prompt of an admission once, without
+        the shared prefix), ``prefix_tokens`` those copied from the shared prefix's cache; ``max_rows`` and
+        ``max_cache_tokens_used`` are high-water marks."""
         self._prefix = SharedPrefix() if prefix_cache else None
         self._batch_context = BatchContext(
             self.device,
@@ -173,9 +176,15 @@ class GenerationEngine:
         self._queue.put(request)
         return request.future
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[GenerationResult]:
-        """Generate for several prompts at once, synchronously, in the calling thread."""
-        requests = [self._prepare(p, params, None) for p in prompts]
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams | Sequence[SamplingParams]
+    ) -> list[GenerationResult]:
+        """Generate for several prompts at once, synchronously, in the calling thread (``params``: one for
+        all, or one per prompt)."""
+        each = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+        if len(each) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(each)} sampling parameters")
+        requests = [self._prepare(p, q, None) for p, q in zip(prompts, each, strict=True)]
         waiting = collections.deque(requests)
         with self._cond:
             batch = RunningBatch(self._batch_context)
