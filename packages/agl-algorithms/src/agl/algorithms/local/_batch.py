@@ -134,6 +134,7 @@ class RunningBatch:
 
     def _prefix_cache(self, ids: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Keys and values of ``ids`` alone, per layer (for :class:`SharedPrefix`)."""
+        self.context.stats["prefix_computes"] += 1
         from transformers import DynamicCache
 
         device = self.context.device

@@ -114,6 +114,7 @@ class GenerationEngine:
             "prompt_tokens": 0,
             "prefix_tokens": 0,
             "prefilled_tokens": 0,
+            "prefix_computes": 0,
             "busy_s": 0.0,
             "prefills": 0,
             "decode_steps": 0,
@@ -125,8 +126,8 @@ class GenerationEngine:
         ``prefills`` the forward passes that admitted requests, ``decode_steps`` the one-token passes,
         ``busy_s`` the time spent in both; ``prompt_tokens`` counts every request's prompt,
         ``prefilled_tokens`` those run through the model (each distinct prompt of an admission once, without
-        the shared prefix), ``prefix_tokens`` those copied from the shared prefix's cache; ``max_rows`` and
-        ``max_cache_tokens_used`` are high-water marks."""
+        the shared prefix), ``prefix_tokens`` those copied from the shared prefix's cache (computed
+        ``prefix_computes`` times); ``max_rows`` and ``max_cache_tokens_used`` are high-water marks."""
         self._prefix = SharedPrefix() if prefix_cache else None
         self._batch_context = BatchContext(
             self.device,

@@ -39,6 +39,20 @@ logger = logging.getLogger(__name__)
 LLM_RESOURCE = "main_llm"
 
 
+_ENGINE_COUNTERS = (
+    "generated_tokens",
+    "batches",
+    "busy_s",
+    "prefills",
+    "decode_steps",
+    "prompt_tokens",
+    "prefilled_tokens",
+    "prefix_tokens",
+    "prefix_computes",
+)
+"""The model engine's counters whose change over a step goes into the step's metrics."""
+
+
 @dataclass
 class GRPOConfig:
     """Settings of :class:`LocalGRPO` (defaults: the calculator recipe of ``apps/train_calc_x.py``)."""
@@ -349,9 +363,7 @@ class LocalGRPO(Algorithm):
         picked = rng.sample(range(len(train_dataset)), cfg.prompts_per_step)
         tasks = [train_dataset[i] for i in picked for _ in range(cfg.n)]
         groups = [i for i in range(cfg.prompts_per_step) for _ in range(cfg.n)]
-        tokens_before = self.server.engine.stats["generated_tokens"]
-        batches_before = self.server.engine.stats["batches"]
-        busy_before = self.server.engine.stats["busy_s"]
+        engine_before = dict(self.server.engine.stats)
         ids = await self._enqueue(store, tasks, "train", resources_id)
         validating = asyncio.ensure_future(validation()) if validation is not None else None
         try:
@@ -362,9 +374,14 @@ class LocalGRPO(Algorithm):
             raise
         t1 = time.perf_counter()
         cpu1 = time.process_time()
-        generated = self.server.engine.stats["generated_tokens"] - tokens_before
-        generation_batches = self.server.engine.stats["batches"] - batches_before
-        generation_s = self.server.engine.stats["busy_s"] - busy_before
+        engine = {
+            k: v - engine_before[k] for k, v in self.server.engine.stats.items() if k in _ENGINE_COUNTERS
+        }
+        generated, generation_batches, generation_s = (
+            engine["generated_tokens"],
+            engine["batches"],
+            engine["busy_s"],
+        )
 
         episodes = [self._episode(r, s) for r, s in zip(rollouts, spans, strict=False)]
         # An episode without usable triplets (failed, or no token ids) cannot be trained on: leave it out of
@@ -432,6 +449,11 @@ class LocalGRPO(Algorithm):
             "generation_batches": generation_batches,
             "generation_s": generation_s,
             "tokens_per_s": generated / max(t1 - t0, 1e-9),
+            **{
+                f"engine_{k}": v
+                for k, v in engine.items()
+                if k not in ("generated_tokens", "batches", "busy_s")
+            },
             "rollout_s": t1 - t0,
             "update_s": t2 - t1,
             "validation_wait_s": waited,
