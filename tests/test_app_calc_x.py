@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -122,3 +123,21 @@ def test_bad_store_url_is_a_clear_error(tmp_path: Path) -> None:
     result = run_app("--store", "mongodb://x", "--output-dir", str(tmp_path), timeout=120)
     assert result.returncode != 0
     assert "--store" in result.stderr
+
+
+def test_the_agents_connection_pool_is_shared_by_a_loop_and_closes_with_it() -> None:
+    sys.path.insert(0, str(ROOT / "apps"))
+    try:
+        from calc_x import agent
+    finally:
+        sys.path.remove(str(ROOT / "apps"))
+
+    async def main() -> Any:
+        client = await agent._http_client()
+        assert await agent._http_client() is client  # one pool per loop, not one per rollout
+        assert not client.is_closed
+        return client
+
+    clients = [asyncio.run(main()) for _ in range(2)]
+    assert clients[0] is not clients[1]  # a new loop gets its own
+    assert all(c.is_closed for c in clients)  # closed when its loop ended, not left to the garbage collector
