@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "apps"))
 
@@ -64,13 +66,15 @@ async def main() -> None:
     import torch
     from agl.algorithms.local.grpo_core import episode_samples, group_advantages, grpo_update
     from agl.algorithms.local.server import ModelServer, load_model
-    from openai import AsyncOpenAI
+    from openai import AsyncOpenAI, DefaultAioHttpClient
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     policy, tokenizer = load_model(args.model)
     server = ModelServer(copy.deepcopy(policy), tokenizer, served_model_name="calc-tiny").start()
-    client = AsyncOpenAI(base_url=server.url, api_key="local", max_retries=0, timeout=120)
+    # the same HTTP client as the app's agent (apps/calc_x/agent.py), so that the two compare the system
+    http = DefaultAioHttpClient(limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200))
+    client = AsyncOpenAI(base_url=server.url, api_key="local", max_retries=0, timeout=120, http_client=http)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=args.lr, weight_decay=0.0)
     train, val = split_tasks(args.seed)
     val = val[: args.val_size]
@@ -124,6 +128,7 @@ async def main() -> None:
             accuracy, tool_use = await validate()
             print(f"  validation: accuracy {accuracy:.1%}, tool use {tool_use:.1%}", flush=True)
     after, after_tool = await validate()
+    await client.close()
     server.stop()
     minutes = (time.time() - t_start) / 60
     print(
