@@ -15,8 +15,9 @@ generation. The tool schema rendered into the prompt is the app's exact ``CALCUL
 
 Before and after, both models are validated by the same code (this script's evaluator: the agl model
 server and the app's ``solve`` loop, no store) on the same held-out questions, at temperature 1 and
-greedy. Printed per side: generated tokens/s while generating, s/step, training wall time, validation
-accuracy before/after, gain per minute of training.
+greedy. Printed per side: generated tokens/s while generating (TRL: inside ``model.generate``; agl: while
+its model engine is busy) and per second of training (both: tokens over the training wall time), s/step,
+training wall time, validation accuracy before/after, gain per minute of training.
 
 Differences that remain (written down, not hidden): TRL caps the whole multi-turn completion at
 ``max_completion_length`` (128 tokens here) while agl caps each LLM call at 64; TRL trains on one
@@ -194,6 +195,7 @@ def run_trl(steps: int, out: Path, seed: int) -> dict[str, Any]:
         "s_per_step": wall / steps,
         "generated_tokens": generated["tokens"],
         "tokens_per_s": generated["tokens"] / max(generated["seconds"], 1e-9),
+        "tokens_per_training_s": generated["tokens"] / max(wall, 1e-9),
         "model": str(out / "trl-final"),
     }
 
@@ -220,14 +222,15 @@ def run_agl(steps: int, out: Path, seed: int) -> dict[str, Any]:
     rows = [json.loads(line) for line in (out / "agl" / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if r.get("kind") == "train"]
     step_s = [float(r["step_s"]) for r in train]
-    rollout_s = sum(float(r["rollout_s"]) for r in train)
+    generating_s = sum(float(r["generation_s"]) for r in train)  # the model engine busy, as TRL's generate()
     tokens = sum(int(r["generated_tokens"]) for r in train)
     return {
         "wall_s": sum(step_s),
         "process_wall_s": process_wall,
         "s_per_step": sum(step_s) / len(step_s),
         "generated_tokens": tokens,
-        "tokens_per_s": tokens / max(rollout_s, 1e-9),
+        "tokens_per_s": tokens / max(generating_s, 1e-9),
+        "tokens_per_training_s": tokens / max(sum(step_s), 1e-9),
         "model": str(out / "agl" / "checkpoint" / "final"),
     }
 
@@ -287,12 +290,16 @@ def main() -> None:
             flush=True,
         )
     print()
-    print("| | generated tokens/s | s/step | training wall | validation T=1 | greedy | gain per minute |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| | generated tokens/s while generating | per second of training | s/step | training wall "
+        "| validation T=1 | greedy | gain per minute |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for side, r in results.items():
         gain = (r["after"][1.0] - before[1.0]) * 100 / (r["wall_s"] / 60)
         print(
-            f"| {side} | {r['tokens_per_s']:.0f} | {r['s_per_step']:.2f} | {r['wall_s'] / 60:.2f} min | "
+            f"| {side} | {r['tokens_per_s']:.0f} | {r['tokens_per_training_s']:.0f} | {r['s_per_step']:.2f} | "
+            f"{r['wall_s'] / 60:.2f} min | "
             f"{before[1.0]:.1%} -> {r['after'][1.0]:.1%} | {before[0.0]:.1%} -> {r['after'][0.0]:.1%} | "
             f"{gain:.1f} points |"
         )

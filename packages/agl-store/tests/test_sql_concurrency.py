@@ -98,3 +98,51 @@ async def _wait_for_a_late_rollout(url: str, kwargs: dict, *, same_store: bool) 
         await waiter_store.close()
         if writer is not waiter_store:
             await writer.close()
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_waiting_for_rollouts_this_process_finishes_does_not_read_each_one_back(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The calc app waits for 128 rollouts its runners finish one by one: the store learns which finished
+    from its own writes, instead of reading the unfinished ones back after every finish. A finish by
+    another store object on the same database (another process) is still found, by polling."""
+    from agl.store.sql import _reads
+
+    reads = Counter[str]()
+    finished_rollouts = _reads.finished_rollouts
+
+    def counted(*args: object) -> object:
+        reads["finished_rollouts"] += 1
+        return finished_rollouts(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_reads, "finished_rollouts", counted)
+
+    async def main(url: str, kwargs: dict) -> None:
+        store = SqlLightningStore(url, **kwargs)
+        other = SqlLightningStore(url, **kwargs)
+        try:
+            ids = [
+                r.rollout_id
+                for r in await store.enqueue_many_rollouts(
+                    [EnqueueRolloutRequest(input={"i": i}) for i in range(41)]
+                )
+            ]
+            claimed = [await store.dequeue_rollout(worker_id="w") for _ in ids]
+            waiting = asyncio.ensure_future(store.wait_for_rollouts(rollout_ids=ids, timeout=60))
+            for rollout in claimed[:40]:
+                assert rollout is not None
+                await asyncio.sleep(0)  # the waiter runs between finishes, as it does between a runner's
+                await store.update_attempt(rollout.rollout_id, rollout.attempt.attempt_id, status="succeeded")
+            last = claimed[40]
+            assert last is not None
+            await other.update_attempt(last.rollout_id, last.attempt.attempt_id, status="failed")
+            done = await waiting
+            assert sorted(r.rollout_id for r in done) == sorted(ids)
+            assert reads["finished_rollouts"] < 20, reads  # was one read per finish (41+)
+        finally:
+            await other.close()
+            await store.close()
+
+    with fresh_database(backend, tmp_path) as (url, kwargs):
+        asyncio.run(main(url, kwargs))
