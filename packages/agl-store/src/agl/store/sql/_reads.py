@@ -194,6 +194,21 @@ def finished_rollouts(conn: sa.Connection, ctx: Ctx, rollout_ids: Sequence[str])
     return [found[rid] for rid in unique if rid in found]
 
 
+def finished_rollout_ids(conn: sa.Connection, ctx: Ctx, rollout_ids: Sequence[str]) -> set[str]:
+    """Which of ``rollout_ids`` have finished (ids only: what a waiter polls for)."""
+    found: set[str] = set()
+    unique = list(dict.fromkeys(rollout_ids))
+    for start in range(0, len(unique), 500):
+        found.update(
+            conn.execute(
+                sa.select(R.c.rollout_id).where(
+                    R.c.rollout_id.in_(unique[start : start + 500]), R.c.status.in_(sorted(FINISHED_STATUSES))
+                )
+            ).scalars()
+        )
+    return found
+
+
 def query_attempts(conn: sa.Connection, ctx: Ctx, query: AttemptQuery) -> PaginatedResult[Attempt]:
     where = where_clause(ctx, A, query.where())
     columns = sa.select(*_codec.attempt_columns())

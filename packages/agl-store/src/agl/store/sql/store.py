@@ -349,7 +349,7 @@ class SqlLightningStore(LightningStore):
             if not woken:
                 waiting = [rid for rid in wanted if rid not in finished]
                 if waiting:
-                    finished.update(r.rollout_id for r in await self._read(_reads.finished_rollouts, waiting))
+                    finished.update(await self._read(_reads.finished_rollout_ids, waiting))
             return len(finished)
 
         self._finish_listeners.append(tell)
