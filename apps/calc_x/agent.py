@@ -97,7 +97,7 @@ async def _http_client() -> Any:
 
     Its transport is aiohttp's (openai's ``DefaultAioHttpClient``): httpx's pool checks every connection
     it holds, with a system call each, on every request and every response, which with 64 agents on one
-    loop was a fifth of the runners' CPU."""
+    loop was about a fifth of the CPU outside the model."""
     from openai import DefaultAioHttpClient
 
     loop = asyncio.get_running_loop()
