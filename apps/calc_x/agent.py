@@ -109,7 +109,7 @@ async def _http_client() -> Any:
         client = DefaultAioHttpClient(limits=limits)
         closer = _closed_with_the_loop(client)
         await anext(closer)
-        found = _HTTP_CLIENTS[loop] = (client, closer)
+        found = _HTTP_CLIENTS[loop] = (client, closer)  # kept: a collected generator would close it now
     return found[0]
 
 

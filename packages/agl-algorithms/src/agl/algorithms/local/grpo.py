@@ -40,9 +40,6 @@ LLM_RESOURCE = "main_llm"
 
 
 _ENGINE_COUNTERS = (
-    "generated_tokens",
-    "batches",
-    "busy_s",
     "prefills",
     "decode_steps",
     "prompt_tokens",
@@ -50,7 +47,8 @@ _ENGINE_COUNTERS = (
     "prefix_tokens",
     "prefix_computes",
 )
-"""The model engine's counters whose change over a step goes into the step's metrics."""
+"""The model engine's counters whose change over a step goes into the step's metrics as ``engine_<name>``
+(its generated tokens, batches and busy seconds have names of their own there)."""
 
 
 @dataclass
@@ -374,8 +372,10 @@ class LocalGRPO(Algorithm):
             raise
         t1 = time.perf_counter()
         cpu1 = time.process_time()
+        engine_now = self.server.engine.stats
         engine = {
-            k: v - engine_before[k] for k, v in self.server.engine.stats.items() if k in _ENGINE_COUNTERS
+            k: engine_now[k] - engine_before[k]
+            for k in ("generated_tokens", "batches", "busy_s", *_ENGINE_COUNTERS)
         }
         generated, generation_batches, generation_s = (
             engine["generated_tokens"],
@@ -449,11 +449,7 @@ class LocalGRPO(Algorithm):
             "generation_batches": generation_batches,
             "generation_s": generation_s,
             "tokens_per_s": generated / max(t1 - t0, 1e-9),
-            **{
-                f"engine_{k}": v
-                for k, v in engine.items()
-                if k not in ("generated_tokens", "batches", "busy_s")
-            },
+            **{f"engine_{k}": engine[k] for k in _ENGINE_COUNTERS},
             "rollout_s": t1 - t0,
             "update_s": t2 - t1,
             "validation_wait_s": waited,

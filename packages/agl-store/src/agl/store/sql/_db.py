@@ -284,16 +284,14 @@ class Database:
             batching = write and self._group_commit
             if batching:
                 loop = asyncio.get_running_loop()
-                batch = self._open_batch(loop)
-                if batch is not None or worth_batching(self._local, loop):
-                    return await self._join_batch(loop, batch, fn, args)
+                if self._open_batch(loop) is not None or worth_batching(self._local, loop):
+                    return await self._join_batch(loop, fn, args)
             if not snapshot:  # short operations run right here when they need not wait for anyone
                 try:
                     return self._sqlite_transaction(fn, args, write, snapshot, inline=True)
                 except _LockHeld:  # another thread of ours writes: wait for it in a group (not the pool)
                     if batching:
-                        loop = asyncio.get_running_loop()
-                        return await self._join_batch(loop, self._open_batch(loop), fn, args)
+                        return await self._join_batch(asyncio.get_running_loop(), fn, args)
                 except _WouldWait:
                     pass
             assert self._executor is not None
@@ -321,11 +319,11 @@ class Database:
     async def _join_batch(
         self,
         loop: asyncio.AbstractEventLoop,
-        batch: Batch | None,
         fn: Callable[..., T],
         args: tuple[Any, ...],
     ) -> T:
         """Add a write to this thread's open batch (opening one, flushed at the loop's next turn)."""
+        batch = self._open_batch(loop)
         if batch is None:
             batch = self._local.batch = Batch(loop)
             loop.call_soon(self._flush_batch, loop, batch)

@@ -10,7 +10,7 @@ with ``filter_logic`` and no predicate matches everything; ``contains`` is a cas
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
@@ -179,34 +179,30 @@ def get_rollout(conn: sa.Connection, ctx: Ctx, rollout_id: str) -> Rollout | Att
     return _codec.rollout_from_row(rows[0]) if rows else None
 
 
-def finished_rollouts(conn: sa.Connection, ctx: Ctx, rollout_ids: Sequence[str]) -> list[Rollout]:
-    """The finished rollouts among ``rollout_ids``, in request order (unknown ids omitted)."""
-    found: dict[str, Rollout] = {}
+def _finished_among(conn: sa.Connection, columns: list[Any], rollout_ids: Sequence[str]) -> Iterator[Any]:
+    """``columns`` of the finished rollouts among ``rollout_ids``, as row mappings (500 ids a statement)."""
     unique = list(dict.fromkeys(rollout_ids))
+    finished = sorted(FINISHED_STATUSES)
     for start in range(0, len(unique), 500):
-        rows = conn.execute(
-            sa.select(*_ROLLOUT_COLUMNS).where(
-                R.c.rollout_id.in_(unique[start : start + 500]), R.c.status.in_(sorted(FINISHED_STATUSES))
+        yield from conn.execute(
+            sa.select(*columns).where(
+                R.c.rollout_id.in_(unique[start : start + 500]), R.c.status.in_(finished)
             )
         ).mappings()
-        for row in rows:
-            found[row["rollout_id"]] = _codec.plain_rollout_from_row(row)
-    return [found[rid] for rid in unique if rid in found]
+
+
+def finished_rollouts(conn: sa.Connection, ctx: Ctx, rollout_ids: Sequence[str]) -> list[Rollout]:
+    """The finished rollouts among ``rollout_ids``, in request order (unknown ids omitted)."""
+    found = {
+        row["rollout_id"]: _codec.plain_rollout_from_row(row)
+        for row in _finished_among(conn, _ROLLOUT_COLUMNS, rollout_ids)
+    }
+    return [found[rid] for rid in dict.fromkeys(rollout_ids) if rid in found]
 
 
 def finished_rollout_ids(conn: sa.Connection, ctx: Ctx, rollout_ids: Sequence[str]) -> set[str]:
     """Which of ``rollout_ids`` have finished (ids only: what a waiter polls for)."""
-    found: set[str] = set()
-    unique = list(dict.fromkeys(rollout_ids))
-    for start in range(0, len(unique), 500):
-        found.update(
-            conn.execute(
-                sa.select(R.c.rollout_id).where(
-                    R.c.rollout_id.in_(unique[start : start + 500]), R.c.status.in_(sorted(FINISHED_STATUSES))
-                )
-            ).scalars()
-        )
-    return found
+    return {row["rollout_id"] for row in _finished_among(conn, [R.c.rollout_id], rollout_ids)}
 
 
 def query_attempts(conn: sa.Connection, ctx: Ctx, query: AttemptQuery) -> PaginatedResult[Attempt]:
