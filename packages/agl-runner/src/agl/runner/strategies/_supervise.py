@@ -271,34 +271,51 @@ class RunnerSupervisor:
                 logger.warning(
                     "started %s (pid %s) in place of %s", child.proc.name, child.proc.pid, entry[2].name
                 )
-            running = [c.proc.sentinel for c in children if c.proc.exitcode is None]
+            # One look at each process decides both what to handle and whether any is left: a process that
+            # exits between two looks is then handled before the supervisor can conclude none is running.
+            running = [c for c in children if c.proc.exitcode is None]
+            if event.is_set():  # the processes exit because they were asked to
+                break
+            alive = {id(c) for c in running}
+            for child in children:
+                if id(child) not in alive and id(child) not in handled:
+                    handled.add(id(child))
+                    self._handle_exit_sync(child, endpoint, store, crashed, due)
             if not running and not due:
                 break
             wait = 0.5 if not due else max(0.0, min(0.5, min(d[0] for d in due) - time.monotonic()))
             if running:
-                multiprocessing.connection.wait(running, timeout=wait)
+                ready = multiprocessing.connection.wait([c.proc.sentinel for c in running], timeout=wait)
+                for child in running:
+                    if child.proc.sentinel in ready:
+                        child.proc.join(1.0)  # its sentinel closes a moment before it can be reaped
             else:
                 time.sleep(wait)
-            for child in children:
-                code = child.proc.exitcode
-                if code is None or id(child) in handled or event.is_set():
-                    continue
-                handled.add(id(child))
-                if code == 0:
-                    logger.info("%s finished", child.proc.name)
-                elif code > 0 and child.has_report():
-                    logger.error("%s crashed:\n%s", child.proc.name, child.error_report())
-                    crashed.append(child)
-                else:
-                    lost = self._on_lost_sync(child, endpoint, store)
-                    delay = self.policy.delay_for(child.slot, time.monotonic() - child.started)
-                    if delay is None:
-                        logger.error(
-                            "runner slot %d used up its restarts; not replacing %s", child.slot, lost.name
-                        )
-                    else:
-                        logger.warning("replacing %s in %.1fs", lost.name, delay)
-                        due.append((time.monotonic() + delay, child.slot, lost))
+
+    def _handle_exit_sync(
+        self,
+        child: RunnerProcess,
+        endpoint: str,
+        store: LightningStore,
+        crashed: list[RunnerProcess],
+        due: list[tuple[float, int, LostRunner]],
+    ) -> None:
+        """Role runner: a process that finished, crashed (appended to ``crashed``) or was lost (its
+        replacement goes into ``due``, unless its slot used up its restarts)."""
+        code = child.proc.exitcode
+        if code == 0:
+            logger.info("%s finished", child.proc.name)
+        elif code is not None and code > 0 and child.has_report():
+            logger.error("%s crashed:\n%s", child.proc.name, child.error_report())
+            crashed.append(child)
+        else:
+            lost = self._on_lost_sync(child, endpoint, store)
+            delay = self.policy.delay_for(child.slot, time.monotonic() - child.started)
+            if delay is None:
+                logger.error("runner slot %d used up its restarts; not replacing %s", child.slot, lost.name)
+            else:
+                logger.warning("replacing %s in %.1fs", lost.name, delay)
+                due.append((time.monotonic() + delay, child.slot, lost))
 
     def _on_lost_sync(self, child: RunnerProcess, endpoint: str, store: LightningStore) -> LostRunner:
         """:meth:`on_lost` from the role-runner supervisor (no event loop of its own)."""
