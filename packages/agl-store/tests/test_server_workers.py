@@ -260,3 +260,48 @@ def test_the_memory_backend_refuses_several_workers(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "--workers 2 needs a SQL backend" in done.stderr
     assert "in-memory store lives inside one process" in done.stderr
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_without_workers_a_retried_write_is_applied_once_at_once_and_across_restarts(
+    backend: str, tmp_path: Path
+) -> None:
+    """One server process keeps the holds of keys being answered in its memory (a claim is a read, not a
+    write): retries sent at the same time still wait for the first and replay its answer, and a
+    restarted server replays answers recorded by the one before."""
+    with database(backend, tmp_path) as url:
+        server = Server(url, 1, tmp_path)
+        server.start()
+        try:
+            answers: list[tuple[int, dict[str, str], Any]] = []
+
+            def send() -> None:
+                conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+                try:
+                    answers.append(_enqueue(conn, "once", key="same-key"))
+                finally:
+                    conn.close()
+
+            threads = [threading.Thread(target=send) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+            assert [a[0] for a in answers] == [201] * 8
+            assert sum(a[1].get("agl-replayed") == "true" for a in answers) == 7
+            assert all(a[2] == answers[0][2] for a in answers)
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+            server.connections.append(conn)
+            assert _count(conn) == 1
+        finally:
+            server.stop()
+        server.start()
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+            server.connections.append(conn)
+            after = _enqueue(conn, "once", key="same-key")
+            assert after[0] == 201 and after[1].get("agl-replayed") == "true"
+            assert after[2] == answers[0][2]
+            assert _count(conn) == 1
+        finally:
+            server.stop()

@@ -4,11 +4,14 @@ The :class:`~agl.store.http.server._replay.ReplayCache` of a server over a :clas
 worker of ``agl store --workers N`` sees the same keys, and so does the server after a restart, so a
 retried write is applied once whichever worker it reaches and whenever it comes (within ``ttl_seconds``).
 
-A key is *held* (``state = running``) from the claim until its answer is recorded (``done``) or forgotten
-(a server fault: the row is deleted, so a retry runs for real). A retry that finds the key held waits,
-polling the row, for the holder to finish. A hold is stale, and taken over by the next claim, when it
-belongs to an earlier run of the server (the holder was killed with its request) or is older than
-``hold_seconds`` (its worker died).
+A key is *held* from the claim until its answer is recorded (``done``) or forgotten (a server fault, so
+that a retry runs for real). A retry that finds the key held waits for the holder to finish. Holds count
+only within one run of the server (a restarted server takes over the holds of the killed one), so where
+that run is one process (``shared_holds=False``: a server without workers) they are kept in its memory, and
+a claim costs one read instead of a write. Among the workers of ``agl store --workers N`` a hold is a row
+(``state = running``), deleted if the request is forgotten, polled by a retry that waits; it is stale, and
+taken over by the next claim, when it belongs to an earlier run or is older than ``hold_seconds`` (its
+worker died).
 
 One gap remains: a write and the recording of its answer are two transactions; a server killed between
 them has applied the write but recorded nothing, and the retry applies it again.
@@ -142,20 +145,45 @@ def _update_row(
     )
 
 
-def _record(conn: sa.Connection, key: str, now: float, answer: RecordedAnswer) -> None:
+def _record(conn: sa.Connection, key: str, run_id: str, now: float, answer: RecordedAnswer) -> None:
+    """Keep ``answer`` under ``key``: the claim's row becomes ``done``, or (holds in memory) a new row."""
+    dialect = conn.dialect.name
+
+    def build() -> Any:
+        insert = _insert(dialect)(T).values(
+            key=sa.bindparam("b_key"),
+            state="done",
+            run_id=sa.bindparam("b_run_id"),
+            claimed=sa.bindparam("b_now"),
+            status=sa.bindparam("b_status"),
+            headers=sa.bindparam("b_headers", type_=T.c.headers.type),
+            body=sa.bindparam("b_body", type_=sa.LargeBinary()),
+        )
+        done = insert.excluded
+        return insert.on_conflict_do_update(
+            index_elements=[T.c.key],
+            set_={c: done[c] for c in ("state", "run_id", "claimed", "status", "headers", "body")},
+        )
+
     headers = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in answer.headers]
-    _update_row(
+    params = {"b_key": key, "b_run_id": run_id, "b_now": now, "b_status": answer.status}
+    execute(
         conn,
-        "replay_record",
-        lambda: {
-            "state": "done",
-            "claimed": sa.bindparam("b_now"),
-            "status": sa.bindparam("b_status"),
-            "headers": sa.bindparam("b_headers", type_=schema.replays.c.headers.type),
-            "body": sa.bindparam("b_body", type_=sa.LargeBinary()),
-        },
-        {"b_key": key, "b_now": now, "b_status": answer.status, "b_headers": headers, "b_body": answer.body},
+        prepared(("replay_record", dialect), build),
+        {**params, "b_headers": headers, "b_body": answer.body},
     )
+
+
+def _find_answer(conn: sa.Connection, key: str, newer_than: float) -> RecordedAnswer | None:
+    """The answer recorded under ``key`` after ``newer_than``, if any (one read)."""
+    select = prepared(
+        ("replay_answer", conn.dialect.name),
+        lambda: sa.select(T.c.status, T.c.headers, T.c.body).where(
+            T.c.key == sa.bindparam("b_key"), T.c.state == "done", T.c.claimed >= sa.bindparam("b_since")
+        ),
+    )
+    rows = execute(conn, select, {"b_key": key, "b_since": newer_than})
+    return _answer(rows[0]) if rows else None
 
 
 def _forget(conn: sa.Connection, key: str) -> None:
@@ -186,6 +214,7 @@ class SqlReplayCache:
         max_entries: Most answers kept (the oldest go first).
         hold_seconds: After this long a hold is stale even within the same run (its worker died).
         clock: Wall-clock time (shared by processes and restarts).
+        shared_holds: Whether other processes serve this run (workers): holds are then rows, else kept here.
     """
 
     def __init__(
@@ -193,6 +222,7 @@ class SqlReplayCache:
         store: SqlLightningStore,
         run_id: str,
         *,
+        shared_holds: bool = True,
         ttl_seconds: float = 600.0,
         max_entries: int = 100_000,
         hold_seconds: float = 300.0,
@@ -207,6 +237,8 @@ class SqlReplayCache:
         self.hold_seconds = hold_seconds
         self._clock = clock
         self._next_prune = float("-inf")
+        self.shared_holds = shared_holds
+        self._holds: dict[str, asyncio.Event | None] = {}  # the event is made once a retry waits
 
     @staticmethod
     def _key(key: bytes) -> str:
@@ -214,6 +246,8 @@ class SqlReplayCache:
 
     async def claim(self, key: bytes) -> RecordedAnswer | None:
         digest = self._key(key)
+        if not self.shared_holds:
+            return await self._claim_here(digest)
         delay = 0.002
         while True:
             now = self._clock()
@@ -224,23 +258,54 @@ class SqlReplayCache:
                     _claim, digest, self.run_id, now, self.hold_seconds, self.ttl_seconds
                 )
             if found == _CLAIMED:
-                if now >= self._next_prune:
-                    self._next_prune = now + _PRUNE_EVERY
-                    await self._db.write(
-                        _prune, now - max(self.ttl_seconds, self.hold_seconds), self.max_entries
-                    )
+                await self._prune_if_due(now)
                 return None
             if isinstance(found, RecordedAnswer):
                 return found
             await asyncio.sleep(delay)  # held by a request still running (on any worker)
             delay = min(delay * 2, 0.05)
 
+    async def _claim_here(self, digest: str) -> RecordedAnswer | None:
+        """:meth:`claim` with the holds in this process: wait while the key is held, hold it, then look
+        for its recorded answer (recorded by this run or an earlier one)."""
+        while digest in self._holds:
+            waiting = self._holds[digest]
+            if waiting is None:
+                waiting = self._holds[digest] = asyncio.Event()
+            await waiting.wait()  # then look again: answered, or forgotten (and maybe held by another)
+        self._holds[digest] = None
+        try:
+            now = self._clock()
+            found = await self._db.read(_find_answer, digest, now - self.ttl_seconds)
+            if found is None:
+                await self._prune_if_due(now)
+                return None
+        except BaseException:
+            self._end_hold(digest)
+            raise
+        self._end_hold(digest)
+        return found
+
+    def _end_hold(self, digest: str) -> None:
+        waiting = self._holds.pop(digest, None)
+        if waiting is not None:
+            waiting.set()
+
+    async def _prune_if_due(self, now: float) -> None:
+        if now >= self._next_prune:
+            self._next_prune = now + _PRUNE_EVERY
+            await self._db.write(_prune, now - max(self.ttl_seconds, self.hold_seconds), self.max_entries)
+
     async def release(self, key: bytes, answer: RecordedAnswer | None) -> None:
         digest = self._key(key)
-        if answer is None:
-            await self._single(_forget, digest)
-        else:
-            await self._single(_record, digest, self._clock(), answer)
+        try:
+            if answer is not None:
+                await self._single(_record, digest, self.run_id, self._clock(), answer)
+            elif self.shared_holds:
+                await self._single(_forget, digest)
+        finally:
+            if not self.shared_holds:
+                self._end_hold(digest)
 
     async def _single(self, fn: Callable[..., T_], *args: Any) -> T_:
         """Run a one-statement write: on PostgreSQL outside a transaction (one round trip instead of

@@ -200,13 +200,15 @@ class LightningStoreServer(ForwardingStore):
 
     def _replay_cache(self, store: LightningStore) -> Any:
         """Idempotent answers of a SQL store are kept in its database (shared by workers, kept across
-        restarts); of other stores, in this process's memory (``None``)."""
+        restarts); of other stores, in this process's memory (``None``). Holds of keys still being
+        answered are rows only where workers share this run."""
         sql = sys.modules.get("agl.store.sql.store")  # not imported: not a SQL store (and no import cost)
         if sql is None or not isinstance(store, sql.SqlLightningStore):
             return None
         from ...sql._replay import SqlReplayCache
 
-        return SqlReplayCache(cast("SqlLightningStore", store), self._run_id)
+        shared = self._prebound is not None  # a worker of `agl store --workers N`
+        return SqlReplayCache(cast("SqlLightningStore", store), self._run_id, shared_holds=shared)
 
     def _bind(self) -> socket.socket:
         if self._prebound is not None:  # a worker: the parent bound the socket every worker accepts on
