@@ -147,14 +147,17 @@ def model() -> Any:
 
 def test_the_warm_start_copies_tool_results_but_mostly_guesses(model: Any, tokenizer: Any) -> None:
     """What apps/calc_tiny/build.py promises: given a correct tool call and its result, the model answers
-    with the result nearly always (99% greedy, 94.5% at temperature 1 on these 200 questions); left to
-    itself at temperature 1 it mostly answers without the tool (38% right here), so RL has the tool to
-    discover. The bounds leave a little room for other torch builds' rounding."""
+    with the result nearly always (99.5% greedy, 97% at temperature 1 on these 200 questions); left to
+    itself at temperature 1 it mostly answers without the tool (31.5% right, 28% tool use here; greedily
+    it never calls the tool), so RL has the tool to discover. The bounds are the issue's (copies >= 95%,
+    starting accuracy <= 35%), with room for other torch builds' rounding."""
     from calc_tiny.build import copy_rate, evaluate
 
     assert copy_rate(model, tokenizer, 200, seed=4242, temperature=0.0) >= 0.95
-    assert copy_rate(model, tokenizer, 200, seed=4242, temperature=1.0) >= 0.92
+    assert copy_rate(model, tokenizer, 200, seed=4242, temperature=1.0) >= 0.95
     sampled = evaluate(model, tokenizer, 200, seed=777, temperature=1.0)
-    assert sampled["accuracy"] <= 0.42
-    assert sampled["tool_use"] <= 0.45
-    assert sampled["accuracy_with_tool"] >= 0.85  # writing the call right, then copying
+    assert sampled["accuracy"] <= 0.35
+    assert sampled["tool_use"] <= 0.35
+    assert sampled["accuracy_with_tool"] >= 0.9  # writing the call right, then copying
+    greedy = evaluate(model, tokenizer, 200, seed=777, temperature=0.0)
+    assert greedy["tool_use"] <= 0.05 and greedy["accuracy"] <= 0.10

@@ -1,16 +1,17 @@
 """Build the embedded calculator model from scratch: tokenizer, model, supervised warm start, save.
 
-    uv run apps/calc_tiny/build.py            # ~18 minutes on one idle CPU core, deterministic
+    uv run apps/calc_tiny/build.py            # ~25 minutes on one idle CPU core, deterministic
     uv run apps/calc_tiny/build.py --resume   # continue from runs/calc_tiny_build/ckpt.pt (saved every 500 steps)
 
 The result (``apps/calc_tiny/model/``, ~5 MB) is a standard ``LlamaForCausalLM`` with a byte-level BPE
 tokenizer and a hermes-style chat template with tools. The warm start is deliberately imperfect in one
-way only: 30% of its training conversations call the ``calculator`` tool and copy its result, 70% answer
-at once with a plausible but wrong number, so the model guesses most of the time and reinforcement
-learning has a behaviour to discover (call the tool) that it can be seen learning in minutes on a CPU.
-What it does after deciding to call the tool is taught well: each batch also has half as many extra tool
-episodes whose decision token carries no loss (they teach writing the call and copying the result
-without changing how often it decides to call), so it copies tool results right almost always.
+way only: 22% of its training conversations call the ``calculator`` tool and copy its result, 78% answer
+at once with a plausible but wrong number, so the model guesses most of the time (about 31% tool use and
+32% right at temperature 1, never the tool greedily) and reinforcement learning has a behaviour to
+discover (call the tool) that it can be seen learning in minutes on a CPU. What it does after deciding
+to call the tool is taught well: each batch also has as many extra tool episodes whose decision token
+carries no loss (they teach writing the call and copying the result without changing how often it
+decides to call), so it copies a given tool result right 98.6% of the time greedily, 96% at temperature 1.
 """
 
 from __future__ import annotations
@@ -30,12 +31,15 @@ sys.path.insert(0, str(HERE.parent))
 from calc_tiny.chat import CHAT_TEMPLATE, SPECIAL_TOKENS, TOOL_TOKENS  # noqa: E402
 from calc_x.tasks import CALCULATOR_TOOL, format_number, make_task  # noqa: E402
 
-TOOL_FRACTION = 0.30
+TOOL_FRACTION = 0.22
 #: Extra tool episodes per batch whose decision token (the first generated one: ``<tool_call>`` or not) is
 #: left out of the loss: they teach writing the call and copying its result without changing how often the
 #: model decides to call the tool (that stays TOOL_FRACTION, so RL still has the tool to discover).
-COPY_EXTRA_FRACTION = 0.5
+COPY_EXTRA_FRACTION = 1.0
 VOCAB_TARGET = 1536
+#: Tool episodes in the tokenizer's training corpus (as when the tokenizer was first built: another mix
+#: would merge other pieces, and the committed model would no longer be what the build makes).
+TOKENIZER_TOOL_FRACTION = 0.30
 ANSWER = "The answer is {}."
 
 
@@ -50,12 +54,15 @@ def wrong_number(result: int, rng: random.Random) -> int:
             return guess
 
 
-def make_conversation(rng: random.Random, tool: bool | None = None) -> list[dict[str, Any]]:
-    """One warm-start conversation in OpenAI message format (``tool``: force a tool episode or not)."""
+def make_conversation(
+    rng: random.Random, tool: bool | None = None, tool_fraction: float = TOOL_FRACTION
+) -> list[dict[str, Any]]:
+    """One warm-start conversation in OpenAI message format (``tool``: force a tool episode or not;
+    otherwise it is one with probability ``tool_fraction``)."""
     task = make_task(rng)
     messages: list[dict[str, Any]] = [{"role": "user", "content": task["question"]}]
     if tool is None:
-        tool = rng.random() < TOOL_FRACTION
+        tool = rng.random() < tool_fraction
     if tool:
         call = {
             "id": "call_0",
@@ -83,7 +90,7 @@ def build_tokenizer(seed: int) -> Any:
     bootstrap = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.BPE()))
     corpus: list[str] = []
     for _ in range(20000):
-        convo = make_conversation(rng)
+        convo = make_conversation(rng, tool_fraction=TOKENIZER_TOOL_FRACTION)
         corpus.append(
             bootstrap.apply_chat_template(
                 convo, tools=[CALCULATOR_TOOL], chat_template=CHAT_TEMPLATE, tokenize=False
@@ -314,6 +321,12 @@ def main() -> None:
     )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument(
+        "--tool-fraction",
+        type=float,
+        default=TOOL_FRACTION,
+        help="fraction of training conversations that call the tool (the rest guess)",
+    )
+    parser.add_argument(
         "--copy-extra",
         type=float,
         default=COPY_EXTRA_FRACTION,
@@ -363,7 +376,10 @@ def main() -> None:
     t_train = time.time()
     running = 0.0
     for step in range(start, args.steps):
-        examples = [encode_conversation(tokenizer, make_conversation(rng)) for _ in range(args.batch_size)]
+        examples = [
+            encode_conversation(tokenizer, make_conversation(rng, tool_fraction=args.tool_fraction))
+            for _ in range(args.batch_size)
+        ]
         examples += [copy_example(tokenizer, rng) for _ in range(round(args.batch_size * args.copy_extra))]
         input_ids, attention, labels = batch_tensors(examples, tokenizer.pad_token_id)
         for group in optimizer.param_groups:
