@@ -44,6 +44,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="local: LocalGRPO on CPU (or one GPU); verl: VERL on vLLM, needs CUDA and the verl extra (default: %(default)s)",
     )
     p.add_argument("--n-runners", type=int, default=2, help="runner threads")
+    p.add_argument(
+        "--model-server",
+        choices=["process", "thread"],
+        default="process",
+        help="the model server in a process of its own, or in threads of this one (default: %(default)s)",
+    )
     p.add_argument("--concurrency", type=int, default=64, help="rollouts each runner executes at once")
     p.add_argument("--steps", type=int, default=40, help="training steps (default: %(default)s)")
     p.add_argument(
@@ -153,7 +159,7 @@ def startup_breakdown(marks: dict[str, float], first_step_at: float) -> str:
         "run": "app imports, store, runners",
         "torch": "torch",
         "model": "model load (transformers)",
-        "server": "model server",
+        "server": "model server (with the model load in its process)",
         "proxy": "LLM proxy",
     }
     parts: list[str] = []
@@ -229,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         val_every=args.val_every,
         val_temperature=args.val_temperature,
         torch_threads=args.threads,
+        model_server=args.model_server,
         credit=args.credit,
         turn_discount=args.turn_discount,
         served_model_name="calc-tiny" if args.model == str(DEFAULT_MODEL) else Path(args.model).name,

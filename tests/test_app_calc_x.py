@@ -109,6 +109,7 @@ def test_turn_discount_credit_trains_through_the_app(tmp_path: Path) -> None:
     result = run_app(
         *("--steps", "2", "--prompts-per-step", "4", "--n", "4", "--val-size", "8", "--val-every", "0"),
         *("--credit", "turn-discount", "--turn-discount", "0.5", "--output-dir", str(out), "--seed", "2"),
+        *("--model-server", "thread"),  # the other tests run the default, a process of its own
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert re.fullmatch(r"validation accuracy: \d+\.\d% -> \d+\.\d%", result.stdout.strip().splitlines()[-1])

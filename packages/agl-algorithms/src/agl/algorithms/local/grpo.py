@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agl.types import Dataset, EnqueueRolloutRequest, NamedResources, Rollout, Triplet
 from agl.types.extras import requires_extra
@@ -94,6 +94,10 @@ class GRPOConfig:
     served_model_name: str = "local-model"
     device: str = "cpu"
     max_batch_size: int = 512
+    model_server: Literal["process", "thread"] = "process"
+    """Where the model server runs: a process of its own (:class:`ModelServerProcess`: its decoding does
+    not wait for the interpreter lock the runners, the LLM proxy and the store share), or threads of
+    this process (:class:`ModelServer`)."""
     extra: dict[str, Any] = field(default_factory=dict[str, Any])
 
 
@@ -154,12 +158,6 @@ class LocalGRPO(Algorithm):
         self, train_dataset: Dataset[Any] | None = None, val_dataset: Dataset[Any] | None = None
     ) -> None:
         self.startup = {"run": time.time()}
-        with requires_extra("agl-algorithms", "LocalGRPO"):
-            import torch
-
-            from .server import ModelServer, load_model
-        self.startup["torch"] = time.time()
-
         cfg = self.config
         if train_dataset is None or len(train_dataset) == 0:
             raise ValueError("LocalGRPO needs a non-empty train_dataset")
@@ -167,26 +165,49 @@ class LocalGRPO(Algorithm):
             raise ValueError(
                 f"train_dataset has {len(train_dataset)} tasks, fewer than prompts_per_step={cfg.prompts_per_step}"
             )
-        if cfg.torch_threads is not None:
-            torch.set_num_threads(cfg.torch_threads)
-        torch.manual_seed(cfg.seed)  # pyright: ignore[reportUnknownMemberType]  # torch leaves its parameter unannotated
+        if cfg.model_server not in ("process", "thread"):
+            raise ValueError(f"model_server must be 'process' or 'thread', got {cfg.model_server!r}")
+        self.server = None
+        starting: asyncio.Future[Any] | None = None
+        if cfg.model_server == "process":  # it imports torch and loads the model while this process does
+            from .server_process import ModelServerProcess
+
+            self.server = ModelServerProcess(
+                self.model_path,
+                served_model_name=cfg.served_model_name,
+                max_batch_size=cfg.max_batch_size,
+                device=cfg.device,
+            )
+            starting = asyncio.ensure_future(asyncio.to_thread(self.server.start))
+        try:
+            await self._load(cfg)
+            if starting is not None:
+                await starting
+            else:
+                from .server import ModelServer
+
+                self.server = ModelServer(
+                    copy.deepcopy(self.policy),
+                    self.tokenizer,
+                    served_model_name=cfg.served_model_name,
+                    max_batch_size=cfg.max_batch_size,
+                )
+                await asyncio.to_thread(self.server.start)
+        except BaseException:
+            if starting is not None:
+                await asyncio.gather(starting, return_exceptions=True)
+            if self.server is not None:
+                await asyncio.to_thread(self.server.stop)
+            raise
+        self.startup["server"] = time.time()
         rng = random.Random(cfg.seed)
         store = self.get_store()
-
-        self.policy, self.tokenizer = await asyncio.to_thread(load_model, self.model_path, device=cfg.device)
-        self.startup["model"] = time.time()
-        self.server = ModelServer(
-            copy.deepcopy(self.policy),
-            self.tokenizer,
-            served_model_name=cfg.served_model_name,
-            max_batch_size=cfg.max_batch_size,
-        )
-        await asyncio.to_thread(self.server.start)
-        self.startup["server"] = time.time()
         proxy = await self._prepare_proxy()
         proxy_lifetime = contextlib.AsyncExitStack()
         await proxy_lifetime.enter_async_context(running_proxy(proxy))
         self.startup["proxy"] = time.time()
+        import torch
+
         optimizer = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         try:
             self.first_step_at = None
@@ -215,6 +236,24 @@ class LocalGRPO(Algorithm):
         finally:
             await proxy_lifetime.aclose()
             await asyncio.to_thread(self.server.stop)
+
+    def _cpu_seconds(self) -> float:
+        """CPU seconds used so far by this process and by the model server's, if it has its own."""
+        child = getattr(self.server, "process_cpu_seconds", None)
+        return time.process_time() + (child() if child is not None else 0.0)
+
+    async def _load(self, cfg: GRPOConfig) -> None:
+        """Import torch, set its threads and seed, and load the policy and its tokenizer."""
+        with requires_extra("agl-algorithms", "LocalGRPO"):
+            import torch
+
+            from .server import load_model
+        self.startup["torch"] = time.time()
+        if cfg.torch_threads is not None:
+            torch.set_num_threads(cfg.torch_threads)
+        torch.manual_seed(cfg.seed)  # pyright: ignore[reportUnknownMemberType]  # torch leaves its parameter unannotated
+        self.policy, self.tokenizer = await asyncio.to_thread(load_model, self.model_path, device=cfg.device)
+        self.startup["model"] = time.time()
 
     def save(self, directory: Path) -> Path:
         """Save the current policy and tokenizer with ``save_pretrained``."""
@@ -356,12 +395,12 @@ class LocalGRPO(Algorithm):
 
         cfg = self.config
         t0 = time.perf_counter()
-        cpu0 = time.process_time()
+        cpu0 = self._cpu_seconds()
         resources_id = await self._publish(store, proxy, cfg.temperature, "train")
         picked = rng.sample(range(len(train_dataset)), cfg.prompts_per_step)
         tasks = [train_dataset[i] for i in picked for _ in range(cfg.n)]
         groups = [i for i in range(cfg.prompts_per_step) for _ in range(cfg.n)]
-        engine_before = dict(self.server.engine.stats)
+        engine_before = await asyncio.to_thread(lambda: self.server.stats)
         ids = await self._enqueue(store, tasks, "train", resources_id)
         validating = asyncio.ensure_future(validation()) if validation is not None else None
         try:
@@ -371,8 +410,8 @@ class LocalGRPO(Algorithm):
                 validating.cancel()
             raise
         t1 = time.perf_counter()
-        cpu1 = time.process_time()
-        engine_now = self.server.engine.stats
+        cpu1 = self._cpu_seconds()
+        engine_now = await asyncio.to_thread(lambda: self.server.stats)
         engine = {
             k: engine_now[k] - engine_before[k]
             for k in ("generated_tokens", "batches", "busy_s", *_ENGINE_COUNTERS)
@@ -432,7 +471,7 @@ class LocalGRPO(Algorithm):
         if samples:
             await asyncio.to_thread(self.server.update_weights, self.policy.state_dict())
         t2 = time.perf_counter()
-        cpu2 = time.process_time()
+        cpu2 = self._cpu_seconds()
         all_rewards = [e[0] for e in episodes]
         kept_groups = len({groups[i] for i, a in zip(usable, advantages, strict=False) if a is not None})
         return {
@@ -455,8 +494,9 @@ class LocalGRPO(Algorithm):
             "validation_wait_s": waited,
             "update_threads": threads,
             "step_s": t2 - t0,
-            # CPU seconds of this whole process (every thread: runners, proxy, store, model server) in
-            # the step: a measure that the machine's other jobs inflate far less than wall time.
+            # CPU seconds of this whole process (every thread: runners, proxy, store, model server) and of
+            # the model server's process if it has one, in the step: a measure that the machine's other
+            # jobs inflate far less than wall time.
             "rollout_cpu_s": cpu1 - cpu0,
             "update_cpu_s": cpu2 - cpu1,
             "step_cpu_s": cpu2 - cpu0,

@@ -52,6 +52,13 @@ def _from_pretrained(auto_class: Any, path: str, **kwargs: Any) -> Any:
     return auto_class.from_pretrained(path, **kwargs)
 
 
+def safetensors_torch() -> Any:
+    """``safetensors.torch``, typed ``Any`` (its signatures leave ``os.PathLike`` unparameterised)."""
+    import safetensors.torch
+
+    return safetensors.torch
+
+
 class _BadRequest(ValueError):
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
@@ -73,6 +80,10 @@ class ModelServer:
         host, port: where to listen; port 0 picks a free one.
         max_batch_size, batch_wait_s, max_cache_tokens: continuous batching limits (see
             ``GenerationEngine``).
+        admin_token: enables ``POST /agl/weights`` (load new weights from a safetensors file, as
+            :meth:`update_weights`) and ``GET /agl/stats`` (the engine's counters) for requests bearing
+            this token: how :class:`~agl.algorithms.local.server_process.ModelServerProcess` drives a
+            server in another process.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
     """
@@ -89,6 +100,7 @@ class ModelServer:
         batch_wait_s: float = 0.005,
         device: str = "cpu",
         max_cache_tokens: int | None = None,
+        admin_token: str | None = None,
     ) -> None:
         if isinstance(model, (str, Path)):
             loaded, loaded_tokenizer = load_model(model, device=device)
@@ -113,6 +125,7 @@ class ModelServer:
         self.port: int | None = None
         self._server: Any = None
         self._thread: threading.Thread | None = None
+        self._admin_token = admin_token
         self.app = self._build_app()
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -176,6 +189,11 @@ class ModelServer:
         """Swap in new weights without restarting (between two generation batches); returns the new version."""
         return self.engine.update_weights(state_dict)
 
+    @property
+    def stats(self) -> dict[str, Any]:
+        """The engine's counters (see :attr:`GenerationEngine.stats`), as of now."""
+        return dict(self.engine.stats)
+
     def as_llm(self, **sampling_parameters: Any) -> LLM:
         """An ``LLM`` resource pointing at this server."""
         return LLM(endpoint=self.url, model=self.served_model_name, sampling_parameters=sampling_parameters)
@@ -196,6 +214,9 @@ class ModelServer:
                 "data": [{"id": self.served_model_name, "object": "model", "created": 0, "owned_by": "agl"}],
             }
 
+        if self._admin_token is not None:
+            self._add_admin_routes(app, self._admin_token)
+
         @app.post("/v1/chat/completions")
         async def chat_completions(request: Request) -> Any:
             try:
@@ -207,6 +228,39 @@ class ModelServer:
                 return _error(str(exc))
 
         return app
+
+    def _add_admin_routes(self, app: FastAPI, token: str) -> None:
+        expected = f"Bearer {token}"
+
+        def refused(request: Request) -> JSONResponse | None:
+            if request.headers.get("authorization") != expected:
+                return _error("the admin routes need the server's admin token", 401)
+            return None
+
+        @app.get("/agl/stats")
+        async def stats(request: Request) -> Any:
+            return refused(request) or {"version": self.engine.version, "stats": self.stats}
+
+        @app.post("/agl/weights")
+        async def weights(request: Request) -> Any:
+            if (answer := refused(request)) is not None:
+                return answer
+            try:
+                body = await _read_json(request)
+                path = body.get("path")
+                if not isinstance(path, str):
+                    raise _BadRequest("give the safetensors file to load as {'path': ...}")
+                try:
+                    state = await asyncio.to_thread(safetensors_torch().load_file, path)
+                except Exception as exc:  # missing, unreadable, or not safetensors
+                    raise _BadRequest(f"cannot read weights from {path!r}: {exc}") from exc
+                try:
+                    version = await asyncio.to_thread(self.update_weights, state)
+                except RuntimeError as exc:  # load_state_dict: shapes that do not fit
+                    raise _BadRequest(f"the weights in {path!r} do not fit the model: {exc}") from exc
+            except _BadRequest as exc:
+                return _error(str(exc), exc.status)
+            return {"version": version}
 
     def _sampling(self, body: dict[str, Any]) -> SamplingParams:
         stop: Any = body.get("stop") or []
