@@ -203,7 +203,7 @@ def run_trl(steps: int, out: Path, seed: int) -> dict[str, Any]:
 # -- agl's side --------------------------------------------------------------------------------------
 
 
-def run_agl(steps: int, out: Path, seed: int) -> dict[str, Any]:
+def run_agl(steps: int, out: Path, seed: int, model_server: str = "process") -> dict[str, Any]:
     started = time.perf_counter()
     command = [
         sys.executable,
@@ -215,6 +215,7 @@ def run_agl(steps: int, out: Path, seed: int) -> dict[str, Any]:
         f"--prompts-per-step={PROMPTS_PER_STEP}",
         "--val-size=16",  # its own validation is not the comparison's: keep it small
         "--val-every=0",
+        f"--model-server={model_server}",
         f"--output-dir={out / 'agl'}",
     ]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
@@ -249,13 +250,22 @@ def main() -> None:
         "--out", type=Path, default=ROOT / "runs" / f"vs_trl-{time.strftime('%Y%m%d-%H%M%S')}"
     )
     parser.add_argument("--side", choices=["both", "trl", "agl"], default="both")
+    parser.add_argument(
+        "--agl-model-server",
+        choices=["process", "thread"],
+        default="process",
+        help="where agl's model server runs (the app's --model-server; default: %(default)s)",
+    )
     parser.add_argument("--json", type=Path, help=argparse.SUPPRESS)  # one side's result, for the parent
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args.out.mkdir(parents=True, exist_ok=True)
 
     if args.side != "both":  # one side, in its own process
-        result = (run_trl if args.side == "trl" else run_agl)(args.steps, args.out, args.seed)
+        if args.side == "trl":
+            result = run_trl(args.steps, args.out, args.seed)
+        else:
+            result = run_agl(args.steps, args.out, args.seed, args.agl_model_server)
         (args.json or args.out / f"{args.side}.json").write_text(json.dumps(result))
         return
 
@@ -277,6 +287,7 @@ def main() -> None:
                 f"--seed={args.seed}",
                 f"--out={args.out}",
                 f"--json={path}",
+                f"--agl-model-server={args.agl_model_server}",
             ],
             check=True,
         )
