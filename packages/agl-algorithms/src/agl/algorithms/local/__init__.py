@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from .engine import GenerationEngine, GenerationResult, SamplingParams
     from .grpo import GRPOConfig, LocalGRPO
     from .server import ModelServer, load_model
+    from .server_process import ModelServerProcess
 
 __all__ = [
     "GRPOConfig",
@@ -21,6 +22,7 @@ __all__ = [
     "GenerationResult",
     "LocalGRPO",
     "ModelServer",
+    "ModelServerProcess",
     "SamplingParams",
     "load_model",
 ]
@@ -34,6 +36,7 @@ __getattr__, __dir__ = lazy_exports(
         "GRPOConfig": ".grpo",
         "LocalGRPO": ".grpo",
         "ModelServer": ".server",
+        "ModelServerProcess": ".server_process",
         "load_model": ".server",
     },
     globals(),
