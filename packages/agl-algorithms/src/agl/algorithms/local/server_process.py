@@ -13,6 +13,7 @@ The child serves until its parent closes its standard input (or dies), so it nev
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -32,7 +33,6 @@ from agl.types import LLM
 __all__ = ["ModelServerProcess"]
 
 _READY = "agl-model-server listening on port "
-_TOKEN_ENV = "AGL_MODEL_SERVER_ADMIN_TOKEN"
 
 
 class ModelServerProcess:
@@ -78,12 +78,14 @@ class ModelServerProcess:
             return self
         command = [sys.executable, "-m", __name__, self.model, "--served-model-name", self.served_model_name]
         command += ["--max-batch-size", str(self.max_batch_size), "--device", self.device]
-        command += ["--torch-threads", str(self.torch_threads)]
-        env = {**os.environ, _TOKEN_ENV: self._token}
+        command += ["--torch-threads", str(self.torch_threads), "--admin-token-from-stdin"]
         self._proc = proc = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
-        assert proc.stdout is not None
+        assert proc.stdin is not None and proc.stdout is not None
+        with contextlib.suppress(BrokenPipeError):  # it died at once: told below, with what it said
+            proc.stdin.write(self._token + "\n")  # not on the command line, where any user could read it
+            proc.stdin.flush()
         lines: list[str] = []
         ports: list[int] = []
         found = threading.Event()
@@ -231,7 +233,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-batch-size", type=int, default=256)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument(
+        "--admin-token-from-stdin",
+        action="store_true",
+        help="read a token from the first line of standard input and enable the admin routes for it",
+    )
     args = parser.parse_args(argv)
+    token = sys.stdin.readline().strip() if args.admin_token_from_stdin else None
 
     import torch
 
@@ -244,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         max_batch_size=args.max_batch_size,
         device=args.device,
-        admin_token=os.environ.get(_TOKEN_ENV) or None,
+        admin_token=token or None,
     )
     with server:
         print(f"{_READY}{server.port}", flush=True)
