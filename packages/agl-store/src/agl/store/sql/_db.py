@@ -141,6 +141,8 @@ class Database:
         self._group_commit = True
         self.commits = 0
         """Write transactions committed by this object (for measurements)."""
+        self.reads = 0
+        """Read operations run by this object (for measurements)."""
         self.batched_writes = 0
         """Writes committed as part of a group of several (for measurements)."""
         self.flush_seconds = 0.0
@@ -166,6 +168,7 @@ class Database:
         """Run ``fn(conn, *args)`` for reading; with ``snapshot``, its statements see one consistent state."""
         if not self._schema_ready:
             await self.ensure_schema()
+        self.reads += 1
         return await self._run(fn, args, write=False, snapshot=snapshot)
 
     async def close(self) -> None:

@@ -7,11 +7,13 @@ retried write is applied once whichever worker it reaches and whenever it comes 
 A key is *held* from the claim until its answer is recorded (``done``) or forgotten (a server fault, so
 that a retry runs for real). A retry that finds the key held waits for the holder to finish. Holds count
 only within one run of the server (a restarted server takes over the holds of the killed one), so where
-that run is one process (``shared_holds=False``: a server without workers) they are kept in its memory, and
-a claim costs one read instead of a write. Among the workers of ``agl store --workers N`` a hold is a row
-(``state = running``), deleted if the request is forgotten, polled by a retry that waits; it is stale, and
-taken over by the next claim, when it belongs to an earlier run or is older than ``hold_seconds`` (its
-worker died).
+that run is one process (``shared_holds=False``: a server without workers) they are kept in its memory,
+together with the keys that have an answer (read once, at the first claim, then kept up to date by this
+process): a new key is claimed without touching the database, and only a real retry reads its answer.
+Among the workers of ``agl store --workers N`` a hold is a row (``state = running``), deleted if the request
+is forgotten, polled by a retry that waits; it is stale, and taken over by the next claim, when it belongs
+to an earlier run or is older than ``hold_seconds`` (its worker died). Either way the newest
+``max_entries`` answers, none older than ``ttl_seconds``, are replayed.
 
 One gap remains: a write and the recording of its answer are two transactions; a server killed between
 them has applied the write but recorded nothing, and the retry applies it again.
@@ -22,12 +24,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 
-from ..http.server._replay import RecordedAnswer
+from ..http.server._replay import KeyHolds, RecordedAnswer
 from . import schema
 from ._steps import execute, prepared
 
@@ -186,6 +189,17 @@ def _find_answer(conn: sa.Connection, key: str, newer_than: float) -> RecordedAn
     return _answer(rows[0]) if rows else None
 
 
+def _answered_keys(conn: sa.Connection, newer_than: float, limit: int) -> list[tuple[str, float]]:
+    """The newest ``limit`` keys with an answer recorded after ``newer_than``, oldest first."""
+    select = (
+        sa.select(T.c.key, T.c.claimed)
+        .where(T.c.state == "done", T.c.claimed >= newer_than)
+        .order_by(T.c.seq.desc())
+        .limit(limit)
+    )
+    return [(row.key, float(row.claimed)) for row in reversed(conn.execute(select).all())]
+
+
 def _forget(conn: sa.Connection, key: str) -> None:
     execute(
         conn,
@@ -238,7 +252,9 @@ class SqlReplayCache:
         self._clock = clock
         self._next_prune = float("-inf")
         self.shared_holds = shared_holds
-        self._holds: dict[str, asyncio.Event | None] = {}  # the event is made once a retry waits
+        self._holds: KeyHolds[str] = KeyHolds()
+        self._answered: OrderedDict[str, float] | None = None  # key -> recorded at, oldest first
+        self._answered_loaded: asyncio.Lock | None = None
 
     @staticmethod
     def _key(key: bytes) -> str:
@@ -266,30 +282,48 @@ class SqlReplayCache:
             delay = min(delay * 2, 0.05)
 
     async def _claim_here(self, digest: str) -> RecordedAnswer | None:
-        """:meth:`claim` with the holds in this process: wait while the key is held, hold it, then look
-        for its recorded answer (recorded by this run or an earlier one)."""
-        while digest in self._holds:
-            waiting = self._holds[digest]
-            if waiting is None:
-                waiting = self._holds[digest] = asyncio.Event()
-            await waiting.wait()  # then look again: answered, or forgotten (and maybe held by another)
-        self._holds[digest] = None
+        """:meth:`claim` with the holds in this process: wait while the key is held, hold it, then (only if
+        the key has an answer, recorded by this run or an earlier one) read that answer."""
+        await self._holds.hold(digest)
         try:
             now = self._clock()
-            found = await self._db.read(_find_answer, digest, now - self.ttl_seconds)
+            answered = await self._answered_keys()
+            recorded = answered.get(digest)
+            found = None
+            if recorded is not None and now - recorded <= self.ttl_seconds:
+                found = await self._db.read(_find_answer, digest, now - self.ttl_seconds)
             if found is None:
                 await self._prune_if_due(now)
                 return None
         except BaseException:
-            self._end_hold(digest)
+            self._holds.end(digest)
             raise
-        self._end_hold(digest)
+        self._holds.end(digest)
         return found
 
-    def _end_hold(self, digest: str) -> None:
-        waiting = self._holds.pop(digest, None)
-        if waiting is not None:
-            waiting.set()
+    async def _answered_keys(self) -> OrderedDict[str, float]:
+        """The keys with an answer, read from the database at the first claim of this run."""
+        if self._answered is not None:
+            return self._answered
+        if self._answered_loaded is None:
+            self._answered_loaded = asyncio.Lock()
+        async with self._answered_loaded:
+            if self._answered is None:
+                rows = await self._db.read(_answered_keys, self._clock() - self.ttl_seconds, self.max_entries)
+                self._answered = OrderedDict(rows)
+        return self._answered
+
+    def _remember_answered(self, digest: str, now: float) -> None:
+        answered = self._answered
+        if answered is None:  # (no claim read them yet: the first one will find this key in the database)
+            return
+        answered[digest] = now
+        answered.move_to_end(digest)
+        while len(answered) > self.max_entries:
+            answered.popitem(last=False)
+        oldest = now - self.ttl_seconds
+        while answered and next(iter(answered.values())) < oldest:
+            answered.popitem(last=False)
 
     async def _prune_if_due(self, now: float) -> None:
         if now >= self._next_prune:
@@ -300,12 +334,15 @@ class SqlReplayCache:
         digest = self._key(key)
         try:
             if answer is not None:
-                await self._single(_record, digest, self.run_id, self._clock(), answer)
+                now = self._clock()
+                await self._single(_record, digest, self.run_id, now, answer)
+                if not self.shared_holds:
+                    self._remember_answered(digest, now)
             elif self.shared_holds:
                 await self._single(_forget, digest)
         finally:
             if not self.shared_holds:
-                self._end_hold(digest)
+                self._holds.end(digest)
 
     async def _single(self, fn: Callable[..., T_], *args: Any) -> T_:
         """Run a one-statement write: on PostgreSQL outside a transaction (one round trip instead of

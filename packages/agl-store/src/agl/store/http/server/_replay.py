@@ -17,10 +17,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
-__all__ = ["MemoryReplayCache", "RecordedAnswer", "ReplayCache"]
+__all__ = ["KeyHolds", "MemoryReplayCache", "RecordedAnswer", "ReplayCache"]
+
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,45 @@ class ReplayCache(Protocol):
     async def release(self, key: bytes, answer: RecordedAnswer | None) -> None: ...
 
 
+class KeyHolds(Generic[K]):
+    """Keys held by requests still running in this process; whoever wants a held key waits for its end."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held: dict[K, asyncio.Event | None] = {}  # the event is made once someone waits
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def try_hold(self, key: K) -> bool:
+        """Hold ``key`` if nobody does; whether the caller holds it now."""
+        if key in self._held:
+            return False
+        self._held[key] = None
+        return True
+
+    async def wait(self, key: K) -> None:
+        """Wait until the current holder of ``key`` (if any) ends its hold."""
+        if key not in self._held:
+            return
+        event = self._held[key]
+        if event is None:
+            event = self._held[key] = asyncio.Event()
+        await event.wait()
+
+    async def hold(self, key: K) -> None:
+        """Hold ``key``, first waiting for whoever holds it."""
+        while not self.try_hold(key):
+            await self.wait(key)
+
+    def end(self, key: K) -> None:
+        """End the hold of ``key``, waking whoever waits for it."""
+        event = self._held.pop(key, None)
+        if event is not None:
+            event.set()
+
+
 class MemoryReplayCache:
     """In-process :class:`ReplayCache`: finished answers oldest first, evicted past any bound.
 
@@ -63,7 +105,7 @@ class MemoryReplayCache:
         self.max_bytes = max_bytes
         self.ttl_seconds = ttl_seconds
         self._done: OrderedDict[bytes, tuple[float, RecordedAnswer]] = OrderedDict()
-        self._running: dict[bytes, asyncio.Event | None] = {}  # the event is made once a retry waits
+        self._running: KeyHolds[bytes] = KeyHolds()
         self._bytes = 0
 
     @property
@@ -86,23 +128,19 @@ class MemoryReplayCache:
                 if time.monotonic() - found[0] <= self.ttl_seconds:
                     return found[1]
                 self._drop(key)
-            if key not in self._running:
-                self._running[key] = None
+            if self._running.try_hold(key):
                 return None
-            running = self._running[key]
-            if running is None:
-                running = self._running[key] = asyncio.Event()
-            await running.wait()  # then look again: answered, or forgotten (and maybe claimed by another)
+            await self._running.wait(
+                key
+            )  # then look again: answered, or forgotten (maybe claimed by another)
 
     async def release(self, key: bytes, answer: RecordedAnswer | None) -> None:
-        event = self._running.pop(key, None)
         if answer is not None and answer.size <= self.max_bytes and self.max_entries > 0:
             self._drop(key)
             self._done[key] = (time.monotonic(), answer)
             self._bytes += answer.size
         self._evict()
-        if event is not None:
-            event.set()
+        self._running.end(key)
 
     def _drop(self, key: bytes) -> None:
         found = self._done.pop(key, None)
