@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from agl.types._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ._serving import ServedModel
     from .engine import GenerationEngine, GenerationResult, SamplingParams
     from .grpo import GRPOConfig, LocalGRPO
     from .server import ModelServer, load_model
@@ -24,6 +25,7 @@ __all__ = [
     "ModelServer",
     "ModelServerProcess",
     "SamplingParams",
+    "ServedModel",
     "load_model",
 ]
 
@@ -38,6 +40,7 @@ __getattr__, __dir__ = lazy_exports(
         "ModelServer": ".server",
         "ModelServerProcess": ".server_process",
         "load_model": ".server",
+        "ServedModel": "._serving",
     },
     globals(),
 )

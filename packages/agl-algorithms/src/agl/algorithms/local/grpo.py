@@ -31,6 +31,7 @@ from agl.types.extras import requires_extra
 from ..base import Algorithm
 from ..metrics import AlgorithmMetrics
 from ..utils import running_proxy
+from ._serving import ServedModel
 
 __all__ = ["GRPOConfig", "LocalGRPO"]
 
@@ -142,7 +143,8 @@ class LocalGRPO(Algorithm):
         self.metrics = metrics if metrics is not None else AlgorithmMetrics("local_grpo")
         self.history: list[dict[str, Any]] = []
         self.validations: list[dict[str, Any]] = []
-        self.server: Any = None
+        self.server: ServedModel | None = None
+        """The model server of the run (started in :meth:`run`)."""
         self.policy: Any = None
         self.tokenizer: Any = None
         self.first_step_at: float | None = None
@@ -235,12 +237,19 @@ class LocalGRPO(Algorithm):
                 await asyncio.to_thread(self.save, Path(cfg.checkpoint_dir) / "final")
         finally:
             await proxy_lifetime.aclose()
-            await asyncio.to_thread(self.server.stop)
+            await asyncio.to_thread(self._serving.stop)
+
+    @property
+    def _serving(self) -> ServedModel:
+        """The model server of the run in progress."""
+        if self.server is None:
+            raise RuntimeError("LocalGRPO's model server runs only while run() does")
+        return self.server
 
     def _cpu_seconds(self) -> float:
         """CPU seconds used so far by this process and by the model server's, if it has its own."""
-        child = getattr(self.server, "process_cpu_seconds", None)
-        return time.process_time() + (child() if child is not None else 0.0)
+        child = self.server.process_cpu_seconds() if self.server is not None else 0.0
+        return time.process_time() + child
 
     async def _load(self, cfg: GRPOConfig) -> None:
         """Import torch, set its threads and seed, and load the policy and its tokenizer."""
@@ -274,7 +283,7 @@ class LocalGRPO(Algorithm):
         model_list = [
             {
                 "model_name": name,
-                "litellm_params": {"model": f"hosted_vllm/{name}", "api_base": self.server.url},
+                "litellm_params": {"model": f"hosted_vllm/{name}", "api_base": self._serving.url},
             }
         ]
         proxy = self.get_llm_proxy()
@@ -297,7 +306,7 @@ class LocalGRPO(Algorithm):
         resources: NamedResources = {LLM_RESOURCE: llm}
         update = await store.add_resources(resources)
         logger.debug(
-            "published %s resources %s (model version %d)", tag, update.resources_id, self.server.version
+            "published %s resources %s (model version %d)", tag, update.resources_id, self._serving.version
         )
         return update.resources_id
 
@@ -400,7 +409,7 @@ class LocalGRPO(Algorithm):
         picked = rng.sample(range(len(train_dataset)), cfg.prompts_per_step)
         tasks = [train_dataset[i] for i in picked for _ in range(cfg.n)]
         groups = [i for i in range(cfg.prompts_per_step) for _ in range(cfg.n)]
-        engine_before = await asyncio.to_thread(lambda: self.server.stats)
+        engine_before = await asyncio.to_thread(lambda: self._serving.stats)
         ids = await self._enqueue(store, tasks, "train", resources_id)
         validating = asyncio.ensure_future(validation()) if validation is not None else None
         try:
@@ -411,7 +420,7 @@ class LocalGRPO(Algorithm):
             raise
         t1 = time.perf_counter()
         cpu1 = self._cpu_seconds()
-        engine_now = await asyncio.to_thread(lambda: self.server.stats)
+        engine_now = await asyncio.to_thread(lambda: self._serving.stats)
         engine = {
             k: engine_now[k] - engine_before[k]
             for k in ("generated_tokens", "batches", "busy_s", *_ENGINE_COUNTERS)
@@ -469,7 +478,7 @@ class LocalGRPO(Algorithm):
             await validating  # it samples the weights this step started from: swap after it
         waited = time.perf_counter() - waited
         if samples:
-            await asyncio.to_thread(self.server.update_weights, self.policy.state_dict())
+            await asyncio.to_thread(self._serving.update_weights, self.policy.state_dict())
         t2 = time.perf_counter()
         cpu2 = self._cpu_seconds()
         all_rewards = [e[0] for e in episodes]
@@ -500,7 +509,7 @@ class LocalGRPO(Algorithm):
             "rollout_cpu_s": cpu1 - cpu0,
             "update_cpu_s": cpu2 - cpu1,
             "step_cpu_s": cpu2 - cpu0,
-            "model_version": self.server.version,
+            "model_version": self._serving.version,
         }
 
 

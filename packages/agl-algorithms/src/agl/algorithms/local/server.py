@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from agl.types import LLM
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from .._json import is_dict, is_list
 from ._chat import parse_tool_calls, render_prompt, visible_prefix
+from ._serving import ServedModel
 from .engine import GenerationEngine, GenerationResult, SamplingParams
 
 __all__ = ["ModelServer", "load_model"]
@@ -70,7 +70,7 @@ def _error(message: str, status: int = 400) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
 
 
-class ModelServer:
+class ModelServer(ServedModel):
     """Serve a model over OpenAI's chat API on 127.0.0.1 (in a background thread).
 
     Args:
@@ -131,13 +131,6 @@ class ModelServer:
     # -- lifecycle -----------------------------------------------------------------------------
 
     @property
-    def url(self) -> str:
-        """The OpenAI base URL (``http://127.0.0.1:<port>/v1``)."""
-        if self.port is None:
-            raise RuntimeError("the model server is not started")
-        return f"http://{self.host}:{self.port}/v1"
-
-    @property
     def version(self) -> int:
         """How many weight updates have been applied."""
         return self.engine.version
@@ -179,12 +172,6 @@ class ModelServer:
         self._server = None
         self._thread = None
 
-    def __enter__(self) -> ModelServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
         """Swap in new weights without restarting (between two generation batches); returns the new version."""
         return self.engine.update_weights(state_dict)
@@ -193,10 +180,6 @@ class ModelServer:
     def stats(self) -> dict[str, Any]:
         """The engine's counters (see :attr:`GenerationEngine.stats`), as of now."""
         return dict(self.engine.stats)
-
-    def as_llm(self, **sampling_parameters: Any) -> LLM:
-        """An ``LLM`` resource pointing at this server."""
-        return LLM(endpoint=self.url, model=self.served_model_name, sampling_parameters=sampling_parameters)
 
     # -- HTTP ----------------------------------------------------------------------------------
 

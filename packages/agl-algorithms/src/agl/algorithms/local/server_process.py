@@ -28,14 +28,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agl.types import LLM
+from ._serving import ServedModel
 
 __all__ = ["ModelServerProcess"]
 
 _READY = "agl-model-server listening on port "
 
 
-class ModelServerProcess:
+class ModelServerProcess(ServedModel):
     """Serve ``model`` (a model directory, or a hub id where the network allows) from a child process.
 
     Args:
@@ -134,20 +134,7 @@ class ModelServerProcess:
             self._weights_dir = None
         self.port = None
 
-    def __enter__(self) -> ModelServerProcess:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     # -- what the trainer uses -----------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        """The OpenAI base URL (``http://127.0.0.1:<port>/v1``)."""
-        if self.port is None:
-            raise RuntimeError("the model server process is not started")
-        return f"http://127.0.0.1:{self.port}/v1"
 
     @property
     def version(self) -> int:
@@ -181,10 +168,6 @@ class ModelServerProcess:
         safetensors_torch().save_file(_unshared(tensors), str(path))
         self._version = int(self._admin("POST", "/agl/weights", {"path": str(path)})["version"])
         return self._version
-
-    def as_llm(self, **sampling_parameters: Any) -> LLM:
-        """An ``LLM`` resource pointing at this server."""
-        return LLM(endpoint=self.url, model=self.served_model_name, sampling_parameters=sampling_parameters)
 
     def _admin(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         if self.port is None:
