@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from agl.store import InMemoryLightningStore
@@ -138,3 +139,55 @@ async def test_cancelled_waits_leave_nothing_behind() -> None:
         w.cancel()
     await asyncio.gather(*waits, return_exceptions=True)
     assert not store._queue_changed._waiters
+
+
+async def test_a_wait_for_several_rollouts_wakes_only_when_the_one_it_waits_on_finishes() -> None:
+    """A wait cannot return before all its rollouts finish: it waits on the last one still pending, the
+    others finishing first do not wake it (each would cost a cross-thread wake-up), and it returns once all
+    have finished, in whatever order."""
+    store = InMemoryLightningStore()
+    first, second, third = [await claim(store) for _ in range(3)]
+    ids = [r.rollout_id for r in (first, second, third)]
+    waiting = asyncio.ensure_future(store.wait_for_rollouts(rollout_ids=ids, timeout=None))
+    await _until(lambda: list(store._rollout_finished._by_key) == [third.rollout_id])
+    for r in (first, second):
+        await store.update_attempt(r.rollout_id, r.attempt.attempt_id, status="succeeded")
+    assert list(store._rollout_finished._by_key) == [third.rollout_id]  # not woken
+    await store.update_attempt(third.rollout_id, third.attempt.attempt_id, status="failed")
+    finished = await asyncio.wait_for(waiting, 5)
+    assert sorted(r.rollout_id for r in finished) == sorted(ids)
+    assert len(store._rollout_finished) == 0
+
+    # out of order: the last one finishes first, then the wait moves on to the next one still pending
+    rollouts = [await claim(store) for _ in range(3)]
+    ids = [r.rollout_id for r in rollouts]
+    waiting = asyncio.ensure_future(store.wait_for_rollouts(rollout_ids=ids, timeout=None))
+    await _until(lambda: list(store._rollout_finished._by_key) == [ids[2]])
+    for r in (rollouts[2], rollouts[0]):
+        await store.update_attempt(r.rollout_id, r.attempt.attempt_id, status="succeeded")
+    await _until(lambda: list(store._rollout_finished._by_key) == [ids[1]])
+    assert not waiting.done()
+    await store.update_attempt(ids[1], rollouts[1].attempt.attempt_id, status="succeeded")
+    assert sorted(r.rollout_id for r in await asyncio.wait_for(waiting, 5)) == sorted(ids)
+
+
+async def test_timed_out_and_cancelled_waits_for_rollouts_leave_nothing_behind() -> None:
+    store = InMemoryLightningStore()
+    rollout = await claim(store)
+    assert await store.wait_for_rollouts(rollout_ids=[rollout.rollout_id], timeout=0.01) == []
+    waits = [
+        asyncio.ensure_future(store.wait_for_rollouts(rollout_ids=[rollout.rollout_id], timeout=30))
+        for _ in range(5)
+    ]
+    await _until(lambda: len(store._rollout_finished) == 1)
+    for w in waits:
+        w.cancel()
+    await asyncio.gather(*waits, return_exceptions=True)
+    assert len(store._rollout_finished) == 0
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.001)

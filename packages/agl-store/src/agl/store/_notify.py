@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-__all__ = ["Notifier", "Waiter"]
+__all__ = ["KeyedNotifier", "Notifier", "Waiter"]
 
 
 class Waiter:
@@ -55,9 +55,49 @@ class Notifier:
     def unregister(self, waiter: Waiter) -> None:
         self._waiters.discard(waiter)
 
+    def __bool__(self) -> bool:
+        return bool(self._waiters)
+
     def notify_all(self) -> None:
         if not self._waiters:
             return
         waiters, self._waiters = self._waiters, set()
         for waiter in waiters:
             waiter.wake()
+
+
+class KeyedNotifier:
+    """Waiters by key (e.g. the rollout each waits to finish), woken by key or all together. Not locked
+    itself: callers hold the store's lock."""
+
+    __slots__ = ("_by_key",)
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, Notifier] = {}
+
+    def __len__(self) -> int:
+        """Keys with a waiter."""
+        return len(self._by_key)
+
+    def register(self, key: str) -> Waiter:
+        notifier = self._by_key.get(key)
+        if notifier is None:
+            notifier = self._by_key[key] = Notifier()
+        return notifier.register()
+
+    def unregister(self, key: str, waiter: Waiter) -> None:
+        notifier = self._by_key.get(key)
+        if notifier is not None:
+            notifier.unregister(waiter)
+            if not notifier:
+                del self._by_key[key]
+
+    def notify(self, key: str) -> None:
+        notifier = self._by_key.pop(key, None)
+        if notifier is not None:
+            notifier.notify_all()
+
+    def notify_all(self) -> None:
+        notifiers, self._by_key = self._by_key, {}
+        for notifier in notifiers.values():
+            notifier.notify_all()

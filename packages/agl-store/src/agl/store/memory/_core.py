@@ -35,7 +35,7 @@ from agl.types import (
 
 from .. import _rules
 from .._checks import new_config
-from .._notify import Notifier
+from .._notify import KeyedNotifier, Notifier
 from .._watchdog import ScanDebouncer
 from ..errors import StoreFullError
 from ._cap import ATTEMPT_BYTES, MemoryCap, rollout_size
@@ -78,7 +78,7 @@ class MemoryCore:
         self._total_spans: int = 0
         self._span_cache = SpanCache()
         self._queue_changed = Notifier()
-        self._rollout_finished = Notifier()
+        self._rollout_finished = KeyedNotifier()  # by rollout: a waiter wakes when its rollout finishes
 
     def _watch(self, now: float) -> None:
         """The watchdog: live attempts of running rollouts that broke their limits are timed out or
@@ -204,7 +204,7 @@ class MemoryCore:
         if status in QUEUED_STATUSES:
             self._push(rollout.rollout_id)
         elif status in FINISHED_STATUSES:
-            self._rollout_finished.notify_all()
+            self._rollout_finished.notify(rollout.rollout_id)
 
     def _set_attempt_status(
         self, record: RolloutRecord, attempt: Attempt, status: AttemptStatus, now: float

@@ -14,8 +14,9 @@ spans the store holds. Every status decision comes from ``_rules``, shared with 
 from __future__ import annotations
 
 import collections
+import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any, cast
 
@@ -41,7 +42,7 @@ from agl.types import (
 from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
 
 from .._checks import spans_of
-from .._notify import Notifier, Waiter
+from .._notify import Waiter
 from .._rules import sort_field
 from ..base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
 from ._cap import SPAN_BYTES, rollout_size
@@ -153,17 +154,19 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
                 if claimed or self._closed or (remaining is not None and remaining <= 0):
                     return claimed
                 waiter = self._queue_changed.register()
-            await self._wait(waiter, self._queue_changed, remaining)
+            await self._wait(waiter, functools.partial(self._queue_changed.unregister, waiter), remaining)
 
-    async def _wait(self, waiter: Waiter, notifier: Notifier, remaining: float | None) -> None:
+    async def _wait(self, waiter: Waiter, take_back: Callable[[], None], remaining: float | None) -> None:
+        """Wait for ``waiter`` (a slice of the time ``remaining`` at most); ``take_back()`` (under the lock)
+        takes its ticket back if it was not woken (timed out, or cancelled: a client went away)."""
         timeout = _WAIT_SLICE_SECONDS if remaining is None else min(remaining, _WAIT_SLICE_SECONDS)
         woken = False
         try:
             woken = await waiter.wait(timeout)
-        finally:  # timed out or cancelled (a client went away): don't leave the ticket behind
+        finally:
             if not woken:
                 with self._lock:
-                    notifier.unregister(waiter)
+                    take_back()
 
     async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
         with self._lock:
@@ -252,7 +255,10 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
         wanted = list(dict.fromkeys(rollout_ids))
         deadline = None if timeout is None else time.monotonic() + timeout
         # Known and not yet seen finished. Waiting needs one unfinished rollout, not all of them: each wake-up
-        # drops the finished ones from the front only, so a long wait costs O(rollouts), not O(rollouts²).
+        # drops the finished ones from both ends only, so a long wait costs O(rollouts), not O(rollouts²).
+        # Nothing can be returned before every one has finished, so a wait wakes only when the last pending
+        # one does: queues are served in order, so that is the one likely to finish last (one wake-up for
+        # a whole batch, where waking on every finish cost a cross-thread wake-up per rollout).
         pending: collections.deque[RolloutRecord] | None = None
         while True:
             with self._lock:
@@ -261,6 +267,8 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
                     pending = collections.deque(self._rollouts[i] for i in wanted if i in self._rollouts)
                 while pending and pending[0].rollout.status in FINISHED_STATUSES:
                     pending.popleft()
+                while pending and pending[-1].rollout.status in FINISHED_STATUSES:
+                    pending.pop()
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if not pending or self._closed or (remaining is not None and remaining <= 0):
                     finished = (self._rollouts.get(i) for i in wanted)
@@ -269,8 +277,11 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
                         for r in finished
                         if r is not None and r.rollout.status in FINISHED_STATUSES
                     ]
-                waiter = self._rollout_finished.register()
-            await self._wait(waiter, self._rollout_finished, remaining)
+                last = pending[-1].rollout.rollout_id
+                waiter = self._rollout_finished.register(last)
+            await self._wait(
+                waiter, functools.partial(self._rollout_finished.unregister, last, waiter), remaining
+            )
 
     # -- resources ------------------------------------------------------------------------------
 
