@@ -130,9 +130,8 @@ class MemoryReplayCache:
                 self._drop(key)
             if self._running.try_hold(key):
                 return None
-            await self._running.wait(
-                key
-            )  # then look again: answered, or forgotten (maybe claimed by another)
+            # held by a request still running: then look again (answered, or forgotten and maybe held anew)
+            await self._running.wait(key)
 
     async def release(self, key: bytes, answer: RecordedAnswer | None) -> None:
         if answer is not None and answer.size <= self.max_bytes and self.max_entries > 0:
