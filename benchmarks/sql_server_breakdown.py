@@ -11,24 +11,11 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import tempfile
-import threading
 import time
-import urllib.request
 
 from agl.store import LightningStoreServer, SqlLightningStore
+from agl.store.http.server._gc import serving_gc
 from store_bench_http import _free_port, _process_worker  # (benchmarks/ is on the path of its scripts)
-
-
-def _wait_healthy(endpoint: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(endpoint + "/v1/agl/health", timeout=1):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
 
 
 def main() -> None:
@@ -37,12 +24,12 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--backend", default="sqlite", help="sqlite (a fresh file) or a database URL")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    # (serving_gc: the collector settings `agl store` serves with)
+    with tempfile.TemporaryDirectory() as tmp, serving_gc():
         url = f"sqlite:///{tmp}/bench.db" if args.backend == "sqlite" else args.backend
         store = SqlLightningStore(url)
         server = LightningStoreServer(store, host="127.0.0.1", port=_free_port())
-        threading.Thread(target=server.run_forever, daemon=True).start()
-        _wait_healthy(server.endpoint)
+        server.start()
         db = store._db  # pyright: ignore[reportPrivateUsage]  (its counters are what this measures)
         ctx = multiprocessing.get_context("spawn")
         results = ctx.Queue()
@@ -70,6 +57,7 @@ def main() -> None:
         print(f"  of which groups of writes: {1000 * flush / n:.2f} ms ({100 * flush / cpu:.0f}%)")
         print(f"  commits per rollout: {commits / n:.2f}; reads per rollout: {reads / n:.2f}")
         print(f"  the rate a single-threaded server could serve at this CPU: {n / cpu:,.0f} rollouts/s")
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -11,15 +11,8 @@ import pytest
 from agl.store import SqlLightningStore
 from agl.store.http.server._replay import RecordedAnswer
 from agl.store.sql._replay import SqlReplayCache
+from agl.testing.clock import ManualClock
 from agl.testing.store.sql import SQL_BACKENDS, fresh_database
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _answer(n: int) -> RecordedAnswer:
@@ -31,7 +24,7 @@ def test_replays_what_this_run_and_the_one_before_recorded_within_its_bounds(
     backend: str, tmp_path: Path
 ) -> None:
     async def main(url: str, kwargs: dict[str, Any]) -> None:
-        clock = Clock()
+        clock = ManualClock(1_000_000.0)
         store = SqlLightningStore(url, **kwargs)
         try:
             cache = SqlReplayCache(
@@ -52,7 +45,7 @@ def test_replays_what_this_run_and_the_one_before_recorded_within_its_bounds(
                 store, "run-2", shared_holds=False, ttl_seconds=60, max_entries=3, clock=clock
             )
             assert await restarted.claim(b"k2") == _answer(2)
-            clock.now += 61  # past the ttl: applied again
+            clock.advance(61)  # past the ttl: applied again
             assert await restarted.claim(b"k3") is None
             await restarted.release(b"k3", _answer(30))
             assert await restarted.claim(b"k3") == _answer(30)
