@@ -2,8 +2,8 @@
 
 ``agl store`` (a subprocess, token required) serves a SQLite file; a short Baseline run of a calculator agent
 (the OpenAI stand-in behind the agl LLM proxy) fills it while ``/metrics`` of the store and of the proxy are
-scraped; then headless Chromium (Debian's ``chromium``, driven by Playwright) opens every page and the test
-checks what is shown against the store's own answers. Screenshots go to a temporary folder; with
+scraped; then headless Chromium (any that ``agl.testing.browser`` finds, driven by Playwright; none: the browser
+tests are skipped) opens every page and the test checks what is shown against the store's own answers. Screenshots go to a temporary folder; with
 ``AGL_TEST_UPDATE_SCREENSHOTS=1`` they replace the README's pictures in ``packages/agl-store/docs/``.
 """
 
@@ -29,6 +29,7 @@ from agl.algorithms import Baseline
 from agl.proxy import LLMProxy
 from agl.runner import Trainer
 from agl.store import LightningStoreClient
+from agl.testing.browser import find_chromium
 from agl.testing.e2e.dashboard_run import PROMPT_V1, PROMPT_V2, agl_store, calculator_agent
 from agl.testing.e2e.proxy_harness import calculator_script
 from agl.testing.openai_standin import StandinBackend, free_port, serve_standin
@@ -47,7 +48,6 @@ SCREENSHOTS = (
 """Where ``shoot`` writes: the committed pictures are only replaced on request."""
 TOKEN = "dash-secret-token"
 N_TASKS = 12
-CHROMIUM = "/usr/bin/chromium"
 EXPECTED_STATUS = re.compile(r"status of (401|422)")
 """Console errors the tests provoke on purpose (a wrong token, a bad sort field)."""
 CHROMIUM_ARGS = [
@@ -254,7 +254,7 @@ def browser(run: Run) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        chromium = pw.chromium.launch(executable_path=find_chromium(pw), args=CHROMIUM_ARGS)
         try:
             yield chromium
         finally:

@@ -22,7 +22,6 @@ from agl.store import LightningStore, SqlLightningStore
 from agl.testing.e2e.agents import BARRIER_TURNS, multi_turn_agent
 from agl.testing.openai_standin import StandinBackend, serve_standin
 from agl.testing.postgres import (
-    POSTGRES_URL,
     create_schema,
     drop_schema,
     require_postgres,
@@ -59,12 +58,12 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlLightni
     if request.param == "sqlite":
         yield SqlLightningStore(f"sqlite:///{tmp_path / 'store.db'}")
         return
-    require_postgres()
-    schema = asyncio.run(create_schema(POSTGRES_URL))
+    url = require_postgres()
+    schema = asyncio.run(create_schema(url))
     try:
-        yield SqlLightningStore(POSTGRES_URL, **schema_connect_args(schema))
+        yield SqlLightningStore(url, **schema_connect_args(schema))
     finally:
-        asyncio.run(drop_schema(POSTGRES_URL, schema))
+        asyncio.run(drop_schema(url, schema))
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from agl.runner import FunctionalLitAgent, LitAgent, llm_rollout, prompt_rollout, rollout
 from agl.types import LLM, Attempt, AttemptedRollout, PromptTemplate, ProxyLLM, Rollout
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 INJECTABLE = {"llm", "prompt_template", "rollout", "resources"}
@@ -86,11 +86,13 @@ def test_rollout_accepts_exactly_what_either_form_accepts(spec: list[tuple[str, 
         lambda s: not keyword.iskeyword(s)
     )
 )
+@example("llm")  # a first parameter named like the second must not make the signature itself invalid
 def test_first_parameter_must_be_task(name: str) -> None:
+    second = "task" if name == "llm" else "llm"
     func = make_function(
         [
             inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD),
-            inspect.Parameter("llm", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            inspect.Parameter(second, inspect.Parameter.POSITIONAL_OR_KEYWORD),
         ]
     )
     if name == "task":

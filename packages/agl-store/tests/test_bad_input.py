@@ -29,10 +29,9 @@ async def server(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
     elif request.param == "sqlite":
         store = SqlLightningStore(f"sqlite:///{tmp_path / 'store.sqlite'}")
     else:
-        from agl.testing.postgres import POSTGRES_URL, fresh_postgres_store, require_postgres
+        from agl.testing.postgres import fresh_postgres_store, require_postgres
 
-        require_postgres()
-        store = await fresh_postgres_store(POSTGRES_URL, __import__("time").time)
+        store = await fresh_postgres_store(require_postgres(), __import__("time").time)
     try:
         with running_server(store, max_body_bytes=4_000_000) as srv:
             yield srv

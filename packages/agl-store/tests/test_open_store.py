@@ -15,7 +15,6 @@ from agl.store import (
 )
 from agl.store.cli import open_store_backend
 from agl.testing.postgres import (
-    POSTGRES_URL,
     create_schema,
     drop_schema,
     require_postgres,
@@ -52,14 +51,14 @@ async def test_sqlite_by_url_or_plain_path(tmp_path: Path, form: str) -> None:
 
 
 async def test_postgresql() -> None:
-    require_postgres()
-    schema = await create_schema(POSTGRES_URL)
+    url = require_postgres()
+    schema = await create_schema(url)
     try:
-        store = open_store(POSTGRES_URL, **schema_connect_args(schema))
+        store = open_store(url, **schema_connect_args(schema))
         assert isinstance(store, SqlLightningStore)
         await _round_trip(store)
     finally:
-        await drop_schema(POSTGRES_URL, schema)
+        await drop_schema(url, schema)
 
 
 async def test_http_client_of_a_real_server() -> None:

@@ -11,14 +11,15 @@ ids (400, see ``agl.types.validation``) where the schema cannot say so; ``test_b
 from __future__ import annotations
 
 import asyncio
-import atexit
-import os
-import shutil
-import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 import schemathesis
 from agl.store import InMemoryLightningStore, LightningStoreServer, SqlLightningStore
+from agl.testing.postgres import drop_schema, fresh_postgres_store, require_postgres
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import negative_data_rejection
 
@@ -27,75 +28,80 @@ _AUTH = {"Authorization": f"Bearer {TOKEN}"}
 _MAX_EXAMPLES = 3
 
 
-def _postgres_store() -> SqlLightningStore | None:
-    from agl.testing.postgres import POSTGRES_URL, postgres_available
-
-    if not postgres_available():
-        return None  # test_every_operation_on_postgres reports it (skip, or fail in CI)
-    from agl.testing.postgres import drop_schema, fresh_postgres_store
-
-    store = asyncio.run(fresh_postgres_store(POSTGRES_URL, lambda: __import__("time").time()))
-    atexit.register(lambda: asyncio.run(drop_schema(POSTGRES_URL, store.schema)))  # type: ignore[attr-defined]
-    return store
-
-
-def _schema(store: Any, token: str | None) -> Any:
+def _app(store: Any, token: str | None = None) -> Any:
+    """The served ASGI stack of a server of ``store`` (nothing is bound: schemathesis calls it in process)."""
     server = LightningStoreServer(store, port=0, max_wait_seconds=0.01, token=token)
     _ = server.app  # build the app and its served ASGI stack
-    headers = {} if token is None else _AUTH
-    schema = schemathesis.openapi.from_asgi("/openapi.json", server._asgi, headers=headers)
-    schema.config.generation.update(allow_x00=False)
-    # /v1/traces takes protobuf, which schemathesis cannot generate; test_bad_input.py and test_otlp.py cover it.
-    return schema.exclude(path="/v1/traces")
+    return server._asgi
 
 
-# The schemas are built at import (parametrize needs them), before any pytest fixture: the directory goes at exit.
-_tmp = tempfile.mkdtemp(prefix="agl-schemathesis-")
-atexit.register(shutil.rmtree, _tmp, ignore_errors=True)
-memory_schema = _schema(InMemoryLightningStore(), None)
-memory_token_schema = _schema(InMemoryLightningStore(), TOKEN)
-sqlite_token_schema = _schema(SqlLightningStore(f"sqlite:///{os.path.join(_tmp, 'store.sqlite')}"), TOKEN)
-_pg = _postgres_store()
-postgres_schema = _schema(_pg if _pg is not None else InMemoryLightningStore(), None)
+# The OpenAPI schema is the same for every backend: it is read at import (parametrize needs it) from a server of
+# an in-memory store; each test sends its cases to its own backend's app, made by a fixture, so collecting this
+# module touches no database and no socket.
+api = schemathesis.openapi.from_asgi("/openapi.json", _app(InMemoryLightningStore()))
+api.config.generation.update(allow_x00=False)
+# /v1/traces takes protobuf, which schemathesis cannot generate; test_bad_input.py and test_otlp.py cover it.
+api = api.exclude(path="/v1/traces")
+
+
+@pytest.fixture(scope="module")
+def memory_app() -> Any:
+    return _app(InMemoryLightningStore())
+
+
+@pytest.fixture(scope="module")
+def memory_token_app() -> Any:
+    return _app(InMemoryLightningStore(), TOKEN)
+
+
+@pytest.fixture(scope="module")
+def sqlite_token_app(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    path: Path = tmp_path_factory.mktemp("schemathesis") / "store.sqlite"
+    return _app(SqlLightningStore(f"sqlite:///{path}"), TOKEN)
+
+
+@pytest.fixture(scope="module")
+def postgres_app() -> Iterator[Any]:
+    url = require_postgres()
+    store = asyncio.run(fresh_postgres_store(url, time.time))
+    yield _app(store)
+    asyncio.run(drop_schema(url, store.schema))  # pyright: ignore[reportAttributeAccessIssue]  # the schema-scoped store
+
 
 _SETTINGS = settings(
     max_examples=_MAX_EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
 )
 
 
-def _check(case: Any, headers: dict[str, str] | None = None) -> None:
+def _check(case: Any, app: Any, headers: dict[str, str] | None = None) -> None:
     # In a query string one value and a one-item array look the same, so "negative" GET cases that send a
     # scalar for an array parameter are in fact valid; every other check runs on every operation.
     excluded = [negative_data_rejection] if case.method == "GET" else []
-    case.call_and_validate(headers=headers, excluded_checks=excluded)
+    case.call_and_validate(headers=headers, excluded_checks=excluded, app=app)
 
 
-@memory_schema.parametrize()
+@api.parametrize()
 @_SETTINGS
-def test_every_operation_on_memory(case: Any) -> None:
-    _check(case)
+def test_every_operation_on_memory(case: Any, memory_app: Any) -> None:
+    _check(case, memory_app)
 
 
-@sqlite_token_schema.parametrize()
+@api.parametrize()
 @_SETTINGS
-def test_every_operation_on_sqlite_with_token(case: Any) -> None:
-    _check(case, _AUTH)
+def test_every_operation_on_sqlite_with_token(case: Any, sqlite_token_app: Any) -> None:
+    _check(case, sqlite_token_app, _AUTH)
 
 
-@postgres_schema.parametrize()
+@api.parametrize()
 @_SETTINGS
-def test_every_operation_on_postgres(case: Any) -> None:
-    if _pg is None:
-        from agl.testing.postgres import require_postgres
-
-        require_postgres()
-    _check(case)
+def test_every_operation_on_postgres(case: Any, postgres_app: Any) -> None:
+    _check(case, postgres_app)
 
 
-@memory_token_schema.parametrize()
+@api.parametrize()
 @settings(max_examples=1, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-def test_without_the_token_every_operation_but_health_is_refused(case: Any) -> None:
-    response = case.call()
+def test_without_the_token_every_operation_but_health_is_refused(case: Any, memory_token_app: Any) -> None:
+    response = case.call(app=memory_token_app)
     assert response.status_code < 500, (case.method, case.path, response.status_code)
     if case.path.endswith("/health") or case.method.upper() != case.operation.method.upper():
         return  # health is public; a method the path does not serve is a 405 before authentication

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agl.testing.postgres import POSTGRES_URL, fresh_postgres_database, require_postgres
+from agl.testing.postgres import fresh_postgres_database, require_postgres
 
 BACKENDS = ["sqlite", "postgres"]
 API = "/v1/agl"
@@ -34,8 +34,7 @@ def database(backend: str, tmp_path: Path) -> Iterator[str]:
     if backend == "sqlite":
         yield f"sqlite:///{tmp_path / 'store.db'}"
         return
-    require_postgres()
-    with fresh_postgres_database(POSTGRES_URL, prefix="agl_workers_") as url:
+    with fresh_postgres_database(require_postgres(), prefix="agl_workers_") as url:
         yield url
 
 

@@ -12,7 +12,7 @@ import pytest
 from agl.store import SqlLightningStore
 from agl.store.sql._db import parse_url
 from agl.store.sql.schema import SCHEMA_VERSION
-from agl.testing.postgres import POSTGRES_URL, require_postgres
+from agl.testing.postgres import require_postgres
 from agl.testing.spans import make_span
 from agl.testing.store.sql import SQL_BACKENDS, fresh_database
 from agl.testing.store.sql_workers import open_and_enqueue
@@ -71,11 +71,11 @@ async def test_sqlite_file_settings(tmp_path: Path, synchronous: str | None) -> 
 
 
 async def test_every_postgres_url_form_works() -> None:
-    require_postgres()
+    postgres_url = require_postgres()
     for url in (
-        POSTGRES_URL,
-        POSTGRES_URL.replace("postgresql://", "postgres://"),
-        POSTGRES_URL.replace("postgresql://", "postgresql+asyncpg://"),
+        postgres_url,
+        postgres_url.replace("postgresql://", "postgres://"),
+        postgres_url.replace("postgresql://", "postgresql+asyncpg://"),
     ):
         from agl.testing.postgres import fresh_postgres_store
 

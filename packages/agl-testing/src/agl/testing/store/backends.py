@@ -44,12 +44,9 @@ async def _make_store(backend: str, clock: Callable[[], float], tmp_path: Path) 
             f"sqlite:///{tmp_path / 'store.sqlite'}", clock=clock, scan_debounce_seconds=0.0
         )
     if backend == "postgres":
-        from agl.testing.postgres import POSTGRES_URL, require_postgres
+        from agl.testing.postgres import fresh_postgres_store, require_postgres
 
-        require_postgres()
-        from agl.testing.postgres import fresh_postgres_store
-
-        return await fresh_postgres_store(POSTGRES_URL, clock)
+        return await fresh_postgres_store(require_postgres(), clock)
     raise ValueError(f"unknown store backend {backend!r}")
 
 

@@ -1,4 +1,5 @@
-"""The store fixtures (a pytest plugin, registered by agl-testing's ``pytest11`` entry point).
+"""The store fixtures: a pytest plugin that a suite opts into with ``pytest_plugins`` (the workspace's root
+``conftest.py`` does).
 
 ``store`` is parametrized over every backend (:data:`BACKENDS`), so every contract test runs against every
 backend: each test gets a fresh, empty store whose clock is the test's ``clock`` (a :class:`ManualClock`), so

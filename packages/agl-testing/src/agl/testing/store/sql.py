@@ -17,17 +17,11 @@ def fresh_database(backend: str, tmp_path: Path) -> Generator[tuple[str, dict[st
     if backend == "sqlite":
         yield f"sqlite:///{tmp_path / 'store.db'}", {}
         return
-    from agl.testing.postgres import (
-        POSTGRES_URL,
-        create_schema,
-        drop_schema,
-        require_postgres,
-        schema_connect_args,
-    )
+    from agl.testing.postgres import create_schema, drop_schema, require_postgres, schema_connect_args
 
-    require_postgres()
-    schema = asyncio.run(create_schema(POSTGRES_URL))
+    url = require_postgres()
+    schema = asyncio.run(create_schema(url))
     try:
-        yield POSTGRES_URL, schema_connect_args(schema)
+        yield url, schema_connect_args(schema)
     finally:
-        asyncio.run(drop_schema(POSTGRES_URL, schema))
+        asyncio.run(drop_schema(url, schema))
