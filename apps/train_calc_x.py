@@ -1,6 +1,6 @@
 """Train a calculator-using agent with reinforcement learning, through the whole agl system.
 
-    uv run apps/train_calc_x.py                 # the embedded model, on CPU, ~5 minutes on 2 idle cores
+    uv run apps/train_calc_x.py                 # the embedded model, on CPU, about 2 minutes on 2 idle cores
     uv run apps/train_calc_x.py --steps 3       # a quick look
 
 The agent (``calc_x/agent.py``) is an ordinary ``@rollout`` function that talks to its model with the

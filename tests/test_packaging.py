@@ -1,13 +1,14 @@
 """Release tooling: each package builds, passes ``twine check``, installs alone and imports (tools/release.py).
 
-``.ci/run`` runs ``tools/release.py check`` over all six packages on every change; these tests run the same code
-on the two base packages, the version-bump rule on a scratch repository, and the release workflow's own steps.
+``.ci/run`` runs ``tools/release.py check`` over all six packages on every change, online (installing a wheel
+alone resolves its dependencies on the package index); these tests, which never reach the network, build and
+check a base package offline, and test the version-bump rule on a scratch repository and the release
+workflow's own steps.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -36,12 +37,10 @@ def release(*args: str, root: Path = ROOT) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_base_packages_build_check_install_alone_and_import(tmp_path: Path) -> None:
-    done = release("check", "agl-store", "--dist", str(tmp_path))
+def test_a_base_package_builds_and_passes_twine_check_offline(tmp_path: Path) -> None:
+    done = release("check", "agl-store", "--offline", "--dist", str(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert re.search(
-        r"agl-store 0\.1\.0: built, twine check passed; agl\.store: \d+ names imported, 0 need", done.stdout
-    )
+    assert "agl-store 0.1.0: built, twine check passed; not installed (offline)" in done.stdout
     wheel = next(tmp_path.glob("agl_store-*.whl"))
     static = {Path(n).name for n in zipfile.ZipFile(wheel).namelist() if "/dashboard/static/" in n}
     assert {"index.html", "app.js", "style.css", "rollouts.js", "charts.js"} <= static, static

@@ -2,6 +2,7 @@
 
     uv run python tools/release.py check                 # every package: build, twine check, install alone, import
     uv run python tools/release.py check agl-store       # one package (what the release workflow runs for a tag)
+    uv run python tools/release.py check --offline       # build and twine check only, from uv's cache (the tests)
     uv run python tools/release.py versions              # fail if a package changed since its last release tag
     uv run python tools/release.py tag-package agl-store-v0.1.0   # the package a tag names (checks the version)
 
@@ -106,8 +107,13 @@ def smoke(package: str, wheels: dict[str, Path], workdir: Path) -> str:
     return _run(str(python), "-c", IMPORT_ALL, module_of(package), cwd=workdir).strip()
 
 
-def check(packages: list[str], keep: Path | None = None) -> None:
-    """Build, check and smoke-test ``packages``; with ``keep``, copy their wheel and sdist there (to publish)."""
+def check(packages: list[str], keep: Path | None = None, offline: bool = False) -> None:
+    """Build, check and smoke-test ``packages``; with ``keep``, copy their wheel and sdist there (to publish).
+
+    ``offline``: build and ``twine check`` from uv's cache alone, without the smoke test (installing a wheel
+    alone resolves its dependencies on the package index; ``.ci/run`` does that for every package)."""
+    if offline:
+        os.environ["UV_OFFLINE"] = "1"
     with tempfile.TemporaryDirectory(prefix="agl-release-") as tmp:
         workdir = Path(tmp)
         dist = workdir / "dist"
@@ -116,9 +122,8 @@ def check(packages: list[str], keep: Path | None = None) -> None:
         ]
         wheels = {package: build(package, dist) for package in needed}
         for package in packages:
-            print(
-                f"{package} {version_of(package)}: built, twine check passed; {smoke(package, wheels, workdir)}"
-            )
+            smoked = "not installed (offline)" if offline else smoke(package, wheels, workdir)
+            print(f"{package} {version_of(package)}: built, twine check passed; {smoked}")
             if keep is not None:
                 keep.mkdir(parents=True, exist_ok=True)
                 for artifact in dist.glob(f"{package.replace('-', '_')}-{version_of(package)}*"):
@@ -170,6 +175,9 @@ def main() -> None:
     check_parser = commands.add_parser("check", help="build, twine check, install alone and import")
     check_parser.add_argument("packages", nargs="*", metavar="PACKAGE", help=f"any of {', '.join(PACKAGES)}")
     check_parser.add_argument("--dist", type=Path, help="keep the checked wheel and sdist in this folder")
+    check_parser.add_argument(
+        "--offline", action="store_true", help="no network: build and twine check only, from uv's cache"
+    )
     commands.add_parser(
         "versions", help="fail if a package changed since its last tag without a version bump"
     )
@@ -184,7 +192,7 @@ def main() -> None:
         unknown = sorted(set(args.packages) - set(PACKAGES))
         if unknown:
             parser.error(f"unknown package(s) {unknown}: choose from {', '.join(PACKAGES)}")
-        check(list(args.packages) or list(PACKAGES), args.dist)
+        check(list(args.packages) or list(PACKAGES), args.dist, args.offline)
     elif args.command == "versions":
         versions()
     else:

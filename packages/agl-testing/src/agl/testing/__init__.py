@@ -5,7 +5,8 @@ Modules, each imported on its own (this package imports nothing, so its pytest p
 - :mod:`agl.testing.clock` -- :class:`~agl.testing.clock.ManualClock`, a clock that moves only when told to;
 - :mod:`agl.testing.spans` -- span builders (``make_span``, ``span_for``) and ``claim`` (an attempt to add to);
 - :mod:`agl.testing.threads` -- ``run_in_threads``, async work in several threads with their own loops;
-- :mod:`agl.testing.postgres` -- ``POSTGRES_URL``, ``require_postgres`` and fresh PostgreSQL schemas;
+- :mod:`agl.testing.postgres` -- ``require_postgres`` (a real server: yours, or one from a wheel) and fresh schemas;
+- :mod:`agl.testing.browser` -- ``find_chromium``, the browser the dashboard tests drive (or a skip);
 - :mod:`agl.testing.store` -- the store-backend fixtures (a pytest plugin), stores by backend name, stores
   served over HTTP, fresh SQL databases and SQL worker processes;
 - :mod:`agl.testing.openai_standin` -- the deterministic OpenAI-compatible stand-in server (vLLM style);
@@ -16,10 +17,10 @@ Modules, each imported on its own (this package imports nothing, so its pytest p
 - :mod:`agl.testing.prometheus` -- reading Prometheus text exposition;
 - :mod:`agl.testing.child` -- ``run_python``, code run in a fresh interpreter (what importing does);
 - :mod:`agl.testing.e2e` -- agents, apps and harnesses of the end-to-end tests;
-- :mod:`agl.testing.isolated_env` -- the plugin that clears ``AGL_*`` variables for every test.
+- :mod:`agl.testing.plugin` -- the workspace's plugin: ``AGL_*`` variables cleared, leaks reported where made.
 
-The pytest plugins (:mod:`agl.testing.isolated_env`, :mod:`agl.testing.store.fixtures`) are registered by the
-package's ``pytest11`` entry points: installing agl-testing (it is in the workspace's dev group) enables them.
+The pytest plugins (:mod:`agl.testing.plugin`, :mod:`agl.testing.store.fixtures`) load only where a suite opts in
+with ``pytest_plugins`` (the workspace's root ``conftest.py``): installing agl-testing enables nothing.
 """
 
 __version__ = "0.0.0"
