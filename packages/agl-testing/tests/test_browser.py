@@ -19,7 +19,9 @@ def playwright(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]
     with sync_playwright() as pw:
         empty = tmp_path / "bin"
         empty.mkdir()
-        monkeypatch.setenv("PATH", str(empty))  # after the driver started (it needs node from its own package)
+        monkeypatch.setenv(
+            "PATH", str(empty)
+        )  # after the driver started (it needs node from its own package)
         yield pw
 
 

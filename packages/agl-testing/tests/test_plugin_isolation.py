@@ -7,9 +7,16 @@ import sys
 import textwrap
 from pathlib import Path
 
-# A suite of someone else's: its own ``store``, ``backend`` and ``clock``, and a parametrized ``backend``. With
-# agl-testing's fixtures loaded into every pytest run, ``backend`` would be parametrized twice (a collection
-# error) and ``store`` would be agl's.
+# A suite of someone else's: its own ``store``, ``backend`` and ``clock``, and ``backend`` parametrized by a
+# marker and by its conftest's ``pytest_generate_tests``. With agl-testing's fixtures loaded into every pytest
+# run (as its old ``pytest11`` entry points did), the generated ``backend`` is parametrized twice (a collection
+# error: "duplicate parametrization of 'backend'"), and agl's plugin clears the suite's ``AGL_*`` variables.
+FOREIGN_CONFTEST = """
+def pytest_generate_tests(metafunc):
+    if "engine" in metafunc.fixturenames:
+        metafunc.parametrize("backend", ["sqlite", "duckdb"])
+"""
+
 FOREIGN_SUITE = """
 import os
 
@@ -32,12 +39,22 @@ def test_their_store(store, backend, clock):
     assert clock == "their clock"
 
 
+@pytest.fixture
+def engine(backend):
+    return f"engine-{backend}"
+
+
+def test_their_generated_backends(engine, backend):
+    assert engine == f"engine-{backend}"
+
+
 def test_their_environment_is_theirs():
     assert os.environ["AGL_STORE"] == "theirs"  # agl's plugin would clear AGL_* variables
 """
 
 
 def test_a_foreign_suite_collects_and_runs_unchanged(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text(textwrap.dedent(FOREIGN_CONFTEST))
     (tmp_path / "test_foreign.py").write_text(textwrap.dedent(FOREIGN_SUITE))
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
@@ -48,7 +65,7 @@ def test_a_foreign_suite_collects_and_runs_unchanged(tmp_path: Path) -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 passed" in result.stdout, result.stdout
+    assert "5 passed" in result.stdout, result.stdout
 
 
 def test_a_suite_that_opts_in_gets_the_store_fixtures(tmp_path: Path) -> None:
