@@ -33,7 +33,7 @@ def _executable(path: Path) -> Path:
 
 
 def test_none_found_skips_saying_how_to_get_one(playwright: Any) -> None:
-    with pytest.raises(pytest.skip.Exception, match="apt install chromium.*AGL_TEST_CHROMIUM"):
+    with pytest.raises(pytest.skip.Exception, match=r"apt install chromium.*AGL_TEST_CHROMIUM"):
         find_chromium(playwright)
 
 
