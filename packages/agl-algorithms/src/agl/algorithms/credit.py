@@ -55,8 +55,8 @@ class CreditAssignment:
         if isinstance(value, CreditAssignment):
             return value
         if value is None:
-            return cls(**kwargs)  # type: ignore[arg-type]
-        return cls(mode=value.replace("_", "-"), **kwargs)  # type: ignore[arg-type]
+            return cls(**kwargs)  # pyright: ignore[reportArgumentType]
+        return cls(mode=value.replace("_", "-"), **kwargs)  # pyright: ignore[reportArgumentType]
 
     def returns(self, turn_rewards: Sequence[float | None], final_reward: float | None) -> list[float]:
         """The per-turn returns of one rollout (see :func:`turn_returns`)."""

@@ -64,13 +64,13 @@ class FunctionalAlgorithm(Algorithm):
             kwargs["val_dataset"] = val_dataset
         return kwargs
 
-    def run(  # type: ignore[override]
+    def run(
         self, train_dataset: Dataset[Any] | None = None, val_dataset: Dataset[Any] | None = None
     ) -> Awaitable[None] | None:
         """Call the function with what it declares; returns an awaitable only for an async function."""
         return self._func(**self._kwargs(train_dataset, val_dataset))
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the wrapped function directly, as if undecorated."""
         return self._func(*args, **kwargs)
 

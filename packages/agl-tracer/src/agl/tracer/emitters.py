@@ -311,7 +311,7 @@ class OperationContext:
                     recording.record_attributes(_flatten_under(_OP_OUTPUT, result))
                     return result
 
-            return async_wrapper  # type: ignore[return-value]
+            return async_wrapper  # pyright: ignore[reportReturnType]
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -320,7 +320,7 @@ class OperationContext:
                 recording.record_attributes(_flatten_under(_OP_OUTPUT, result))
                 return result
 
-        return wrapper  # type: ignore[return-value]
+        return wrapper  # pyright: ignore[reportReturnType]
 
     def _open_for(
         self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -402,7 +402,7 @@ def reward(fn: F) -> F:
             emit(result)
             return result
 
-        return async_wrapper  # type: ignore[return-value]
+        return async_wrapper  # pyright: ignore[reportReturnType]
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -410,4 +410,4 @@ def reward(fn: F) -> F:
         emit(result)
         return result
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper  # pyright: ignore[reportReturnType]

@@ -95,7 +95,7 @@ class PaginatedResult(BaseModel, Generic[T]):
     def __len__(self) -> int:
         return len(self.items)
 
-    def __iter__(self) -> Iterator[T]:  # type: ignore[override]
+    def __iter__(self) -> Iterator[T]:  # pyright: ignore[reportIncompatibleMethodOverride]
         return iter(self.items)
 
     @overload
@@ -205,7 +205,7 @@ def sort_fields(model: type[BaseModel]) -> tuple[str, ...]:
 
 def _sort_field(model: type[BaseModel]) -> Any:
     """``Literal`` of the sort fields, so that validation and the JSON schema state them exactly."""
-    return Literal[sort_fields(model)]  # type: ignore[valid-type]
+    return Literal[sort_fields(model)]
 
 
 RolloutSortField = _sort_field(Rollout)
@@ -302,7 +302,7 @@ class RolloutQuery(StoreQuery):
     rollout_id_contains: Annotated[str | None, Filter("rollout_id", "contains")] = None
     mode_in: Annotated[ValueList[RolloutMode] | None, Filter("mode", "within")] = None
     filter_logic: FilterLogic = "and"
-    sort_by: RolloutSortField | None = None  # type: ignore[valid-type]
+    sort_by: RolloutSortField | None = None  # pyright: ignore[reportInvalidTypeForm]
 
 
 class AttemptQuery(StoreQuery):
@@ -311,7 +311,7 @@ class AttemptQuery(StoreQuery):
     row_model: ClassVar[type[BaseModel]] = Attempt
 
     rollout_id: Annotated[str, Filter("rollout_id", "exact", must=True)]
-    sort_by: AttemptSortField | None = "sequence_id"  # type: ignore[valid-type]
+    sort_by: AttemptSortField | None = "sequence_id"  # pyright: ignore[reportInvalidTypeForm]
 
 
 class ResourcesQuery(StoreQuery):
@@ -321,7 +321,7 @@ class ResourcesQuery(StoreQuery):
 
     resources_id: Annotated[str | None, Filter("resources_id", "exact")] = None
     resources_id_contains: Annotated[str | None, Filter("resources_id", "contains")] = None
-    sort_by: ResourcesSortField | None = None  # type: ignore[valid-type]
+    sort_by: ResourcesSortField | None = None  # pyright: ignore[reportInvalidTypeForm]
 
 
 class SpanQuery(StoreQuery):
@@ -349,7 +349,7 @@ class SpanQuery(StoreQuery):
     name: Annotated[str | None, Filter("name", "exact")] = None
     name_contains: Annotated[str | None, Filter("name", "contains")] = None
     filter_logic: FilterLogic = "and"
-    sort_by: SpanSortField | None = "sequence_id"  # type: ignore[valid-type]
+    sort_by: SpanSortField | None = "sequence_id"  # pyright: ignore[reportInvalidTypeForm]
 
     @property
     def rollout_ids(self) -> list[str]:
@@ -366,4 +366,4 @@ class WorkerQuery(StoreQuery):
     status_in: Annotated[ValueList[WorkerStatus] | None, Filter("status", "within")] = None
     worker_id_contains: Annotated[str | None, Filter("worker_id", "contains")] = None
     filter_logic: FilterLogic = "and"
-    sort_by: WorkerSortField | None = None  # type: ignore[valid-type]
+    sort_by: WorkerSortField | None = None  # pyright: ignore[reportInvalidTypeForm]

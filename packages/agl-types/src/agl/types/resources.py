@@ -31,9 +31,9 @@ class LLM(BaseModel):
 class ProxyLLM(LLM):
     """An LLM behind the agl LLM proxy: calls are attributed to a rollout and attempt through the URL."""
 
-    resource_type: Literal["proxy_llm"] = "proxy_llm"  # type: ignore[assignment]
+    resource_type: Literal["proxy_llm"] = "proxy_llm"  # pyright: ignore[reportIncompatibleVariableOverride]
 
-    def get_base_url(self, rollout_id: str | None = None, attempt_id: str | None = None) -> str:  # type: ignore[override]
+    def get_base_url(self, rollout_id: str | None = None, attempt_id: str | None = None) -> str:
         """The proxy URL routed to one attempt: ``http://h:p/v1`` becomes ``http://h:p/rollout/R/attempt/A/v1``.
 
         With neither id, the raw endpoint. With only one of them, ``ValueError``.

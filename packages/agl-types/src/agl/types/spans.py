@@ -231,7 +231,7 @@ class Span(BaseModel):
             parent_id=format(parent.span_id, "016x") if parent is not None else None,
             name=src.name,
             status=TraceStatus(
-                status_code=status.status_code.name,  # type: ignore[arg-type]
+                status_code=status.status_code.name,
                 description=status.description,
             ),
             attributes=_jsonable_attributes(src.attributes),

@@ -88,7 +88,7 @@ class TraceTree:
     def visualize(self, filename: str, interested_span_match: str | None = None) -> None:
         """Render the tree with graphviz to ``filename``.png (needs the ``graphviz`` package)."""
         with requires_extra("agl-algorithms", "TraceTree.visualize"):
-            import graphviz  # type: ignore[import-not-found]
+            import graphviz  # pyright: ignore[reportMissingTypeStubs]
         keep: set[str] | None = None
         if interested_span_match is not None:
             pattern = re.compile(interested_span_match)
@@ -96,7 +96,7 @@ class TraceTree:
 
             def mark(node: TraceTree, ancestors: list[str]) -> None:
                 if pattern.search(node.span.name):
-                    keep.update([*ancestors, node.id])  # type: ignore[union-attr]
+                    keep.update([*ancestors, node.id])
                 for child in node.children:
                     mark(child, [*ancestors, node.id])
 

@@ -215,7 +215,7 @@ class LlmProxyTraceToTriplet(TraceToTripletBase):
             value = get_reward_value(reward)
             for call in reversed(calls):
                 if call.sequence_id < reward.sequence_id and call.span_id not in assigned:
-                    assigned[call.span_id] = value  # type: ignore[assignment]
+                    assigned[call.span_id] = value  # pyright: ignore[reportArgumentType]
                     break
         triplets: list[Triplet] = []
         for call in calls:

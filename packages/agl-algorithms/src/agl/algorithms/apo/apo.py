@@ -365,7 +365,7 @@ class APO(PromptEditing, Generic[T_task]):
         val_all = [val[i] for i in range(len(val))]
 
         seed_templates = {name: self._resources[name] for name in self._names}
-        seed = PromptCandidate(version=self._next_version(), templates=seed_templates)  # type: ignore[arg-type]
+        seed = PromptCandidate(version=self._next_version(), templates=seed_templates)  # pyright: ignore[reportArgumentType]
         self._record(
             {
                 "event": "candidate",

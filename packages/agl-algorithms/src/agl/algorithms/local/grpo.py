@@ -291,7 +291,7 @@ class LocalGRPO(Algorithm):
             from agl.proxy import LLMProxy
 
             return LLMProxy(model_list=model_list, store=self.get_store())
-        proxy.update_model_list(model_list)  # type: ignore[attr-defined]
+        proxy.update_model_list(model_list)  # pyright: ignore[reportUnknownMemberType, reportAttributeAccessIssue]
         proxy.set_store(self.get_store())
         if proxy.is_running():
             await proxy.stop()
@@ -317,7 +317,7 @@ class LocalGRPO(Algorithm):
         return await self._collect_rollouts(store, await self._enqueue(store, tasks, mode, resources_id))
 
     async def _enqueue(self, store: Any, tasks: Sequence[Any], mode: str, resources_id: str) -> list[str]:
-        requests = [EnqueueRolloutRequest(input=t, mode=mode, resources_id=resources_id) for t in tasks]  # type: ignore[arg-type]
+        requests = [EnqueueRolloutRequest(input=t, mode=mode, resources_id=resources_id) for t in tasks]  # pyright: ignore[reportArgumentType]
         enqueued = await store.enqueue_many_rollouts(requests)
         return [r.rollout_id for r in enqueued]
 

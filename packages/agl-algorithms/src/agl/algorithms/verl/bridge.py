@@ -80,7 +80,7 @@ def to_agent_loop_output(
 class AglBridgeAgentLoop(AgentLoopBase):
     """One store rollout per verl sample (see the module docstring)."""
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:  # type: ignore[override]
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:  # pyright: ignore[reportIncompatibleMethodOverride]
         agl = self.config.get("agentlightning", {})
         runtime = get_runtime(agl)
         store = runtime.store
@@ -88,7 +88,7 @@ class AglBridgeAgentLoop(AgentLoopBase):
         timeout = float(agl.get("rollout_timeout_seconds", 1200.0))
         rollout = await store.enqueue_rollout(
             input=task,
-            mode=mode,  # type: ignore[arg-type]
+            mode=mode,
             config=RolloutConfig(timeout_seconds=timeout, unresponsive_seconds=timeout),
             metadata={
                 "data_id": str(kwargs.get("uid")),
@@ -135,7 +135,7 @@ class AglBridgeAgentLoop(AgentLoopBase):
         )
         samples, stats = convert_rollout(
             turns,
-            level=level,  # type: ignore[arg-type]
+            level=level,  # pyright: ignore[reportArgumentType]
             max_prompt_length=max_prompt,
             max_response_length=max_response,
             final_reward=final,

@@ -50,7 +50,7 @@ def make_task_runner() -> Any:
     import ray
     from verl.trainer.main_ppo import TaskRunnerV1
 
-    base: Any = TaskRunnerV1.__ray_actor_class__  # type: ignore[attr-defined]
+    base: Any = TaskRunnerV1.__ray_actor_class__  # pyright: ignore[reportUnknownVariableType, reportUnknownMemberType, reportAttributeAccessIssue]
 
     class AglTaskRunner(base):
         def run(self, config: Any) -> Any:

@@ -109,7 +109,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
             start_method = "fork" if sys.platform.startswith("linux") else "spawn"
         if start_method not in multiprocessing.get_all_start_methods():
             raise ValueError(f"start_method {start_method!r} is not available on this platform")
-        self.role: Role = resolved_role  # type: ignore[assignment]
+        self.role: Role = resolved_role
         self.server_host = resolve_str_env_var(
             LightningEnvVar.AGL_SERVER_HOST, server_host, fallback="127.0.0.1"
         )

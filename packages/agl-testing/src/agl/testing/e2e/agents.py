@@ -28,7 +28,7 @@ def reward_agent(task: dict[str, Any], llm: LLM) -> None:
 @rollout
 async def flaky_agent(task: dict[str, Any], llm: LLM, rollout: Rollout) -> None:
     """Fails on the first attempt of every rollout, succeeds on the second."""
-    if rollout.attempt.sequence_id == 1:  # type: ignore[attr-defined]
+    if rollout.attempt.sequence_id == 1:  # pyright: ignore[reportUnknownMemberType, reportAttributeAccessIssue]
         raise RuntimeError(f"first attempt of task {task['x']} fails on purpose")
     emit_reward(1.0)
 
@@ -36,7 +36,7 @@ async def flaky_agent(task: dict[str, Any], llm: LLM, rollout: Rollout) -> None:
 @rollout
 def victim_agent(task: dict[str, Any], llm: LLM, rollout: Rollout) -> float:
     """On the first attempt of the victim task, writes its pid and hangs until killed."""
-    if task.get("victim") and rollout.attempt.sequence_id == 1:  # type: ignore[attr-defined]
+    if task.get("victim") and rollout.attempt.sequence_id == 1:  # pyright: ignore[reportUnknownMemberType, reportAttributeAccessIssue]
         Path(task["pid_file"]).write_text(str(os.getpid()))
         threading.Event().wait()  # hangs: the test kills this process
     return 1.0

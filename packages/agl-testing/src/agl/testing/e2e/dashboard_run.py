@@ -70,7 +70,7 @@ def calculator_agent(task: dict[str, Any], llm: LLM) -> None:
     calls = message.tool_calls or []
     messages.append(message.model_dump(exclude_none=True))
     for call in calls:
-        args = json.loads(call.function.arguments)  # type: ignore[union-attr]
+        args = json.loads(call.function.arguments)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType, reportAttributeAccessIssue]
         messages.append({"role": "tool", "tool_call_id": call.id, "content": str(args["a"] + args["b"])})
     emit_reward(0.5 if calls else 0.0)  # per-turn reward: the tool was used
     second = client.chat.completions.create(model=llm.model, messages=messages, tools=[ADD_TOOL])

@@ -21,7 +21,7 @@ def exits_on_first_attempt(task: dict[str, Any], llm: LLM, rollout: Rollout) -> 
     With ``linger`` (seconds) in the task, the process first closes its ends of the pipes its parent reads,
     and exits only that much later: an exit as its parent may see it (the process sentinel at end of file,
     the process not yet reapable), stretched from a moment to ``linger`` (Linux)."""
-    if task.get("exit") and rollout.attempt.sequence_id == 1:  # type: ignore[attr-defined]
+    if task.get("exit") and rollout.attempt.sequence_id == 1:  # pyright: ignore[reportUnknownMemberType, reportAttributeAccessIssue]
         linger = float(task.get("linger", 0.0))
         if linger:
             _close_pipes_to_parent()

@@ -125,7 +125,7 @@ class _OpenAIImportHook(importlib.abc.MetaPathFinder):
                 if _wanted:
                     _patch()
 
-        loader.exec_module = exec_module  # type: ignore[method-assign]
+        loader.exec_module = exec_module
         return spec
 
 
