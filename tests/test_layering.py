@@ -323,6 +323,21 @@ def test_no_import_from_a_higher_layer(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", LAYERS)
+def test_no_import_of_another_packages_private_module(name: str) -> None:
+    """What one package uses of another is public: a private module (``_x``) is its own package's business."""
+    package = packages()[name]
+    own = "agl." + name.split("-", 1)[1]
+    problems = [
+        f"{imp.where}: {imp.module}"
+        for imp in imports_of(package)
+        if imp.module.startswith("agl.")
+        and not (imp.module == own or imp.module.startswith(own + "."))
+        and any(part.startswith("_") for part in imp.module.split(".")[2:])
+    ]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("name", LAYERS)
 def test_every_import_is_declared(name: str) -> None:
     package = packages()[name]
     extras_of = {dep: extra for extra, deps in package.extras.items() for dep in deps}

@@ -20,7 +20,7 @@ def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     root = tmp_path / PACKAGE
     root.mkdir()
     (root / "__init__.py").write_text(
-        "from agl.types._lazy import lazy_exports\n"
+        "from agl.types.lazy import lazy_exports\n"
         "__all__ = ['Heavy', 'NeedsExtra', 'light']\n"
         "light = 1\n"
         "__getattr__, __dir__ = lazy_exports(\n"

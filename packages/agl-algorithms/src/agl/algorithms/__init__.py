@@ -5,7 +5,7 @@ Importing this package stays light (no torch, no LiteLLM): heavy algorithms live
 
 from typing import TYPE_CHECKING
 
-from agl.types._lazy import lazy_exports
+from agl.types.lazy import lazy_exports
 
 from .base import Algorithm, SupportsAdapt, SupportsLLMProxy
 from .decorator import FunctionalAlgorithm, algo

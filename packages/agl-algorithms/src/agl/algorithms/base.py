@@ -9,7 +9,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agl.types import Dataset, NamedResources
-from agl.types._weak import deref
+from agl.types.weak import deref
 
 if TYPE_CHECKING:
     from agl.store import LightningStore

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from agl.types._narrow import as_dict
+from agl.types.narrow import as_dict
 
 from ._assemble import ResponseAssembler, SSEParser
 from ._call_record import CallRecord, parse_traceparent

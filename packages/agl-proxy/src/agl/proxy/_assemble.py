@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from agl.types._narrow import as_dict, list_of_any
+from agl.types.narrow import as_dict, list_of_any
 
 __all__ = ["ChoiceState", "ResponseAssembler", "SSEParser"]
 

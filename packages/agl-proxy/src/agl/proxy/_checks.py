@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agl.types._narrow import as_dict, list_of_any
+from agl.types.narrow import as_dict, list_of_any
 
 __all__ = ["check_litellm_kwargs", "check_request"]
 

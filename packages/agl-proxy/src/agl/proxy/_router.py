@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from agl.types._narrow import as_dict
+from agl.types.narrow import as_dict
 
 __all__ = ["DIRECT_PROVIDERS", "Deployment", "ModelRouter", "close_litellm_loop_resources", "import_litellm"]
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 from agl.types import NamedResources, Rollout, Span, SpanCoreFields
-from agl.types._weak import deref
+from agl.types.weak import deref
 
 if TYPE_CHECKING:
     from agl.tracer import Tracer

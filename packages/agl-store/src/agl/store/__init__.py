@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING
 
-from agl.types._lazy import lazy_exports
+from agl.types.lazy import lazy_exports
 
 from . import errors
 from ._open import is_store_url, open_store

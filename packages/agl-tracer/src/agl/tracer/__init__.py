@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agl.types._lazy import lazy_exports
+from agl.types.lazy import lazy_exports
 
 from . import base, dummy, emitters, rewards
 from .attributes import (

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from agl.types import LightningSpanAttributes, LinkPydanticModel, Span
-from agl.types._narrow import as_dict, as_list
+from agl.types.narrow import as_dict, as_list
 
 __all__ = [
     "check_attributes_sanity",

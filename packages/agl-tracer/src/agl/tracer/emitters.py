@@ -20,7 +20,7 @@ from contextlib import ExitStack
 from typing import Any, TypeVar, overload
 
 from agl.types import LightningSpanAttributes, SpanCoreFields, SpanRecordingContext, TraceStatus
-from agl.types._narrow import as_list
+from agl.types.narrow import as_list
 from agl.types.semconv import AGL_ANNOTATION, AGL_EXCEPTION, AGL_MESSAGE, AGL_OBJECT, AGL_OPERATION
 
 from .attributes import (

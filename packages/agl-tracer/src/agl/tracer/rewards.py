@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from agl.types import UNSET, Attempt, AttemptedRollout, LightningSpanAttributes, RewardPydanticModel, Unset
-from agl.types._narrow import as_mapping
+from agl.types.narrow import as_mapping
 from agl.types.semconv import AGL_ANNOTATION, AGL_REWARD, FINAL_REWARD_METADATA_KEY
 
 from .attributes import filter_and_unflatten_attributes, filter_attributes

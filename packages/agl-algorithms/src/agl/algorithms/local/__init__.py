@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agl.types._lazy import lazy_exports
+from agl.types.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._serving import ServedModel

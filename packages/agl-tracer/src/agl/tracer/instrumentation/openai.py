@@ -30,7 +30,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
-from agl.types._narrow import as_int_list, as_list, as_mapping
+from agl.types.narrow import as_int_list, as_list, as_mapping
 from agl.types.semconv import LLMCall, LLMCallFormat, LLMChoice, LLMUsage
 
 from ..base import OpenSpan, get_active_tracer

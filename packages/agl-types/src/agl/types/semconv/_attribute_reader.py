@@ -8,7 +8,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, cast
 
-from .._narrow import as_int_list, as_list
+from ..narrow import as_int_list, as_list
 
 __all__ = ["MAX_JSON_DEPTH", "AttributeReader", "parse_json_text"]
 

@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from .._narrow import as_dict, as_int_list, as_list, as_mapping
+from ..narrow import as_dict, as_int_list, as_list, as_mapping
 from ._attribute_reader import AttributeReader, indexed, is_number, parse_json_text, text
 from ._fields import Field, read_fields, write_fields
 from ._llm_record import CHAT, COMPLETIONS, LLMCallFields, LLMChoice, LLMUsage

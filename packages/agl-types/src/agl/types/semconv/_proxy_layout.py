@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from .._narrow import as_dict, as_int_list, as_list, as_mapping
+from ..narrow import as_dict, as_int_list, as_list, as_mapping
 from ._attribute_reader import AttributeReader, dumps, floats, is_number, str_or_none
 from ._fields import Field, read_fields, write_fields
 from ._llm_record import CHAT, COMPLETIONS, LLMCallFields, LLMChoice, LLMUsage

@@ -14,7 +14,7 @@
 
 from typing import TYPE_CHECKING
 
-from agl.types._lazy import lazy_exports
+from agl.types.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .store import DEFAULT_MAX_BODY_BYTES, DEFAULT_PORT, LightningStoreServer
