@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import random
@@ -30,6 +29,7 @@ from agl.types.semconv import FINAL_REWARD_METADATA_KEY
 
 from ._agent_call import run_sync_agent
 from ._bounds import check_at_least
+from ._claims import ClaimBudget, Claimed, ClaimGate, claim_loop
 from ._heartbeat import RunningAttempts, heartbeat_loop
 from ._results import record_returned_reward, rollout_result_to_spans
 from .errors import AttemptEnded
@@ -46,10 +46,6 @@ __all__ = ["ExecutionEvent", "LitAgentRunner", "Runner"]
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-def _stopped(event: ExecutionEvent | None) -> bool:
-    return event is not None and event.is_set()
 
 
 class Runner(ParallelWorkerBase, Generic[T]):
@@ -263,10 +259,17 @@ class LitAgentRunner(Runner[T]):
             )
             heartbeat = asyncio.create_task(beats, name=f"{self.get_worker_id()}-heartbeat")
         self._processed = 0
-        claimed = [0]
-        gate = _ClaimGate()
+        budget, gate = ClaimBudget(self.max_rollouts), ClaimGate()
+        worker_id = self.get_worker_id()
+
+        def poll_timeout() -> float:
+            return self._jittered(self.poll_interval)
+
         try:
-            loops = [self._claim_loop(store, event, claimed, gate) for _ in range(self.concurrency)]
+            loops = [
+                claim_loop(store, worker_id, event, budget, gate, self._run_claimed, poll_timeout)
+                for _ in range(self.concurrency)
+            ]
             await asyncio.gather(*loops)
         finally:
             if heartbeat is not None:
@@ -275,64 +278,9 @@ class LitAgentRunner(Runner[T]):
                     await heartbeat
         logger.info("%s stopped after %d rollouts", self.get_worker_id(), self._processed)
 
-    async def _claim_loop(
-        self, store: LightningStore, event: ExecutionEvent | None, claimed: list[int], gate: _ClaimGate
-    ) -> None:
-        worker_id = self.get_worker_id()
-        backoff = 0.05
-        while True:
-            if gate.ready:  # claimed for this runner (counted in ``claimed``): run it first
-                rollout, resources = gate.ready.popleft()
-                # A slot that will want work next claims it as it reports this rollout's outcome (one request).
-                ask = not _stopped(event) and (self.max_rollouts is None or claimed[0] < self.max_rollouts)
-                claimed[0] += ask
-                following = await self._run_claimed(rollout, resources, claim_next=ask)
-                if following is not None:
-                    gate.ready.append(following)
-                elif ask:
-                    claimed[0] -= 1
-                continue
-            if _stopped(event):
-                return
-            if self.max_rollouts is not None and claimed[0] >= self.max_rollouts:
-                return
-            # One idle loop at a time polls the store and claims work for every loop waiting behind it
-            # (one store call instead of one long poll per idle slot: 64 slots would poll 64 times).
-            gate.idle += 1
-            try:
-                async with gate.lock:
-                    if gate.ready or _stopped(event):
-                        continue
-                    limit = gate.idle
-                    if self.max_rollouts is not None:
-                        limit = min(limit, self.max_rollouts - claimed[0])
-                    if limit <= 0:
-                        continue
-                    claimed[0] += limit  # reserve the slots before claiming; released if nothing came
-                    timeout = self._jittered(self.poll_interval)
-                    asked = time.monotonic()
-                    try:
-                        got = await _claim(store, worker_id, limit, timeout)
-                    except Exception as exc:
-                        claimed[0] -= limit
-                        logger.warning("%s: dequeue failed (%s); retrying in %.2fs", worker_id, exc, backoff)
-                        await _sleep_unless(event, backoff)
-                        backoff = min(backoff * 2, 2.0)
-                        continue
-                    backoff = 0.05
-                    claimed[0] -= limit - len(got)
-                    if not got:
-                        if time.monotonic() - asked < min(timeout, 0.05) / 2:
-                            # The store answered at once instead of waiting (no long poll): do not spin.
-                            await _sleep_unless(event, min(timeout, 0.05))
-                        continue
-                    gate.ready.extend(got)
-            finally:
-                gate.idle -= 1
-
     async def _run_claimed(
-        self, rollout: AttemptedRollout, resources: ResourcesUpdate | None, *, claim_next: bool
-    ) -> _Claimed | None:
+        self, rollout: AttemptedRollout, resources: ResourcesUpdate | None, claim_next: bool
+    ) -> Claimed | None:
         following = await self._step_impl(
             rollout, resources=_ClaimedResources(resources), claim_next=claim_next
         )
@@ -411,7 +359,7 @@ class LitAgentRunner(Runner[T]):
         raise_on_exception: bool = False,
         resources: _ClaimedResources | None = None,
         claim_next: bool = False,
-    ) -> _Claimed | None:
+    ) -> Claimed | None:
         """Execute one attempt and report its outcome to the store. Never raises unless asked to.
 
         ``claim_next``: claim this worker's next rollout with the outcome; returns it (``None``: none queued,
@@ -595,53 +543,8 @@ def _numbered(sent: list[Span], stored: list[Span]) -> None:
             span.sequence_id = ids.get(span.span_id, span.sequence_id)
 
 
-_Claimed = tuple[AttemptedRollout, ResourcesUpdate | None]
-"""A claimed rollout with the resources it runs with."""
-
-
 @dataclass(frozen=True)
 class _ClaimedResources:
     """The resources that came with a claim (``update`` ``None``: unknown id, or no resources at all)."""
 
     update: ResourcesUpdate | None
-
-
-class _ClaimGate:
-    """What the claim loops of one runner share: the lock of the one loop that polls the store, how many
-    loops wait for work, and the rollouts it claimed for them."""
-
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-        self.idle = 0
-        self.ready: collections.deque[tuple[AttemptedRollout, ResourcesUpdate | None]] = collections.deque()
-
-
-async def _claim(
-    store: LightningStore, worker_id: str, limit: int, timeout: float
-) -> list[tuple[AttemptedRollout, ResourcesUpdate | None]]:
-    """Claim up to ``limit`` rollouts (waiting up to ``timeout`` for the first), each with its resources: the
-    snapshot its ``resources_id`` names, else the latest (fetched once per claim for each distinct id)."""
-    if limit == 1:
-        one = await store.dequeue_rollout_with_resources(worker_id, timeout=timeout)
-        return [] if one is None else [one]
-    rollouts = await store.dequeue_many_rollouts(limit=limit, worker_id=worker_id, timeout=timeout)
-    resources: dict[str | None, ResourcesUpdate | None] = {}
-    claimed: list[tuple[AttemptedRollout, ResourcesUpdate | None]] = []
-    for rollout in rollouts:
-        key = rollout.resources_id or None
-        if key not in resources:
-            resources[key] = await (
-                store.get_resources_by_id(key) if key is not None else store.get_latest_resources()
-            )
-        claimed.append((rollout, resources[key]))
-    return claimed
-
-
-async def _sleep_unless(event: ExecutionEvent | None, seconds: float) -> None:
-    """Sleep ``seconds`` but wake early (within 50 ms) when ``event`` is set."""
-    deadline = time.monotonic() + seconds
-    while not _stopped(event):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return
-        await asyncio.sleep(min(remaining, 0.05))
