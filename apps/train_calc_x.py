@@ -27,7 +27,6 @@ from typing import Any
 LAUNCHED = time.time()  # the heavy imports come later (in main): the time to the first step counts them
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 DEFAULT_MODEL = HERE / "calc_tiny" / "model"
 

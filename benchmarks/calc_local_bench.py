@@ -16,7 +16,6 @@ import copy
 import json
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,6 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "apps"))
 
 from calc_x.agent import solve  # noqa: E402
 from calc_x.tasks import reward, split_tasks  # noqa: E402

@@ -157,12 +157,9 @@ def main() -> int:
         "--db", type=Path, default=None, help="SQLite file to fill (default: a temporary one)"
     )
     args = parser.parse_args()
-    from playwright.sync_api import sync_playwright
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from agl.testing.browser import CHROMIUM_ARGS, find_chromium
     from agl.testing.e2e.dashboard_run import agl_store
-
-    from tests.test_dashboard import CHROMIUM, CHROMIUM_ARGS
+    from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory() as tmp:
         db = args.db or Path(tmp) / "large.db"
@@ -172,7 +169,7 @@ def main() -> int:
             f"filled {db} with {N_ROLLOUTS} rollouts and {N_SPANS} spans in {time.perf_counter() - started:.1f} s"
         )
         with agl_store(db, "bench") as endpoint, sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            browser = pw.chromium.launch(executable_path=find_chromium(pw), args=CHROMIUM_ARGS)
             try:
                 figures = time_pages(browser, endpoint, "bench", big, CHROMIUM_ARGS)
             finally:

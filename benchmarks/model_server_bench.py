@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "apps"))
 
 from calc_x.tasks import CALCULATOR_TOOL, make_tasks  # noqa: E402
 

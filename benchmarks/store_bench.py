@@ -238,7 +238,6 @@ async def bench_backend(
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if "--http" in argv:
-        sys.path.insert(0, str(Path(__file__).parent))
         from store_bench_http import main as http_main
 
         http_main([a for a in argv if a != "--http"])

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "apps"))
 
 _NESTED: contextvars.ContextVar[bool] = contextvars.ContextVar("store_in_app_nested", default=False)
 

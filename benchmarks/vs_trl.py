@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "apps"))
 
 from calc_x.tasks import CALCULATOR_TOOL, evaluate, format_number, reward, split_tasks  # noqa: E402
 

@@ -13,10 +13,8 @@ from pathlib import Path
 
 import pytest
 from agl.testing.apo_standin import ApoStandinBackend, serve_apo_standin
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the workspace root: the apps are not installed
-from apps.room_selector.tasks import load_tasks, split_tasks
-from apps.room_selector.world import ROOMS, RoomRequest, best_room, extract_choice, list_free_rooms
+from room_selector.tasks import load_tasks, split_tasks
+from room_selector.world import ROOMS, RoomRequest, best_room, extract_choice, list_free_rooms
 
 ROOT = Path(__file__).resolve().parents[1]
 

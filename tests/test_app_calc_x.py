@@ -127,11 +127,7 @@ def test_bad_store_url_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_the_agents_connection_pool_is_shared_by_a_loop_and_closes_with_it() -> None:
-    sys.path.insert(0, str(ROOT / "apps"))
-    try:
-        from calc_x import agent
-    finally:
-        sys.path.remove(str(ROOT / "apps"))
+    from calc_x import agent
 
     async def main() -> Any:
         client = await agent._http_client()

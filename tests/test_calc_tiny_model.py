@@ -4,7 +4,6 @@ exactly as it tokenises whole conversations (so token ids recorded per LLM call 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "apps" / "calc_tiny" / "model"
-sys.path.insert(0, str(ROOT / "apps"))
 
 from calc_x.tasks import CALCULATOR_TOOL  # noqa: E402
 

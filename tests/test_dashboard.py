@@ -29,7 +29,7 @@ from agl.algorithms import Baseline
 from agl.proxy import LLMProxy
 from agl.runner import Trainer
 from agl.store import LightningStoreClient
-from agl.testing.browser import find_chromium
+from agl.testing.browser import CHROMIUM_ARGS, find_chromium
 from agl.testing.e2e.dashboard_run import PROMPT_V1, PROMPT_V2, agl_store, calculator_agent
 from agl.testing.e2e.proxy_harness import calculator_script
 from agl.testing.openai_standin import StandinBackend, free_port, serve_standin
@@ -50,16 +50,6 @@ TOKEN = "dash-secret-token"
 N_TASKS = 12
 EXPECTED_STATUS = re.compile(r"status of (401|422)")
 """Console errors the tests provoke on purpose (a wrong token, a bad sort field)."""
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def scrape(url: str, token: str | None = TOKEN) -> dict[str, float]:

@@ -7,7 +7,6 @@ fake verl server addresses, points the proxy at them and publishes ``main_llm``.
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,6 @@ pytest.importorskip("transfer_queue")
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "apps" / "calc_tiny" / "model"
-sys.path.insert(0, str(ROOT / "apps"))
 
 
 class Recorder:

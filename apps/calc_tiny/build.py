@@ -20,13 +20,11 @@ import argparse
 import json
 import math
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
 
 from calc_tiny.chat import CHAT_TEMPLATE, SPECIAL_TOKENS, TOOL_TOKENS  # noqa: E402
 from calc_x.tasks import CALCULATOR_TOOL, format_number, make_task  # noqa: E402

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import openai
@@ -27,10 +25,8 @@ from agl.testing.apo_standin import INSTRUCTIONS, ApoStandinBackend, rules_in, s
 from agl.testing.openai_standin import StandinServer
 from agl.types import LLM, PromptTemplate
 from prometheus_client import CollectorRegistry
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the workspace root: the apps are not installed
-from apps.room_selector.agent import SEED_PROMPT, make_room_selector
-from apps.room_selector.tasks import load_tasks, split_tasks
+from room_selector.agent import SEED_PROMPT, make_room_selector
+from room_selector.tasks import load_tasks, split_tasks
 
 pytestmark = pytest.mark.slow
 
@@ -225,9 +221,8 @@ def test_several_prompt_templates_are_optimised_in_turn(standin: StandinServer) 
     )
 
     from agl.runner import rollout
-
-    from apps.room_selector.agent import open_client, run_room_agent
-    from apps.room_selector.world import RoomRequest, extract_choice
+    from room_selector.agent import open_client, run_room_agent
+    from room_selector.world import RoomRequest, extract_choice
 
     @rollout
     async def two_prompt_agent(task: Any, prompt_template: PromptTemplate, resources: Any) -> float:

@@ -9,10 +9,23 @@ from typing import Any
 
 import pytest
 
-__all__ = ["CHROMIUM_VARIABLE", "find_chromium"]
+__all__ = ["CHROMIUM_ARGS", "CHROMIUM_VARIABLE", "find_chromium"]
 
 CHROMIUM_VARIABLE = "AGL_TEST_CHROMIUM"
 """The environment variable naming a Chromium (or Chrome) executable for the browser tests."""
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    # without these, Chromium reaches for Google's services at start (refused on a closed network, many at once)
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+"""How the tests and benchmarks launch it: headless, and quiet on the network."""
 
 _ON_PATH = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
