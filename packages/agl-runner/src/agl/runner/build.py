@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, TypeVar, cast, overload
+from typing import Any, Generic, Literal, TypeVar, cast, overload
 
 __all__ = ["build_component", "load_object"]
 
@@ -114,75 +114,119 @@ def build_component(
     ``TypeError``, an unsupported spec a ``ValueError``. The ``*_fmt`` arguments customise both messages with
     ``{name}``, ``{spec}``, ``{expected}`` and ``{actual}``.
     """
-    expected = getattr(expected_type, "__name__", str(expected_type))
-
-    def invalid(reason: str) -> ValueError:
-        if invalid_spec_error_fmt:
-            return ValueError(
-                invalid_spec_error_fmt.format(name=spec_name, spec=spec, expected=expected, actual=reason)
-            )
-        return ValueError(f"Invalid {spec_name} {spec!r}: {reason}")
-
-    def checked(product: Any) -> T:
-        if not isinstance(product, expected_type):
-            actual = type(product).__name__
-            if type_error_fmt:
-                raise TypeError(
-                    type_error_fmt.format(name=spec_name, spec=spec, expected=expected, actual=actual)
-                )
-            raise TypeError(f"{spec_name} must be a {expected}, but {spec!r} produced a {actual}")
-        return product
-
-    def resolve(name: str) -> Any:
-        if registry is not None and name in registry:
-            target = registry[name]
-            return load_object(target) if isinstance(target, str) else target
-        try:
-            return load_object(name)
-        except ValueError as exc:
-            known = f"; known aliases: {', '.join(sorted(registry))}" if registry else ""
-            raise invalid(f"{exc}{known}") from exc
-
-    def from_object(obj: Any, kwargs: Mapping[str, Any]) -> T:
-        if isinstance(obj, type):
-            return checked(_instantiate(obj, kwargs, optional_defaults))
-        if callable(obj):
-            return checked(obj(**kwargs))
-        if not kwargs:
-            return checked(obj)
-        raise invalid(f"{obj!r} is neither a class nor a factory, so it cannot take arguments")
-
+    builder = _Builder(
+        expected_type,
+        spec_name,
+        spec,
+        optional_defaults=optional_defaults,
+        registry=registry,
+        invalid_spec_error_fmt=invalid_spec_error_fmt,
+        type_error_fmt=type_error_fmt,
+    )
     if isinstance(spec, expected_type) and not isinstance(spec, type):
         return spec
     if spec is None:
         if default_factory is not None:
             product = default_factory()
-            return None if product is None and allow_none else checked(product)
+            return None if product is None and allow_none else builder.checked(product)
         if allow_none:
             return None
-        raise invalid(f"a {spec_name} is required")
+        raise builder.invalid(f"a {spec_name} is required")
     if isinstance(spec, type):
-        return from_object(spec, {})
+        return builder.from_object(spec, {})
     if isinstance(spec, str):
-        return from_object(resolve(spec), {})
+        return builder.from_object(builder.resolve(spec), {})
     if isinstance(spec, Mapping):
-        kwargs = dict(cast(Mapping[str, Any], spec))
+        return builder.from_mapping(
+            cast(Mapping[str, Any], spec),
+            dict_default_cls=dict_default_cls,
+            dict_requires_type=dict_requires_type,
+        )
+    if callable(spec):
+        return builder.checked(spec())
+    raise builder.invalid(
+        f"expected a {builder.expected} instance, a class, a factory, an import path or a dict with 'type'"
+    )
+
+
+class _Builder(Generic[T]):
+    """What :func:`build_component` needs to turn one ``spec`` into a ``T``, and its error messages."""
+
+    def __init__(
+        self,
+        expected_type: type[T],
+        spec_name: str,
+        spec: Any,
+        *,
+        optional_defaults: Mapping[str, Any] | None,
+        registry: Mapping[str, str | type[Any]] | None,
+        invalid_spec_error_fmt: str | None,
+        type_error_fmt: str | None,
+    ) -> None:
+        self.expected_type = expected_type
+        self.expected = getattr(expected_type, "__name__", str(expected_type))
+        self.spec_name = spec_name
+        self.spec = spec
+        self.optional_defaults = optional_defaults
+        self.registry = registry
+        self.invalid_spec_error_fmt = invalid_spec_error_fmt
+        self.type_error_fmt = type_error_fmt
+
+    def _message(self, fmt: str, actual: str) -> str:
+        return fmt.format(name=self.spec_name, spec=self.spec, expected=self.expected, actual=actual)
+
+    def invalid(self, reason: str) -> ValueError:
+        if self.invalid_spec_error_fmt:
+            return ValueError(self._message(self.invalid_spec_error_fmt, reason))
+        return ValueError(f"Invalid {self.spec_name} {self.spec!r}: {reason}")
+
+    def checked(self, product: Any) -> T:
+        if not isinstance(product, self.expected_type):
+            actual = type(product).__name__
+            if self.type_error_fmt:
+                raise TypeError(self._message(self.type_error_fmt, actual))
+            raise TypeError(
+                f"{self.spec_name} must be a {self.expected}, but {self.spec!r} produced a {actual}"
+            )
+        return product
+
+    def resolve(self, name: str) -> Any:
+        """A registry alias or an import path, as the object it names."""
+        if self.registry is not None and name in self.registry:
+            target = self.registry[name]
+            return load_object(target) if isinstance(target, str) else target
+        try:
+            return load_object(name)
+        except ValueError as exc:
+            known = f"; known aliases: {', '.join(sorted(self.registry))}" if self.registry else ""
+            raise self.invalid(f"{exc}{known}") from exc
+
+    def from_object(self, obj: Any, kwargs: Mapping[str, Any]) -> T:
+        """A class instantiated, or a factory called, with ``kwargs``."""
+        if isinstance(obj, type):
+            return self.checked(_instantiate(obj, kwargs, self.optional_defaults))
+        if callable(obj):
+            return self.checked(obj(**kwargs))
+        if not kwargs:
+            return self.checked(obj)
+        raise self.invalid(f"{obj!r} is neither a class nor a factory, so it cannot take arguments")
+
+    def from_mapping(
+        self, spec: Mapping[str, Any], *, dict_default_cls: type[T] | None, dict_requires_type: bool
+    ) -> T:
+        """A dict spec: ``type`` (or a registered ``name``) plus keyword arguments."""
+        kwargs = dict(spec)
         type_spec = kwargs.pop("type", None)
-        if (
-            type_spec is None
-            and registry is not None
-            and isinstance(kwargs.get("name"), str)
-            and kwargs["name"] in registry
-        ):
+        registered = self.registry is not None and isinstance(kwargs.get("name"), str)
+        if type_spec is None and registered and kwargs["name"] in cast(Mapping[str, Any], self.registry):
             type_spec = kwargs.pop("name")
         if type_spec is None:
             if dict_default_cls is not None:
-                return from_object(dict_default_cls, kwargs)
+                return self.from_object(dict_default_cls, kwargs)
             if dict_requires_type:
-                raise invalid("a dict spec needs a 'type' key (a class import path or a registered alias)")
-            raise invalid("a dict spec without 'type' needs a default class")
-        target = resolve(type_spec) if isinstance(type_spec, str) else type_spec
-        return from_object(target, kwargs)
-    if callable(spec):
-        return checked(spec())
-    raise invalid(f"expected a {expected} instance, a class, a factory, an import path or a dict with 'type'")
+                raise self.invalid(
+                    "a dict spec needs a 'type' key (a class import path or a registered alias)"
+                )
+            raise self.invalid("a dict spec without 'type' needs a default class")
+        target = self.resolve(type_spec) if isinstance(type_spec, str) else type_spec
+        return self.from_object(target, kwargs)

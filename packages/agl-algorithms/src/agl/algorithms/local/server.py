@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -364,6 +364,16 @@ class ModelServer(ServedModel):
             choice["token_ids"] = result.token_ids
         return choice
 
+    def _streamed_text(self, generated: list[int], stops: Sequence[str]) -> str:
+        """What a stream may show of ``generated`` so far: decoded, cut at a stop string, without a trailing
+        incomplete multi-byte character (it waits for its next byte)."""
+        text = visible_prefix(self.tokenizer.decode(generated, skip_special_tokens=True))
+        for stop in stops:
+            cut = text.find(stop)
+            if cut >= 0:
+                text = text[:cut]
+        return text[:-1] if text.endswith("\ufffd") else text
+
     async def _stream(
         self,
         completion_id: str,
@@ -424,13 +434,7 @@ class ModelServer(ServedModel):
                     continue
                 token, logprob = getter.result()
                 generated.append(token)
-                text = visible_prefix(self.tokenizer.decode(generated, skip_special_tokens=True))
-                for stop in params.stop:
-                    cut = text.find(stop)
-                    if cut >= 0:
-                        text = text[:cut]
-                if text.endswith("\ufffd"):
-                    text = text[:-1]  # an incomplete multi-byte character; wait for its next byte
+                text = self._streamed_text(generated, params.stop)
                 delta_text, sent = text[len(sent) :], max(text, sent, key=len)
                 extra: dict[str, Any] = {}
                 if want_ids:
@@ -445,14 +449,7 @@ class ModelServer(ServedModel):
                 yield f"data: {json.dumps({'error': {'message': str(exc), 'type': 'server_error'}})}\n\n"
                 yield "data: [DONE]\n\n"
                 return
-            content, calls = parse_tool_calls(result.text)
-            delta: dict[str, Any] = {}
-            if calls:
-                delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(calls)]
-            elif content and len(content) > len(sent):
-                delta["content"] = content[len(sent) :]
-            finish = "tool_calls" if calls and result.finish_reason == "stop" else result.finish_reason
-            yield chunk(delta, finish)
+            yield chunk(*_final_delta(result.text, result.finish_reason, sent))
             if include_usage:
                 usage = {
                     "prompt_tokens": len(prompt_ids),
@@ -485,3 +482,15 @@ async def _read_json(request: Request) -> dict[str, Any]:
     if not is_dict(body):
         raise _BadRequest("request body must be a JSON object")
     return body
+
+
+def _final_delta(text: str, finish_reason: str, sent: str) -> tuple[dict[str, Any], str]:
+    """The last chunk's delta and finish reason: the tool calls parsed from the whole ``text``, or the content
+    not yet ``sent``."""
+    content, calls = parse_tool_calls(text)
+    delta: dict[str, Any] = {}
+    if calls:
+        delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(calls)]
+    elif content and len(content) > len(sent):
+        delta["content"] = content[len(sent) :]
+    return delta, "tool_calls" if calls and finish_reason == "stop" else finish_reason

@@ -187,34 +187,17 @@ class RunnerSupervisor:
                         raise StrategyError("no runner process is left: the last replacement failed to start")
                     continue
                 child = gone
-                proc = child.proc
-                proc.join(1.0)
-                code = proc.exitcode
+                child.proc.join(1.0)
                 if event.is_set():
                     continue
-                if code == 0:
-                    logger.info("%s finished", proc.name)
-                elif code is not None and code > 0 and child.has_report():
-                    raise StrategyError(
-                        f"{proc.name} crashed ({describe_exit(code)}):\n{child.error_report()}"
-                    )
-                else:
-                    lost = await self.on_lost(child, store)
-                    delay = self.policy.delay_for(child.slot, time.monotonic() - child.started)
-                    if delay is None:
-                        logger.error(
-                            "runner slot %d lost %d processes in a row; not replacing %s",
-                            child.slot,
-                            self.policy.restarts(child.slot) + 1,
-                            proc.name,
-                        )
-                    else:
-                        logger.warning("replacing %s in %.1fs", proc.name, delay)
-                        task = asyncio.create_task(replace_later(lost, child.slot, delay, next_id))
-                        next_id += 1
-                        pending.add(task)
-                        task.add_done_callback(pending.discard)
-                        alive += 1  # counted from now: its replacement is on its way
+                replacement = await self._after_exit(child, store)
+                if replacement is not None:
+                    lost, delay = replacement
+                    task = asyncio.create_task(replace_later(lost, child.slot, delay, next_id))
+                    next_id += 1
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                    alive += 1  # counted from now: its replacement is on its way
                 if alive == 0:
                     raise StrategyError(
                         "every runner process has exited while the algorithm is still running "
@@ -227,6 +210,31 @@ class RunnerSupervisor:
             for child in watched:
                 with contextlib.suppress(ValueError, OSError):
                     loop.remove_reader(child.proc.sentinel)
+
+    async def _after_exit(
+        self, child: RunnerProcess, store: LightningStore
+    ) -> tuple[LostRunner, float] | None:
+        """What an exited runner leaves to do: ``(lost, delay)`` when a replacement is due after ``delay``
+        seconds; ``None`` when it finished, or its slot restarted too often. A crash with a report raises."""
+        proc = child.proc
+        code = proc.exitcode
+        if code == 0:
+            logger.info("%s finished", proc.name)
+            return None
+        if code is not None and code > 0 and child.has_report():
+            raise StrategyError(f"{proc.name} crashed ({describe_exit(code)}):\n{child.error_report()}")
+        lost = await self.on_lost(child, store)
+        delay = self.policy.delay_for(child.slot, time.monotonic() - child.started)
+        if delay is None:
+            logger.error(
+                "runner slot %d lost %d processes in a row; not replacing %s",
+                child.slot,
+                self.policy.restarts(child.slot) + 1,
+                proc.name,
+            )
+            return None
+        logger.warning("replacing %s in %.1fs", proc.name, delay)
+        return lost, delay
 
     async def on_lost(self, child: RunnerProcess, store: LightningStore | None) -> LostRunner:
         """Record a lost runner and hand its attempts back to the store's retry policy."""

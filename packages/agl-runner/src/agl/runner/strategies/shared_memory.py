@@ -22,7 +22,7 @@ from .base import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine
+    from collections.abc import Callable, Coroutine
 
     from agl.store import LightningStore
 
@@ -113,21 +113,7 @@ class SharedMemoryExecutionStrategy(ExecutionStrategy):
 
         threads: list[threading.Thread] = []
         try:
-            if self.main_thread == "algorithm":
-                threads = [
-                    threading.Thread(target=run_runner, args=(i,), name=f"runner-{i}", daemon=True)
-                    for i in range(self.n_runners)
-                ]
-                for thread in threads:
-                    thread.start()
-                run_algorithm()
-            else:
-                threads = [threading.Thread(target=run_algorithm, name="algorithm", daemon=True)]
-                threads[0].start()
-                run_runner(0)
-                # The runner returned (stopped or out of rollouts): let the algorithm finish on its own.
-                while threads[0].is_alive() and not errors:
-                    threads[0].join(0.1)
+            self._run(threads, run_algorithm, run_runner, errors)
         except KeyboardInterrupt:
             logger.warning("Interrupted: stopping the algorithm and the runners")
         finally:
@@ -139,8 +125,39 @@ class SharedMemoryExecutionStrategy(ExecutionStrategy):
                 )
             if shared is not store:
                 asyncio.run(shared.close())
-        if errors:
-            where, exc = errors[0]
-            if where == "algorithm":
-                raise exc
-            raise StrategyError(f"{where} failed: {type(exc).__name__}: {exc}") from exc
+        _raise_first(errors)
+
+    def _run(
+        self,
+        threads: list[threading.Thread],
+        run_algorithm: Callable[[], None],
+        run_runner: Callable[[int], None],
+        errors: list[tuple[str, BaseException]],
+    ) -> None:
+        """Run the algorithm and the runners, the one ``main_thread`` names in this thread; the threads started
+        are appended to ``threads`` as they start (the caller joins them, whatever happens)."""
+        if self.main_thread == "algorithm":
+            threads.extend(
+                threading.Thread(target=run_runner, args=(i,), name=f"runner-{i}", daemon=True)
+                for i in range(self.n_runners)
+            )
+            for thread in threads:
+                thread.start()
+            run_algorithm()
+            return
+        algorithm_thread = threading.Thread(target=run_algorithm, name="algorithm", daemon=True)
+        threads.append(algorithm_thread)
+        algorithm_thread.start()
+        run_runner(0)
+        # The runner returned (stopped or out of rollouts): let the algorithm finish on its own.
+        while algorithm_thread.is_alive() and not errors:
+            algorithm_thread.join(0.1)
+
+
+def _raise_first(errors: list[tuple[str, BaseException]]) -> None:
+    """Raise the first failure: the algorithm's own exception as it is, a runner's as a StrategyError."""
+    if errors:
+        where, exc = errors[0]
+        if where == "algorithm":
+            raise exc
+        raise StrategyError(f"{where} failed: {type(exc).__name__}: {exc}") from exc

@@ -102,7 +102,7 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
+def create_app(store: LightningStore, options: AppOptions) -> FastAPI:  # noqa: C901  # one closure per route: the route table (issue 26) replaces it
     """The FastAPI application: every route, validation and the OpenAPI schema (no middleware)."""
     from ... import __version__
 
