@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import logging
 import socket
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from agl.store.serving import ConnectionLimits, server_protocol_class
+from agl.store.serving import (
+    ConnectionLimits,
+    ServerThread,
+    bind_listener,
+    quiet_server,
+    server_protocol_class,
+)
 from agl.types import LLM, ProxyLLM
 from agl.types.env import PROXY_TOKEN
 
@@ -200,7 +204,10 @@ class LLMProxy:
             self.router_kwargs,
             direct_forwarding=self.settings.direct_forwarding,
         )
-        sock = _bind(self.host, self.port)
+        try:
+            sock = bind_listener(self.host, self.port, what="LLMProxy", backlog=4096)
+        except OSError as exc:
+            raise RuntimeError(str(exc)) from exc
         self._bound_port = int(sock.getsockname()[1])
         home_loop = asyncio.get_running_loop()
         if self.launch_mode == "asyncio":
@@ -233,7 +240,7 @@ class LLMProxy:
             limit_concurrency=None,
             backlog=4096,
         )
-        return _quiet_server_class()(config)
+        return quiet_server(config)
 
     async def _make_server_on_loop(self, router: ModelRouter, home_loop: asyncio.AbstractEventLoop) -> Any:
         return self._make_server(router, home_loop)  # on the serving loop: recorder futures bind to it
@@ -259,47 +266,22 @@ class LLMProxy:
         self._server, self._serve_task, self._loop = server, task, home_loop
 
     async def _start_in_thread(self, router: ModelRouter, sock: socket.socket, home_loop: Any) -> None:
-        started = threading.Event()
-        state: dict[str, Any] = {}
+        made: list[Any] = []
 
-        def run() -> None:
-            loop = _new_loop()
-            asyncio.set_event_loop(loop)
-            state["loop"] = loop
-            try:
-                server = loop.run_until_complete(self._make_server_on_loop(router, home_loop))
-                state["server"] = server
-                task = loop.create_task(self._serve(server, sock))
-                state["task"] = task
-                started.set()
-                loop.run_until_complete(task)
-            except BaseException as exc:  # reported to start()
-                state["error"] = exc
-                started.set()
-            finally:
-                with contextlib.suppress(Exception):
-                    loop.run_until_complete(loop.shutdown_asyncgens())
-                loop.close()
+        async def serve() -> None:
+            server = await self._make_server_on_loop(router, home_loop)
+            made.append(server)
+            await self._serve(server, sock)
 
-        thread = threading.Thread(target=run, name=f"agl-llm-proxy-{self._bound_port}", daemon=True)
-        thread.start()
-        await asyncio.to_thread(started.wait)
-        if "error" in state:
-            raise RuntimeError(f"the LLM proxy failed to start: {state['error']!r}") from state["error"]
-        server = state["server"]
-        deadline = asyncio.get_running_loop().time() + 30
-        while not server.started:
-            if not thread.is_alive() or "error" in state:
-                raise RuntimeError(f"the LLM proxy failed to start: {state.get('error')!r}")
-            if asyncio.get_running_loop().time() > deadline:
-                raise RuntimeError("the LLM proxy did not start within 30 s")
-            await asyncio.sleep(0.005)
-        self._server, self._loop, self._thread, self._serve_task = (
-            server,
-            state["loop"],
-            thread,
-            state["task"],
-        )
+        background = ServerThread(serve, name=f"agl-llm-proxy-{self._bound_port}")
+        try:
+            await asyncio.to_thread(
+                background.start, lambda: bool(made) and made[0].started, timeout=30, what="the LLM proxy"
+            )
+        except TimeoutError:
+            raise RuntimeError("the LLM proxy did not start within 30 s") from None
+        self._server, self._loop, self._thread = made[0], background.loop, background.thread
+        self._serve_task = None
 
     async def flush(self) -> None:
         """Wait until every recorded call has been written to the store."""
@@ -339,20 +321,6 @@ class LLMProxy:
             self.port = keep_port
 
 
-@functools.cache
-def _quiet_server_class() -> Any:
-    import uvicorn
-
-    class QuietServer(uvicorn.Server):
-        """A uvicorn server that leaves the process's signal handlers alone (the proxy is a library)."""
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Any:
-            yield
-
-    return QuietServer
-
-
 async def _wait_started(server: Any, task: asyncio.Task[None]) -> None:
     deadline = asyncio.get_running_loop().time() + 30
     while not server.started:
@@ -362,27 +330,3 @@ async def _wait_started(server: Any, task: asyncio.Task[None]) -> None:
         if asyncio.get_running_loop().time() > deadline:
             raise RuntimeError("the LLM proxy did not start within 30 s")
         await asyncio.sleep(0.005)
-
-
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - Windows
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
-def _bind(host: str, port: int | None) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    # Inherited by accepted connections (Linux): without it, uvicorn's separate header and body writes
-    # meet Nagle's algorithm and the client's delayed ACK, a ~40 ms stall per response on asyncio's loop.
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
-        sock.bind((host, port or 0))
-    except OSError as exc:
-        sock.close()
-        raise RuntimeError(f"LLMProxy cannot bind {host}:{port}: {exc}") from exc
-    sock.set_inheritable(True)
-    return sock

@@ -498,30 +498,31 @@ def serve_standin(
 ) -> Generator[StandinServer, None, None]:
     """Serve ``backend`` with uvicorn on 127.0.0.1 in a background thread until the block exits."""
     import uvicorn
+    from agl.store.serving import ServerThread, bind_listener, quiet_server
 
     backend = backend or StandinBackend()
     config = uvicorn.Config(
         backend.app(),
-        host="127.0.0.1",
-        port=port or 0,
         log_level="warning",
         access_log=False,
         lifespan="off",
     )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="openai-standin", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the OpenAI stand-in server did not start")
-        time.sleep(0.005)
-    bound = server.servers[0].sockets[0].getsockname()[1]
+    server = quiet_server(config)
+    sock = bind_listener("127.0.0.1", port, what="the OpenAI stand-in")
+
+    async def serve() -> None:
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            sock.close()
+
+    background = ServerThread(serve, name="openai-standin")
+    background.start(lambda: server.started, timeout=30, what="the OpenAI stand-in server")
     try:
-        yield StandinServer(backend=backend, host="127.0.0.1", port=int(bound))
+        yield StandinServer(backend=backend, host="127.0.0.1", port=int(sock.getsockname()[1]))
     finally:
         server.should_exit = True
-        thread.join(timeout=30)
+        background.join(timeout=30)
 
 
 def main() -> None:  # pragma: no cover - command-line entry for benchmarks

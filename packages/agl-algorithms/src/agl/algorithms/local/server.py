@@ -13,7 +13,6 @@ import asyncio
 import dataclasses
 import json
 import logging
-import socket
 import threading
 import time
 import uuid
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from agl.store.serving import ServerThread, bind_listener, quiet_server
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -142,24 +142,26 @@ class ModelServer(ServedModel):
         if self._thread is not None:
             return self
         self.engine.start()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self._requested_port))
+        sock = bind_listener(self.host, self._requested_port, what="the model server")
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
             self.app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=30
         )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, name="agl-model-server", daemon=True
-        )
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the model server did not start on {self.host}:{self.port}")
-            time.sleep(0.01)
+        server = self._server = quiet_server(config)
+
+        async def serve() -> None:
+            try:
+                await server.serve(sockets=[sock])
+            finally:
+                sock.close()
+
+        background = ServerThread(serve, name="agl-model-server")
+        self._thread = background.thread
+        try:
+            background.start(lambda: server.started, timeout=timeout, what="the model server")
+        except (RuntimeError, TimeoutError) as exc:
+            self.stop()
+            raise RuntimeError(f"the model server did not start on {self.host}:{self.port}: {exc}") from exc
         return self
 
     def stop(self) -> None:

@@ -16,11 +16,10 @@ import signal
 import socket
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any, cast
 
@@ -31,6 +30,7 @@ from ..._forwarding import ForwardingStore
 from ...base import LightningStore, LightningStoreCapabilities
 from ...loop_bound import as_thread_safe
 from .._models import API_PREFIX
+from ._background import ServerThread, bind_listener, quiet_server
 from ._gc import serving_gc
 from ._loop import new_event_loop as _new_event_loop
 from ._uvicorn import ConnectionLimits, server_protocol_class
@@ -139,7 +139,6 @@ class LightningStoreServer(ForwardingStore):
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._shutdown: asyncio.Event | None = None
-        self._thread_error: BaseException | None = None
         self._client: LightningStoreClient | None = None
         self._client_lock = threading.Lock()
         self._local: LightningStore | None = None
@@ -214,32 +213,12 @@ class LightningStoreServer(ForwardingStore):
         if self._prebound is not None:  # a worker: the parent bound the socket every worker accepts on
             self.port = self._prebound.getsockname()[1]
             return self._prebound
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((self.host, self.port))
-        except OSError as exc:
-            sock.close()
-            raise OSError(exc.errno, f"cannot listen on {self.host}:{self.port}: {exc.strerror}") from exc
-        sock.listen(2048)
-        sock.set_inheritable(True)
+        sock = bind_listener(self.host, self.port, what="the store server")
         self.port = sock.getsockname()[1]
         return sock
 
     def _make_uvicorn(self, on_started: Callable[[], None] | None = None) -> uvicorn.Server:
         import uvicorn
-
-        class _Server(uvicorn.Server):
-            # Signals are handled by run_forever (so that Ctrl-C/SIGTERM end with a clean return).
-            @contextlib.contextmanager
-            def capture_signals(self) -> Generator[None, None, None]:
-                yield
-
-            async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-                await super().startup(sockets)
-                if self.started and on_started is not None:
-                    on_started()
 
         _ = self._lazy_app()
         asgi = self._asgi
@@ -261,7 +240,7 @@ class LightningStoreServer(ForwardingStore):
             timeout_graceful_shutdown=2,
             timeout_keep_alive=max(1, round(self.connection_limits.idle_seconds)),
         )
-        return _Server(config)
+        return quiet_server(config, on_started)  # signals: run_forever's (Ctrl-C/SIGTERM end with a return)
 
     async def _serve(self, sock: socket.socket) -> None:
         server = self._uvicorn
@@ -307,31 +286,26 @@ class LightningStoreServer(ForwardingStore):
             raise RuntimeError(f"the store server is already running at {self.endpoint}")
         _ = self._lazy_app()
         sock = self._bind()
-        self._uvicorn = self._make_uvicorn()
-        self._thread_error = None
+        server = self._uvicorn = self._make_uvicorn()
 
-        def run() -> None:
-            loop = _new_event_loop()
+        async def serve() -> None:
             try:
-                loop.run_until_complete(self._serve(sock))
-            except BaseException as exc:  # reported by start() / stop()
-                self._thread_error = exc
+                await self._serve(sock)
             finally:
-                loop.close()
                 sock.close()
 
-        self._thread = threading.Thread(target=run, name=f"agl-store-server:{self.port}", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self._thread.is_alive():
-                raise RuntimeError(f"the store server failed to start: {self._thread_error!r}")
-            if self._uvicorn.started and self._health_ok():
-                logger.info("store server listening at %s", self.endpoint)
-                return
-            time.sleep(0.002)
-        self.stop()
-        raise TimeoutError(f"the store server did not answer {API_PREFIX}/health within {timeout} s")
+        background = ServerThread(serve, name=f"agl-store-server:{self.port}")
+        self._thread = background.thread
+        try:
+            background.start(
+                lambda: server.started and self._health_ok(), timeout=timeout, what="the store server"
+            )
+        except TimeoutError:
+            self.stop()
+            raise TimeoutError(
+                f"the store server did not answer {API_PREFIX}/health within {timeout} s"
+            ) from None
+        logger.info("store server listening at %s", self.endpoint)
 
     def _health_ok(self) -> bool:
         try:
@@ -427,7 +401,6 @@ class LightningStoreServer(ForwardingStore):
         self._thread = None
         self._loop = None
         self._shutdown = None
-        self._thread_error = None
         self._client = None
         self._client_lock = threading.Lock()
         self._local = None
