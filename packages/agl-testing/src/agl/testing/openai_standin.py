@@ -509,14 +509,7 @@ def serve_standin(
     )
     server = quiet_server(config)
     sock = bind_listener("127.0.0.1", port, what="the OpenAI stand-in")
-
-    async def serve() -> None:
-        try:
-            await server.serve(sockets=[sock])
-        finally:
-            sock.close()
-
-    background = ServerThread(serve, name="openai-standin")
+    background = ServerThread.of_uvicorn(server, sock, name="openai-standin")
     background.start(lambda: server.started, timeout=30, what="the OpenAI stand-in server")
     try:
         yield StandinServer(backend=backend, host="127.0.0.1", port=int(sock.getsockname()[1]))

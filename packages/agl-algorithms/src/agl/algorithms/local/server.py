@@ -148,14 +148,7 @@ class ModelServer(ServedModel):
             self.app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=30
         )
         server = self._server = quiet_server(config)
-
-        async def serve() -> None:
-            try:
-                await server.serve(sockets=[sock])
-            finally:
-                sock.close()
-
-        background = ServerThread(serve, name="agl-model-server")
+        background = ServerThread.of_uvicorn(server, sock, name="agl-model-server")
         self._thread = background.thread
         try:
             background.start(lambda: server.started, timeout=timeout, what="the model server")

@@ -73,6 +73,18 @@ class ServerThread:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
+    @classmethod
+    def of_uvicorn(cls, server: uvicorn.Server, sock: socket.socket, *, name: str) -> ServerThread:
+        """``server`` serving on ``sock`` (closed when it stops)."""
+
+        async def serve() -> None:
+            try:
+                await server.serve(sockets=[sock])
+            finally:
+                sock.close()
+
+        return cls(serve, name=name)
+
     def _run(self) -> None:
         loop = self.loop = new_event_loop()
         asyncio.set_event_loop(loop)
