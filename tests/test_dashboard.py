@@ -476,7 +476,7 @@ def test_dashboard_needs_no_token_when_the_store_has_none(browser: Any, tmp_path
 
 def test_dashboard_page_open_times_on_a_large_store(browser: Any, tmp_path: Path) -> None:
     """10,000 rollouts and 100,000 spans in SQLite: time the rollouts page and a 200-span rollout (printed)."""
-    from benchmarks.dashboard_bench import fill_large_store, time_pages
+    from agl.testing.e2e.dashboard_pages import fill_large_store, time_pages
 
     db = tmp_path / "large.db"
     with ThreadPoolExecutor(1) as pool:  # Playwright's loop runs in this thread
