@@ -205,7 +205,7 @@ class LLMProxy:
             direct_forwarding=self.settings.direct_forwarding,
         )
         try:
-            sock = bind_listener(self.host, self.port, what="LLMProxy", backlog=4096)
+            sock = bind_listener(self.host, self.port, what="LLMProxy", backlog=4096, nodelay=True)
         except OSError as exc:
             raise RuntimeError(str(exc)) from exc
         self._bound_port = int(sock.getsockname()[1])

@@ -22,16 +22,21 @@ if TYPE_CHECKING:
 __all__ = ["ServerThread", "bind_listener", "quiet_server"]
 
 
-def bind_listener(host: str, port: int | None, *, what: str, backlog: int = 2048) -> socket.socket:
+def bind_listener(
+    host: str, port: int | None, *, what: str, backlog: int = 2048, nodelay: bool = False
+) -> socket.socket:
     """A TCP socket bound to ``host:port`` (``0``/``None``: a free port) and listening, inheritable by child
-    processes. ``TCP_NODELAY`` is set: accepted connections inherit it (Linux), and without it a response
-    written in two parts meets Nagle's algorithm and the client's delayed ACK (a ~40 ms stall).
-    ``OSError`` naming ``what`` and the address when it cannot bind."""
+    processes; ``OSError`` naming ``what`` and the address when it cannot bind.
+
+    ``nodelay``: set ``TCP_NODELAY``, which accepted connections inherit (Linux), for a server that writes a
+    response in several parts: without it the second part meets Nagle's algorithm and the client's delayed ACK
+    (a ~40 ms stall). The store server answers in one write and does not need it."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if nodelay:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((host, port or 0))
         sock.listen(backlog)
     except OSError as exc:
