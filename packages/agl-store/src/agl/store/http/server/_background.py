@@ -106,9 +106,6 @@ class ServerThread:
     def thread(self) -> threading.Thread:
         return self._thread
 
-    def is_alive(self) -> bool:
-        return self._thread.is_alive()
-
     def start(self, ready: Callable[[], bool], *, timeout: float, what: str) -> None:
         """Start the thread and wait until ``ready()`` (polled every 2 ms) or a failure."""
         self._thread.start()
@@ -120,7 +117,6 @@ class ServerThread:
                 raise TimeoutError(f"{what} did not start within {timeout} s")
             time.sleep(0.002)
 
-    def join(self, timeout: float | None = None) -> bool:
-        """Wait for the thread to end; whether it did."""
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the thread to end (at most ``timeout`` seconds)."""
         self._thread.join(timeout)
-        return not self._thread.is_alive()
