@@ -275,33 +275,3 @@ def test_pickling_keeps_the_configuration() -> None:
         3.0,
     )
     assert copy.otlp_traces_endpoint() == "http://127.0.0.1:9/v1/traces"
-
-
-async def test_idempotency_cache_is_bounded_in_bytes() -> None:
-    from agl.store.http.server._middleware import IdempotencyMiddleware
-
-    calls = 0
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        nonlocal calls
-        calls += 1
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"x" * 100})
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b""}
-
-    async def send(message: Any) -> None:
-        pass
-
-    def scope(key: bytes) -> dict[str, Any]:
-        return {"type": "http", "method": "POST", "path": "/p", "headers": [(b"idempotency-key", key)]}
-
-    cache = IdempotencyMiddleware(app, max_bytes=250)
-    for key in (b"a", b"b", b"c"):
-        await cache(scope(key), receive, send)
-    assert calls == 3
-    await cache(scope(b"c"), receive, send)  # recent: replayed
-    assert calls == 3
-    await cache(scope(b"a"), receive, send)  # evicted to stay under 250 bytes: runs again
-    assert calls == 4

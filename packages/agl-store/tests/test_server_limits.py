@@ -9,8 +9,12 @@ from typing import Any
 
 import pytest
 from agl.store import ConnectionLimits, InMemoryLightningStore, LightningStoreServer
-from agl.store.http.server._middleware import IdempotencyMiddleware
+from agl.store.http.server._hot import HotPath, HotPathMiddleware
+from agl.store.http.server._ops import HotOps
+from agl.store.http.server._options import AppOptions
 from agl.store.http.server._replay import MemoryReplayCache, RecordedAnswer
+from agl.store.http.server._routes import RouteTable
+from agl.store.http.server.metrics import http_metrics
 from agl.testing.sockets import closed_by_server
 from agl.testing.store.http import running_server
 
@@ -34,6 +38,15 @@ class _App:
         await send({"type": "http.response.body", "body": body})
 
 
+def guarded(app: Any, cache: MemoryReplayCache) -> HotPathMiddleware:
+    """``app`` behind the server's checks (no token, no hot routes), its answers replayed from ``cache``."""
+    table = RouteTable(HotOps(InMemoryLightningStore(), AppOptions()), routes=())
+    hot = HotPath(
+        table, token=None, max_body_bytes=1 << 20, cache=cache, eager=False, metrics=http_metrics("t")
+    )
+    return HotPathMiddleware(app, hot)
+
+
 async def _post(app: Any, path: str, key: str) -> list[dict[str, Any]]:
     sent: list[dict[str, Any]] = []
     scope = {"type": "http", "method": "POST", "path": path, "headers": [(b"idempotency-key", key.encode())]}
@@ -54,7 +67,7 @@ def _replayed(messages: list[dict[str, Any]]) -> bool:
 
 async def test_an_unfinished_request_does_not_stop_eviction() -> None:
     app = _App()
-    middleware = IdempotencyMiddleware(app, max_bytes=10_000)
+    middleware = guarded(app, MemoryReplayCache(max_bytes=10_000))
     stuck = asyncio.ensure_future(_post(middleware, "/stuck", "stuck"))
     await asyncio.sleep(0)  # the stuck request now holds its key (oldest in the cache)
     for i in range(100):  # 100 answers of 1,000 bytes: ten times the bound
@@ -68,6 +81,35 @@ async def test_an_unfinished_request_does_not_stop_eviction() -> None:
     app.release.set()
     assert not _replayed(await stuck)
     assert _replayed(await _post(middleware, "/stuck", "stuck"))
+
+
+async def test_idempotency_cache_is_bounded_in_bytes() -> None:
+
+    calls = 0
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        nonlocal calls
+        calls += 1
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"x" * 100})
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    async def send(message: Any) -> None:
+        pass
+
+    def scope(key: bytes) -> dict[str, Any]:
+        return {"type": "http", "method": "POST", "path": "/p", "headers": [(b"idempotency-key", key)]}
+
+    cache = guarded(app, MemoryReplayCache(max_bytes=250))
+    for key in (b"a", b"b", b"c"):
+        await cache(scope(key), receive, send)
+    assert calls == 3
+    await cache(scope(b"c"), receive, send)  # recent: replayed
+    assert calls == 3
+    await cache(scope(b"a"), receive, send)  # evicted to stay under 250 bytes: runs again
+    assert calls == 4
 
 
 async def test_the_cache_stays_within_its_byte_bound_while_requests_run() -> None:

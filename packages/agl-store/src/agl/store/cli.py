@@ -118,6 +118,12 @@ def _store_parser() -> argparse.ArgumentParser:
         help="server processes sharing the port (default: 1); more than 1 needs a SQL backend, and the "
         "workers share long polls, the watchdog, idempotent replays and /metrics through it",
     )
+    parser.add_argument(
+        "--plain-http",
+        action="store_true",
+        help="serve with uvicorn's own HTTP protocol (slower; for a uvicorn release the faster one does not "
+        "support yet)",
+    )
     parser.add_argument("--debug", action="store_true", help="include tracebacks in 500 answers")
     add_log_level(parser)
     return parser
@@ -197,6 +203,7 @@ def store_command(argv: list[str]) -> int:
         max_body_bytes=args.max_body_bytes,
         debug=args.debug,
         metrics_public=args.metrics_public,
+        plain_http=args.plain_http,
     )
     auth = "bearer token required" if server.token else "no token: anyone who can reach it can use it"
 
@@ -238,6 +245,7 @@ def _serve_workers(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         debug=args.debug,
         metrics_public=args.metrics_public,
+        plain_http=args.plain_http,
         watchdog_interval=args.watchdog_interval,
         log_level=args.log_level,
     )

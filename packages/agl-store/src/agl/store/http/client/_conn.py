@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import ssl as ssl_module
 from collections.abc import Iterator, Mapping
-from typing import TypeVar, cast, overload
+from typing import Protocol, TypeVar, cast, overload
 from urllib.parse import urlsplit
 
 import httptools
 
-__all__ = ["ConnectionPool", "Headers", "Response"]
+__all__ = ["ConnectionPool", "Headers", "Response", "Transport"]
 
 T = TypeVar("T")
 
@@ -60,6 +60,24 @@ class Response:
         self.status = status
         self.headers = headers
         self.body = body
+
+
+class Transport(Protocol):
+    """What :class:`~agl.store.LightningStoreClient` sends its requests through: by default a
+    :class:`ConnectionPool` per event loop; given as ``transport=``, anything that answers requests (such as
+    :class:`~agl.store.http.client.ASGITransport`, a server's ASGI app called in-process)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    async def request(
+        self, verb: str, target: str, body: bytes | None, headers: Mapping[str, str], timeout: float
+    ) -> Response:
+        """Send one request (``target``: path and query) and return its whole answer; raise ``OSError``
+        when the server cannot be reached and ``TimeoutError`` when no answer comes within ``timeout``."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class _Connection(asyncio.Protocol):

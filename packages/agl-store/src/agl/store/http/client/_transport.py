@@ -26,7 +26,7 @@ from ...errors import (
     StoreServerError,
 )
 from .._models import API_PREFIX, IDEMPOTENCY_HEADER
-from ._conn import ConnectionPool
+from ._conn import ConnectionPool, Transport
 
 __all__ = ["HttpTransport"]
 
@@ -63,6 +63,7 @@ class HttpTransport:
         request_timeout: float = 30.0,
         connection_timeout: float = 5.0,
         long_poll_seconds: float = 25.0,
+        transport: Transport | None = None,
     ) -> None:
         if not address.startswith(("http://", "https://")):
             raise ValueError(f"store address must start with http:// or https://, got {address!r}")
@@ -73,6 +74,8 @@ class HttpTransport:
         self.request_timeout = request_timeout
         self.connection_timeout = connection_timeout
         self.long_poll_seconds = long_poll_seconds
+        self.transport = transport
+        """Where requests go instead of this process's connections to ``address`` (not pickled)."""
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -103,12 +106,15 @@ class HttpTransport:
     def __setstate__(self, state: dict[str, Any]) -> None:
         for key, value in state.items():
             setattr(self, key, value)
+        self.transport = None
         self._init_runtime()
 
     # -- connections ---------------------------------------------------------------------------
 
-    def _session(self) -> ConnectionPool:
-        """The calling event loop's connection pool (made on first use)."""
+    def _session(self) -> Transport:
+        """The calling event loop's connection pool (made on first use), or the given transport."""
+        if self.transport is not None:
+            return self.transport
         loop = asyncio.get_running_loop()
         key = id(loop)
         entry = self._sessions.get(key)
@@ -147,7 +153,7 @@ class HttpTransport:
 
     # -- the request loop ----------------------------------------------------------------------
 
-    async def _healthy(self, session: ConnectionPool) -> bool:
+    async def _healthy(self, session: Transport) -> bool:
         for delay in (0.0, *self.health_retry_delays):
             if delay:
                 await asyncio.sleep(delay)

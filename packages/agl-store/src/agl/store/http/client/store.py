@@ -118,6 +118,10 @@ class LightningStoreClient(HttpTransport, LightningStore):
         request_timeout: Seconds for one request (long polls add their wait to it).
         connection_timeout: Seconds to establish a connection.
         long_poll_seconds: Longest single long poll asked of the server; longer waits loop.
+        transport: Send the requests through this instead of HTTP connections to ``address`` (as httpx's
+            ``transport=``): e.g. :class:`~agl.store.http.client.ASGITransport` over a server's
+            :attr:`~agl.store.LightningStoreServer.asgi_app`, in-process and without sockets. Not pickled:
+            a copy in another process connects to ``address``.
     """
 
     def _init_runtime(self) -> None:

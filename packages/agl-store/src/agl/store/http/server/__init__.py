@@ -2,9 +2,10 @@
 
 - ``store.py``: :class:`LightningStoreServer` (a ``LightningStore`` that serves another one);
 - ``_stack.py``: the served ASGI stack (the FastAPI app built on first use); ``_app.py``: the FastAPI
-  application; ``_ops.py``: the hot operations and their ASGI fast path; ``_hot.py``: the single layer in
-  front of the hot routes, served straight from the HTTP protocol; ``_eager.py``: a coroutine run at once;
-- ``_middleware.py``: bearer token, size cap, idempotent replays; ``_replay.py``: the replay cache;
+  application; ``_routes.py``: the hot routes, declared once; ``_ops.py``: their operations and the API's
+  error answers; ``_hot.py``: the token, size cap, replay and fault checks of every request, and the hot
+  routes answered from the HTTP protocol or in ASGI; ``_eager.py``: a coroutine run at once;
+- ``_middleware.py``: ASGI types and the early error answers; ``_replay.py``: the replay cache;
   ``_options.py``: how the app behaves (auth, CORS, limits);
 - ``metrics.py``: Prometheus metrics; ``otlp.py``: OTLP/HTTP trace ingestion; ``dashboard/``: the dashboard;
 - ``_uvicorn.py``: stall deadlines, one-write answers and the hot routes' hook (public as

@@ -2,12 +2,15 @@
 
 Routes return pre-serialised JSON (pydantic's Rust serializer) instead of letting FastAPI validate and
 copy each response model again; the ``response_model`` declarations still drive the OpenAPI schema. The
-hot routes share their implementation with the ASGI fast path in :mod:`._ops`.
+hot routes are declared from the route table (:mod:`._routes`) and answered by the same
+:class:`~._ops.HotOps` methods as the hot path (which answers them before they reach this app).
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from agl.types import (
@@ -32,32 +35,15 @@ from ...base import LightningStore
 from .._models import (
     API_PREFIX,
     WAIT_COMPLETE_HEADER,
-    AddSpansInOrderResponse,
-    AddSpansRequest,
-    AddSpansResponse,
     AttemptQueryBody,
     AttemptQueryParams,
-    ClaimRequest,
-    ClaimResponse,
-    DequeueRequest,
-    EnqueueRequest,
     ErrorBody,
-    FinishAttemptRequest,
-    FinishAttemptResponse,
-    HealthBody,
-    NextSequenceIdRequest,
-    NextSequenceIdResponse,
-    NextSequenceIdsRequest,
-    NextSequenceIdsResponse,
     ResourcesQueryParams,
     RolloutOrAttempted,
     RolloutQueryParams,
     SpanQueryParams,
     StartAttemptRequest,
-    StartRolloutRequest,
-    UpdateAttemptRequest,
     UpdateRolloutRequest,
-    UpdateWorkerRequest,
     WaitRequest,
     WorkerQueryParams,
 )
@@ -71,6 +57,7 @@ from ._ops import (
     validation_reply,
 )
 from ._options import AppOptions
+from ._routes import HOT_ROUTES, HotRoute
 
 __all__ = ["AppOptions", "create_app"]
 
@@ -102,9 +89,10 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def create_app(store: LightningStore, options: AppOptions) -> FastAPI:  # noqa: C901  # one closure per route: the route table (issue 26) replaces it
+def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
     """The FastAPI application: every route, validation and the OpenAPI schema (no middleware)."""
     from ... import __version__
+    from .otlp import install_otlp_routes
 
     app = FastAPI(
         title="agl LightningStore",
@@ -115,47 +103,28 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:  # noqa: 
     )
     _install_error_handlers(app, options.debug)
     _install_schema_fixups(app)
-
     ops = HotOps(store, options)
-    # The query routes validate their query object themselves and hand it to the backend's hook, as the
-    # public query_* methods do after validating their keyword arguments.
-    query_rollouts_hook = store._query_rollouts  # pyright: ignore[reportPrivateUsage]
-    query_attempts_hook = store._query_attempts  # pyright: ignore[reportPrivateUsage]
-    query_resources_hook = store._query_resources  # pyright: ignore[reportPrivateUsage]
-    query_spans_hook = store._query_spans  # pyright: ignore[reportPrivateUsage]
-    query_workers_hook = store._query_workers  # pyright: ignore[reportPrivateUsage]
+    _declare_rollout_routes(app, store, ops)
+    _declare_attempt_routes(app, store)
+    _declare_resource_routes(app, store)
+    _declare_span_and_worker_routes(app, store)
+    install_otlp_routes(app, store, max_decompressed_bytes=options.max_body_bytes)
+    _declare_hot_routes(app, ops)  # last: a literal path of another route wins over a hot route's id
+    return app
 
+
+# The query routes validate their query object themselves and hand it to the backend's hook, as the public
+# query_* methods do after validating their keyword arguments.
+
+
+def _declare_rollout_routes(app: FastAPI, store: LightningStore, ops: HotOps) -> None:
     prefix = API_PREFIX
-
-    @app.get(prefix + "/health", response_model=HealthBody, tags=["health"])
-    async def health() -> Response:
-        return Response(b'{"status":"ok"}', media_type=_JSON)
+    query_rollouts_hook = store._query_rollouts  # pyright: ignore[reportPrivateUsage]
+    options = ops.options
 
     @app.get(prefix + "/statistics", response_model=dict[str, Any], tags=["statistics"])
     async def statistics() -> Response:
         return _json(dict(await store.statistics()))
-
-    # -- queue and rollouts ---------------------------------------------------------------------
-
-    @app.post(
-        prefix + "/queues/rollouts/enqueue", status_code=201, response_model=list[Rollout], tags=["rollouts"]
-    )
-    async def enqueue(body: EnqueueRequest) -> Response:
-        return _reply(await ops.enqueue(body))
-
-    @app.post(prefix + "/queues/rollouts/dequeue", response_model=list[AttemptedRollout], tags=["rollouts"])
-    async def dequeue(body: DequeueRequest | None = None) -> Response:
-        return _reply(await ops.dequeue(body))
-
-    @app.post(prefix + "/queues/rollouts/claim", response_model=ClaimResponse, tags=["rollouts"])
-    async def claim(body: ClaimRequest | None = None) -> Response:
-        """Claim one rollout with the resources it runs with (one request per rollout for a runner);
-        ``known_resources`` lists the snapshots the client holds, which are not sent again."""
-        return _reply(await ops.claim(body))
-
-    @app.post(prefix + "/rollouts", status_code=201, response_model=AttemptedRollout, tags=["rollouts"])
-    async def start_rollout(body: StartRolloutRequest) -> Response:
-        return _reply(await ops.start_rollout(body))
 
     @app.get(prefix + "/rollouts", response_model=PaginatedResult[RolloutOrAttempted], tags=["rollouts"])
     async def query_rollouts(q: Annotated[RolloutQueryParams, Query()]) -> Response:
@@ -166,10 +135,6 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:  # noqa: 
     )
     async def search_rollouts(q: RolloutQuery) -> Response:
         return _json(await query_rollouts_hook(q))
-
-    @app.get(prefix + "/rollouts/{rollout_id}", response_model=RolloutOrAttempted | None, tags=["rollouts"])
-    async def get_rollout(rollout_id: str) -> Response:
-        return _reply(await ops.get_rollout(rollout_id))
 
     @app.post(prefix + "/rollouts/{rollout_id}", response_model=Rollout, tags=["rollouts"])
     async def update_rollout(rollout_id: str, body: UpdateRolloutRequest) -> Response:
@@ -182,6 +147,26 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:  # noqa: 
             for name in UpdateRolloutRequest.model_fields
         }
         return _json(await store.update_rollout(rollout_id, **values))
+
+    @app.post(prefix + "/waits/rollouts", response_model=list[Rollout], tags=["rollouts"])
+    async def wait_for_rollouts(body: WaitRequest) -> Response:
+        ids = body.rollout_ids
+        wait = ops.bounded(body.timeout)
+        done = await ops.until_shutdown(store.wait_for_rollouts(rollout_ids=ids, timeout=wait), None)
+        if done is None:  # stopping: answer with a plain check
+            done = await store.wait_for_rollouts(rollout_ids=ids, timeout=0)
+        complete = (body.timeout is not None and body.timeout <= options.max_wait_seconds) or len(
+            {r.rollout_id for r in done}
+        ) >= len(set(ids))
+        if not complete:
+            known = await store.query_rollouts(rollout_id_in=list(set(ids)))
+            complete = {r.rollout_id for r in known} <= {r.rollout_id for r in done}
+        return _json(done, headers={WAIT_COMPLETE_HEADER: "true" if complete else "false"})
+
+
+def _declare_attempt_routes(app: FastAPI, store: LightningStore) -> None:
+    prefix = API_PREFIX
+    query_attempts_hook = store._query_attempts  # pyright: ignore[reportPrivateUsage]
 
     @app.post(
         prefix + "/rollouts/{rollout_id}/attempts",
@@ -225,38 +210,10 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:  # noqa: 
     async def latest_attempt(rollout_id: str) -> Response:
         return _json(await store.get_latest_attempt(rollout_id))
 
-    @app.post(
-        prefix + "/rollouts/{rollout_id}/attempts/{attempt_id}", response_model=Attempt, tags=["attempts"]
-    )
-    async def update_attempt(rollout_id: str, attempt_id: str, body: UpdateAttemptRequest) -> Response:
-        return _reply(await ops.update_attempt(rollout_id, attempt_id, body))
 
-    @app.post(
-        prefix + "/rollouts/{rollout_id}/attempts/{attempt_id}/finish",
-        response_model=FinishAttemptResponse,
-        tags=["attempts"],
-    )
-    async def finish_attempt(rollout_id: str, attempt_id: str, body: FinishAttemptRequest) -> Response:
-        """Store the attempt's last spans (numbered in order), then write its fields: how a runner ends an
-        attempt, in one request. Answers as ``/spans/in-order`` does, with the attempt as written."""
-        return _reply(await ops.finish_attempt(rollout_id, attempt_id, body))
-
-    @app.post(prefix + "/waits/rollouts", response_model=list[Rollout], tags=["rollouts"])
-    async def wait_for_rollouts(body: WaitRequest) -> Response:
-        ids = body.rollout_ids
-        wait = ops.bounded(body.timeout)
-        done = await ops.until_shutdown(store.wait_for_rollouts(rollout_ids=ids, timeout=wait), None)
-        if done is None:  # stopping: answer with a plain check
-            done = await store.wait_for_rollouts(rollout_ids=ids, timeout=0)
-        complete = (body.timeout is not None and body.timeout <= options.max_wait_seconds) or len(
-            {r.rollout_id for r in done}
-        ) >= len(set(ids))
-        if not complete:
-            known = await store.query_rollouts(rollout_id_in=list(set(ids)))
-            complete = {r.rollout_id for r in known} <= {r.rollout_id for r in done}
-        return _json(done, headers={WAIT_COMPLETE_HEADER: "true" if complete else "false"})
-
-    # -- resources ------------------------------------------------------------------------------
+def _declare_resource_routes(app: FastAPI, store: LightningStore) -> None:
+    prefix = API_PREFIX
+    query_resources_hook = store._query_resources  # pyright: ignore[reportPrivateUsage]
 
     @app.get(prefix + "/resources", response_model=PaginatedResult[ResourcesUpdate], tags=["resources"])
     async def query_resources(q: Annotated[ResourcesQueryParams, Query()]) -> Response:
@@ -286,16 +243,11 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:  # noqa: 
     async def update_resources(resources_id: str, resources: Annotated[NamedResources, Body()]) -> Response:
         return _json(await store.update_resources(resources_id, resources))
 
-    # -- spans ----------------------------------------------------------------------------------
 
-    @app.post(prefix + "/spans", status_code=201, response_model=Span | None, tags=["spans"])
-    async def add_span(span: Span) -> Response:
-        return _reply(await ops.add_span(span))
-
-    @app.post(prefix + "/spans/batch", status_code=201, response_model=AddSpansResponse, tags=["spans"])
-    async def add_many_spans(body: AddSpansRequest) -> Response:
-        """Store many spans; answers with the positions of those stored (not the spans again)."""
-        return _reply(await ops.add_many_spans(body))
+def _declare_span_and_worker_routes(app: FastAPI, store: LightningStore) -> None:
+    prefix = API_PREFIX
+    query_spans_hook = store._query_spans  # pyright: ignore[reportPrivateUsage]
+    query_workers_hook = store._query_workers  # pyright: ignore[reportPrivateUsage]
 
     @app.get(prefix + "/spans", response_model=PaginatedResult[Span], tags=["spans"])
     async def query_spans(q: Annotated[SpanQueryParams, Query()]) -> Response:
@@ -306,24 +258,6 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:  # noqa: 
     async def search_spans(q: SpanQuery) -> Response:
         """Spans of one rollout, or of several (``rollout_id`` a list): one request for a training step."""
         return _json(await query_spans_hook(q))
-
-    @app.post(
-        prefix + "/spans/in-order", status_code=201, response_model=AddSpansInOrderResponse, tags=["spans"]
-    )
-    async def add_spans_in_order(body: AddSpansRequest) -> Response:
-        """Store spans, each taking the next sequence id of its rollout in request order; answers with the
-        positions of those stored and the sequence id each got."""
-        return _reply(await ops.add_spans_in_order(body))
-
-    @app.post(prefix + "/spans/next", response_model=NextSequenceIdResponse, tags=["spans"])
-    async def next_sequence_id(body: NextSequenceIdRequest) -> Response:
-        return _reply(await ops.next_sequence_id(body))
-
-    @app.post(prefix + "/spans/next/batch", response_model=NextSequenceIdsResponse, tags=["spans"])
-    async def next_sequence_ids(body: NextSequenceIdsRequest) -> Response:
-        return _reply(await ops.next_sequence_ids(body))
-
-    # -- workers --------------------------------------------------------------------------------
 
     @app.get(prefix + "/workers", response_model=PaginatedResult[Worker], tags=["workers"])
     async def query_workers(q: Annotated[WorkerQueryParams, Query()]) -> Response:
@@ -337,17 +271,41 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:  # noqa: 
     async def get_worker(worker_id: str) -> Response:
         return _json(await store.get_worker_by_id(worker_id))
 
-    @app.post(prefix + "/workers/{worker_id:path}", response_model=Worker, tags=["workers"])
-    async def update_worker(worker_id: str, body: UpdateWorkerRequest | None = None) -> Response:
-        return _reply(await ops.update_worker(worker_id, body))
 
-    # -- OTLP -----------------------------------------------------------------------------------
+def _declare_hot_routes(app: FastAPI, ops: HotOps) -> None:
+    """The hot routes of the route table, answered by the same :class:`HotOps` methods as the hot path."""
+    for route in HOT_ROUTES:
+        app.add_api_route(
+            route.template,
+            _hot_endpoint(route, getattr(ops, route.operation)),
+            methods=[route.method],
+            status_code=route.status_code,
+            response_model=route.response_model,
+            tags=[route.tag],
+            name=route.operation,
+            description=route.summary,
+        )
 
-    from .otlp import install_otlp_routes
 
-    install_otlp_routes(app, store, max_decompressed_bytes=options.max_body_bytes)
+def _hot_endpoint(
+    route: HotRoute, handler: Callable[..., Awaitable[Reply]]
+) -> Callable[..., Awaitable[Response]]:
+    """An endpoint whose signature declares the route's ids and body, for FastAPI to validate and document."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    params = [inspect.Parameter(name, keyword, annotation=str) for name in route.params]
+    if route.body is not None:
+        if route.body_required:
+            params.append(inspect.Parameter("body", keyword, annotation=route.body))
+        else:
+            params.append(inspect.Parameter("body", keyword, annotation=route.body | None, default=None))
+    names = [p.name for p in params]
 
-    return app
+    async def endpoint(**values: Any) -> Response:
+        return _reply(await handler(*(values[name] for name in names)))
+
+    endpoint.__signature__ = inspect.Signature(params, return_annotation=Response)
+    endpoint.__name__ = route.operation
+    return endpoint
 
 
 def _install_schema_fixups(app: FastAPI) -> None:

@@ -1,17 +1,16 @@
-"""One layer between the socket and the store for the hot routes.
+"""The checks every API request passes, in one implementation, and the hot routes answered there.
 
-The general stack (metrics → dashboard → token → size cap → idempotent replay → fault barrier → fast path)
-costs a coroutine and a ``send`` wrapper per layer and per message; on the routes a runner calls for every
-rollout that was more than the store's own work. :class:`HotRoutes` does the same checks in one pass for
-those routes (one header scan, one answer): token, size cap, idempotent replay, fault barrier, metrics.
-
-It is served two ways, alike in every answer, metric and replay:
+:class:`HotPath` holds the token check, the size cap, idempotent replay and the fault barrier, and answers
+the hot routes from the route table (:mod:`._routes`). It is served two ways, alike in every answer,
+metric and replay:
 
 - :class:`HotCycle`, straight from the HTTP protocol (:func:`~._uvicorn.server_protocol_class` with
-  ``hot=``): no ASGI scope, messages or task per request; the request's coroutine runs at once and only
-  becomes a task when it has to wait (a long poll, a replayed key still running, a database);
-- :class:`HotPathMiddleware`, in ASGI, for the cases the protocol leaves to uvicorn (a pipelined request, an
-  ``Expect: 100-continue``, the h11 parser, CORS) and for apps served some other way.
+  ``hot=``), for the hot routes: no ASGI scope, messages or task per request; the request's coroutine
+  runs at once and only becomes a task when it has to wait (a long poll, a replayed key still running, a
+  database);
+- :class:`HotPathMiddleware`, in ASGI, for every other API request (answered by the FastAPI app behind
+  it) and for the hot requests the protocol leaves to uvicorn (a pipelined request, an
+  ``Expect: 100-continue``, the h11 parser, CORS, plain uvicorn).
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._models import API_PREFIX
@@ -35,13 +34,14 @@ from ._middleware import (
     too_large,
     unauthorized,
 )
-from ._ops import FastPathMiddleware, HotRoute, error_reply, fault_reply, reply_headers
+from ._ops import error_reply, fault_reply, reply_headers
 from ._replay import MemoryReplayCache, RecordedAnswer, ReplayCache
+from ._routes import RouteMatch, RouteTable, answer
 
 if TYPE_CHECKING:
-    from .metrics import MetricsMiddleware
+    from .metrics import HttpMetrics
 
-__all__ = ["HotCycle", "HotPathMiddleware", "HotRoutes"]
+__all__ = ["Answer", "HotCycle", "HotPath", "HotPathMiddleware", "replay_key_of"]
 
 logger = logging.getLogger("agl.store.server")
 
@@ -57,15 +57,22 @@ def _early(pair: tuple[Message, Message]) -> Answer:
     return start["status"], list(start["headers"]), body["body"]
 
 
-class HotRoutes:
-    """Token, size cap, idempotent replay, fault barrier and metrics for the hot routes, in one pass.
+def replay_key_of(path: str, key: bytes) -> bytes:
+    """The replay cache's key of a request to ``path`` with ``Idempotency-Key: key``."""
+    return path.encode() + b"\x00" + key
+
+
+class HotPath:
+    """Token, size cap, idempotent replay and fault barrier of the API; the hot routes' answers.
 
     Args:
-        fast: The fast path whose routes and answers these are.
+        table: The hot routes, bound to the store's operations.
         token: The bearer token, or ``None`` for none.
         max_body_bytes: The request-size cap.
-        cache: The replay cache (shared with the general stack's idempotency layer).
-        metrics: The general stack's metrics layer, whose request counters this layer feeds.
+        cache: The replay cache.
+        eager: Whether a hot request's coroutine may start outside a task (see :func:`._eager.eager_safe`).
+        metrics: Where requests answered straight from the protocol are counted (ASGI requests are counted
+            by the metrics layer around the ASGI app).
         debug: Put tracebacks into 500 answers.
         extra_headers: Added to every answer served straight from the protocol (``agl-server-worker`` of a
             worker; in ASGI, the worker's wrapper adds it).
@@ -73,28 +80,24 @@ class HotRoutes:
 
     def __init__(
         self,
-        fast: FastPathMiddleware,
+        table: RouteTable,
         *,
         token: str | None,
         max_body_bytes: int,
         cache: ReplayCache,
-        metrics: MetricsMiddleware,
+        eager: bool,
+        metrics: HttpMetrics,
         debug: bool = False,
         extra_headers: Sequence[tuple[bytes, bytes]] = (),
     ) -> None:
-        self.fast = fast
+        self.table = table
         self._expected = f"Bearer {token}".encode() if token else None
         self.max_body_bytes = max_body_bytes
         self.cache = cache
-        self.observe = metrics.http.observe
+        self.observe = metrics.observe
         self.debug = debug
         self.extra_headers = list(extra_headers)
-        # A request's coroutine runs at once (no task) where nothing in it needs one: see _eager.eager_safe.
-        self.eager = fast.ops.eager and isinstance(cache, MemoryReplayCache)
-
-    def match(self, method: str, path: str) -> HotRoute | None:
-        """The hot route of ``method path``, or ``None`` for the general stack's."""
-        return self.fast.match(method, path)
+        self.eager = eager and isinstance(cache, MemoryReplayCache)
 
     def start_cycle(
         self,
@@ -104,17 +107,17 @@ class HotRoutes:
         headers: list[tuple[bytes, bytes]],
         keep_alive: bool,
     ) -> HotCycle | None:
-        """The protocol's hook (:class:`~._uvicorn.HotServing`): serve a hot route's request there."""
-        route = self.fast.match(method, path)
-        if route is None:
+        """The protocol's hook: serve a hot route's request there (``None``: leave it to ASGI)."""
+        match = self.table.match(method, path)
+        if match is None:
             return None
-        return HotCycle(proto, self, route, method, path, headers, keep_alive)
+        return HotCycle(proto, self, match, method, path, headers, keep_alive)
 
     def check(
-        self, path: str, headers: Sequence[tuple[bytes, bytes]]
+        self, method: str, path: str, headers: Sequence[tuple[bytes, bytes]]
     ) -> tuple[Answer | None, bytes | None, str]:
         """What the head alone decides: an early answer (401, 400, 413) or ``None``; the idempotency key;
-        the content type. The first of each header counts, as the general stack reads them."""
+        the content type. The first of each header counts."""
         auth = length = key = ctype = None
         for name, value in headers:
             if name == b"authorization":
@@ -129,7 +132,7 @@ class HotRoutes:
             elif name == b"content-type" and ctype is None:
                 ctype = value
         content_type = ctype.decode("latin-1").lower() if ctype else ""
-        if self._expected is not None and path != _HEALTH_PATH:
+        if self._expected is not None and path != _HEALTH_PATH and method != "OPTIONS":
             given = auth or b""
             if not hmac.compare_digest(given, self._expected):
                 return _early(unauthorized(given)), key, content_type
@@ -139,97 +142,144 @@ class HotRoutes:
             except ValueError:
                 return _early(bad_content_length(length)), key, content_type
             if too_big:
-                return _early(too_large(self.max_body_bytes)), key, content_type
+                return self.too_large(), key, content_type
         return None, key, content_type
 
     def too_large(self) -> Answer:
-        """The 413 answer to a body that grew past the cap while it arrived."""
+        """The 413 answer to a body past the cap."""
         return _early(too_large(self.max_body_bytes))
 
     async def respond(
-        self, route: HotRoute, method: str, path: str, key: bytes | None, content_type: str, body: bytes
+        self,
+        method: str,
+        path: str,
+        key: bytes | None,
+        produce: Callable[..., Awaitable[Answer]],
+        *args: Any,
     ) -> Answer:
-        """The answer to a whole request that passed :meth:`check` (a replay, or the store's answer)."""
+        """The answer to a whole request that passed :meth:`check`: a replay, or ``produce(*args)``'s
+        answer (remembered under the request's idempotency key, unless it is a server fault)."""
         cache_key = replay_key_of(path, key) if key is not None and method == "POST" else None
         if cache_key is None:
-            return await self._answer(route, method, path, content_type, body)
+            return await self._barrier(method, path, produce(*args))
         recorded = await self.cache.claim(cache_key)
         if recorded is not None:
             return recorded.status, [*recorded.headers, _REPLAYED], recorded.body
         keep: RecordedAnswer | None = None
         try:
-            answer = await self._answer(route, method, path, content_type, body)
-            if answer[0] < 500:  # server faults are not remembered: a retry runs for real
-                keep = RecordedAnswer(*answer)
+            reply = await self._barrier(method, path, produce(*args))
+            if reply[0] < 500:  # server faults are not remembered: a retry runs for real
+                keep = RecordedAnswer(*reply)
         finally:
             await self.cache.release(cache_key, keep)
-        return answer
+        return reply
 
-    async def _answer(
-        self, route: HotRoute, method: str, path: str, content_type: str, body: bytes
-    ) -> Answer:
+    async def answer_route(self, match: RouteMatch, content_type: str, body: bytes) -> Answer:
+        """A hot route's answer (from the store's operations)."""
+        reply = await answer(match, body, content_type)
+        return reply[0], reply_headers(reply), reply[1]
+
+    async def _barrier(self, method: str, path: str, call: Awaitable[Answer]) -> Answer:
+        """The fault barrier: an exception becomes its mapped answer (4xx, 503) or a logged 500."""
         try:
-            reply = await self.fast.answer(route, body, content_type)
-        except Exception as exc:  # the fault barrier
+            return await call
+        except Exception as exc:
             mapped = error_reply(exc)  # a database error: 4xx or 503, not a fault
             if mapped is None:
                 logger.exception("store server fault on %s %s", method, path)
             reply = mapped if mapped is not None else fault_reply(exc, self.debug)
-        return reply[0], reply_headers(reply), reply[1]
-
-
-def replay_key_of(path: str, key: bytes) -> bytes:
-    """The replay cache's key of a request to ``path`` with ``Idempotency-Key: key``."""
-    return path.encode() + b"\x00" + key
+            return reply[0], reply_headers(reply), reply[1]
 
 
 class HotPathMiddleware:
-    """Serve the hot routes (:class:`HotRoutes`) in ASGI; hand every other request to ``app``."""
+    """Every API request through :class:`HotPath`'s checks; a hot route answered from the route table,
+    any other by ``app`` (the FastAPI app), whose answer is collected, so that it can be replayed."""
 
-    def __init__(self, app: ASGIApp, routes: HotRoutes) -> None:
+    def __init__(self, app: ASGIApp, hot: HotPath) -> None:
         self.app = app
-        self.routes = routes
+        self.hot = hot
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        route = self.routes.match(scope["method"], scope["path"]) if scope["type"] == "http" else None
-        if route is None:
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = time.perf_counter()
-        status = 500
-        try:
-            status = await self._serve(scope, receive, send, route)
-        finally:
-            self.routes.observe(scope["method"], route.template, status, time.perf_counter() - started)
-
-    async def _serve(self, scope: Scope, receive: Receive, send: Send, route: HotRoute) -> int:
-        routes = self.routes
+        hot = self.hot
+        method: str = scope["method"]
         path: str = scope["path"]
-        early, key, content_type = routes.check(path, scope["headers"])
+        early, key, content_type = hot.check(method, path, scope["headers"])
         if early is not None:
             await _send_answer(send, early)
-            return early[0]
-        body = b""
-        if scope["method"] == "POST":  # the whole body, counted against the cap as it arrives
-            chunks: list[bytes] = []
-            size = 0
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return 500  # gone before the body was in: nobody to answer (counted as the stack does)
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > routes.max_body_bytes:
-                    answer = routes.too_large()
-                    await _send_answer(send, answer)
-                    return answer[0]
-                chunks.append(chunk)
-                if not message.get("more_body", False):
-                    break
-            body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        answer = await routes.respond(route, scope["method"], path, key, content_type, body)
-        await _send_answer(send, answer)
-        return answer[0]
+            return
+        body = await _read_body(receive, hot.max_body_bytes)
+        if body is None:
+            return  # gone before the body was in: nobody to answer
+        if isinstance(body, _TooLarge):
+            await _send_answer(send, hot.too_large())
+            return
+        match = hot.table.match(method, path)
+        if match is not None:
+            reply = await hot.respond(method, path, key, hot.answer_route, match, content_type, body)
+        else:
+            reply = await hot.respond(method, path, key, _collect, self.app, scope, _replaying(body, receive))
+        await _send_answer(send, reply)
+
+
+class _TooLarge:
+    """What :func:`_read_body` returns for a body past the cap."""
+
+
+_TOO_LARGE = _TooLarge()
+
+
+async def _read_body(receive: Receive, cap: int) -> bytes | _TooLarge | None:
+    """The whole request body, counted against ``cap`` as it arrives (``_TOO_LARGE`` past it; ``None``
+    when the client went away first)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > cap:
+            return _TOO_LARGE
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands the app the body already read, then waits as ``receive`` does."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+async def _collect(app: ASGIApp, scope: Scope, receive: Receive) -> Answer:
+    """Run ``app`` on the request and collect its whole answer."""
+    status = 0
+    headers: list[tuple[bytes, bytes]] = []
+    chunks: list[bytes] = []
+
+    async def collect(message: Message) -> None:
+        nonlocal status, headers
+        if message["type"] == "http.response.start":
+            status, headers = message["status"], list(message.get("headers", ()))
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, collect)
+    if not status:
+        raise RuntimeError("the app returned without answering")
+    return status, headers, b"".join(chunks)
 
 
 async def _send_answer(send: Send, answer: Answer) -> None:
@@ -292,12 +342,12 @@ class HotCycle:
     __slots__ = (
         "_body",
         "_content_type",
+        "_hot",
         "_key",
+        "_match",
         "_method",
         "_path",
         "_proto",
-        "_route",
-        "_routes",
         "_size",
         "_started",
         "disconnected",
@@ -311,8 +361,8 @@ class HotCycle:
     def __init__(
         self,
         proto: HotProtocol,
-        routes: HotRoutes,
-        route: HotRoute,
+        hot: HotPath,
+        match: RouteMatch,
         method: str,
         path: str,
         headers: Sequence[tuple[bytes, bytes]],
@@ -320,8 +370,8 @@ class HotCycle:
     ) -> None:
         self._started = time.perf_counter()
         self._proto = proto
-        self._routes = routes
-        self._route = route
+        self._hot = hot
+        self._match = match
         self._method = method
         self._path = path
         self._body: list[bytes] = []
@@ -332,7 +382,7 @@ class HotCycle:
         self.response_started = False
         self.response_complete = False
         self.message_event = _NO_EVENT
-        early, self._key, self._content_type = routes.check(path, headers)
+        early, self._key, self._content_type = hot.check(method, path, headers)
         if early is not None:
             self._finish(early)  # the rest of the body is read and dropped
 
@@ -340,9 +390,9 @@ class HotCycle:
         if self.response_complete:
             return
         self._size += len(body)
-        if self._size > self._routes.max_body_bytes:
+        if self._size > self._hot.max_body_bytes:
             self._body = []
-            self._finish(self._routes.too_large())
+            self._finish(self._hot.too_large())
             return
         self._body.append(body)
 
@@ -353,16 +403,18 @@ class HotCycle:
         parts = self._body
         body = parts[0] if len(parts) == 1 else b"".join(parts)
         self._body = []
-        routes = self._routes
-        coro = routes.respond(self._route, self._method, self._path, self._key, self._content_type, body)
+        hot = self._hot
+        coro = hot.respond(
+            self._method, self._path, self._key, hot.answer_route, self._match, self._content_type, body
+        )
         try:
-            done, answer, task = start(coro, self._proto.loop, routes.eager)
+            done, reply, task = start(coro, self._proto.loop, hot.eager)
         except Exception as exc:  # (respond maps the store's errors; this is the replay cache failing)
             logger.exception("store server fault on %s %s", self._method, self._path)
-            self._finish(_fault(exc, routes.debug))
+            self._finish(_fault(exc, hot.debug))
             return
         if done:
-            self._finish(answer)
+            self._finish(reply)
             return
         assert task is not None
         task.add_done_callback(self._task_done)
@@ -372,12 +424,12 @@ class HotCycle:
         if self.response_complete:
             return
         if task.cancelled():  # the server stopped and gave up waiting
-            self._finish(_fault(asyncio.CancelledError(), self._routes.debug))
+            self._finish(_fault(asyncio.CancelledError(), self._hot.debug))
             return
         exc = task.exception()
         if exc is not None:  # respond() maps every Exception: this is a BaseException
             logger.error("store server fault on %s %s", self._method, self._path, exc_info=exc)
-            self._finish(_fault(exc, self._routes.debug))
+            self._finish(_fault(exc, self._hot.debug))
             return
         self._finish(task.result())
 
@@ -390,7 +442,7 @@ class HotCycle:
             parts = [_status_line(status), proto.hot_default_headers()]
             for name, value in headers:
                 parts += (name, b": ", value, b"\r\n")
-            for name, value in self._routes.extra_headers:
+            for name, value in self._hot.extra_headers:
                 parts += (name, b": ", value, b"\r\n")
             if not self.keep_alive:
                 parts.append(b"connection: close\r\n")
@@ -399,7 +451,7 @@ class HotCycle:
             if not self.keep_alive:
                 proto.hot_close()
             proto.on_response_complete()
-        self._routes.observe(self._method, self._route.template, status, time.perf_counter() - self._started)
+        self._hot.observe(self._method, self._match.label, status, time.perf_counter() - self._started)
 
 
 def _fault(exc: BaseException, debug: bool) -> Answer:

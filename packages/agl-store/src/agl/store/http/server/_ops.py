@@ -1,22 +1,18 @@
-"""The hot operations of the REST API, and an ASGI fast path that serves them without FastAPI's per-request work.
+"""The hot operations of the REST API (:class:`HotOps`), their answers, and the API's error answers.
 
 Runners call a handful of routes for every rollout (enqueue, dequeue, spans, attempt update, read back).
 For those, FastAPI's routing, dependency solving and double JSON parsing cost more than the store call
-itself, so :class:`FastPathMiddleware` serves them directly: one dict or split lookup, one
-``model_validate_json`` on the raw body, one Rust serialisation of the answer. The FastAPI routes call the
-same :class:`HotOps` methods, so both paths behave identically; the FastAPI app still documents them in
-the OpenAPI schema and serves every other route.
+itself, so :func:`._routes.answer` serves them from the route table: one dict or split lookup,
+one strict validation of the parsed body, one Rust serialisation of the answer. The FastAPI app calls the
+same :class:`HotOps` methods for them, so both behave identically.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import math
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from agl.types import (
@@ -28,12 +24,11 @@ from agl.types import (
     ResourcesUpdate,
     Span,
 )
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
 from ...base import LightningStore
 from ...errors import StoreFullError
 from .._models import (
-    API_PREFIX,
     AddSpansRequest,
     ClaimRequest,
     DequeueRequest,
@@ -47,8 +42,6 @@ from .._models import (
     UpdateWorkerRequest,
 )
 from ._eager import eager_safe, run_eagerly
-from ._middleware import ASGIApp, Receive, Scope, Send
-from .metrics import _LITERALS, route_template  # pyright: ignore[reportPrivateUsage]
 
 if TYPE_CHECKING:
     from sqlalchemy import exc as sa_exc
@@ -56,9 +49,7 @@ if TYPE_CHECKING:
     from ._options import AppOptions
 
 __all__ = [
-    "FastPathMiddleware",
     "HotOps",
-    "HotRoute",
     "Reply",
     "encode",
     "error_body",
@@ -66,18 +57,17 @@ __all__ = [
     "fault_reply",
     "positions",
     "reply_headers",
-    "send_reply",
     "validation_reply",
 ]
 
 T = TypeVar("T")
-M = TypeVar("M", bound=BaseModel)
 
 _ANY: TypeAdapter[Any] = TypeAdapter(Any)
-_SPAN = TypeAdapter(Span)
 
 Reply = tuple[int, bytes, "dict[str, str] | None"]
 """Status, JSON body, extra headers."""
+
+_HEALTH = b'{"status":"ok"}'
 
 
 def encode(value: Any) -> bytes:
@@ -239,6 +229,9 @@ class HotOps:
                     await task
         return task.result() if not task.cancelled() else default
 
+    async def health(self) -> Reply:
+        return 200, _HEALTH, None
+
     async def enqueue(self, body: EnqueueRequest) -> Reply:
         if not body.rollouts:
             return 201, b"[]", None
@@ -356,180 +349,6 @@ def _attempt_fields(body: UpdateAttemptRequest) -> dict[str, Any]:
     return values
 
 
-_HEALTH = b'{"status":"ok"}'
-
-
-@dataclass(frozen=True, slots=True)
-class HotRoute:
-    """One hot route as matched: its handler, how its body is read, the metrics template of its path."""
-
-    template: str
-    """The path with ids replaced by ``{id}`` (the ``route`` label of the request metrics)."""
-    handler: Callable[..., Awaitable[Reply]] | None
-    """``None`` for the health check (a fixed answer)."""
-    model: type[BaseModel] | TypeAdapter[Any] | None = None
-    """What the JSON body is validated as; ``None`` for a route that reads no body."""
-    required: bool = True
-    """Whether a body must be sent (else an empty or ``null`` body passes ``None``)."""
-    args: tuple[str, ...] = ()
-    """The ids taken from the path, passed before the body."""
-
-
-class FastPathMiddleware:
-    """Serve the hot routes straight from ASGI; hand everything else to the FastAPI app.
-
-    :meth:`match` and :meth:`answer` are the same work without ASGI, for the layers in front (:mod:`._hot`).
-    """
-
-    def __init__(self, app: ASGIApp, ops: HotOps) -> None:
-        self.app = app
-        self.ops = ops
-        p = API_PREFIX
-        exact: dict[tuple[str, str], tuple[Any, type[BaseModel] | TypeAdapter[Any], bool]] = {
-            ("POST", p + "/queues/rollouts/enqueue"): (ops.enqueue, EnqueueRequest, True),
-            ("POST", p + "/queues/rollouts/dequeue"): (ops.dequeue, DequeueRequest, False),
-            ("POST", p + "/queues/rollouts/claim"): (ops.claim, ClaimRequest, False),
-            ("POST", p + "/rollouts"): (ops.start_rollout, StartRolloutRequest, True),
-            ("POST", p + "/spans"): (ops.add_span, _SPAN, True),
-            ("POST", p + "/spans/batch"): (ops.add_many_spans, AddSpansRequest, True),
-            ("POST", p + "/spans/in-order"): (ops.add_spans_in_order, AddSpansRequest, True),
-            ("POST", p + "/spans/next"): (ops.next_sequence_id, NextSequenceIdRequest, True),
-            ("POST", p + "/spans/next/batch"): (ops.next_sequence_ids, NextSequenceIdsRequest, True),
-        }
-        self._exact: dict[tuple[str, str], HotRoute] = {
-            key: HotRoute(key[1], handler, model, required)
-            for key, (handler, model, required) in exact.items()
-        }
-        self._exact[("GET", p + "/health")] = HotRoute(p + "/health", None)
-        self._rollouts = p + "/rollouts/"
-        self._workers = p + "/workers/"
-        self._update_worker = p + "/workers/{id}"
-        self._get_rollout = p + "/rollouts/{id}"
-        self._update_attempt = p + "/rollouts/{id}/attempts/{id}"
-        self._finish_attempt = p + "/rollouts/{id}/attempts/{id}/finish"
-
-    def match(self, method: str, path: str) -> HotRoute | None:
-        """The hot route ``method path`` belongs to, or ``None`` for one this layer does not serve."""
-        route = self._exact.get((method, path))
-        if route is not None:
-            return route
-        if not path.startswith(self._rollouts):
-            if method == "POST" and path.startswith(self._workers):
-                worker_id = path[len(self._workers) :]  # (may hold slashes)
-                if worker_id and worker_id != "search":
-                    template = self._update_worker if worker_id not in _LITERALS else route_template(path)
-                    return HotRoute(
-                        template, self.ops.update_worker, UpdateWorkerRequest, False, (worker_id,)
-                    )
-            return None
-        parts = path[len(self._rollouts) :].split("/")
-        if method == "GET":
-            if len(parts) == 1 and parts[0] and parts[0] != "search":
-                template = self._get_rollout if parts[0] not in _LITERALS else route_template(path)
-                return HotRoute(template, self.ops.get_rollout, None, True, (parts[0],))
-            return None
-        if method != "POST" or len(parts) < 3 or parts[1] != "attempts" or not parts[0] or not parts[2]:
-            return None
-        if len(parts) == 3 and parts[2] != "search":
-            ids = (parts[0], parts[2])
-            return HotRoute(self._update_attempt, self.ops.update_attempt, UpdateAttemptRequest, True, ids)
-        if len(parts) == 4 and parts[3] == "finish":
-            ids = (parts[0], parts[2])
-            return HotRoute(self._finish_attempt, self.ops.finish_attempt, FinishAttemptRequest, True, ids)
-        return None
-
-    def serves(self, method: str, path: str) -> bool:
-        """Whether this layer answers ``method path`` itself (health and the hot routes)."""
-        return self.match(method, path) is not None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        route = self.match(scope["method"], scope["path"]) if scope["type"] == "http" else None
-        if route is None:
-            await self.app(scope, receive, send)
-            return
-        raw = b""
-        if route.model is not None:
-            chunks: list[bytes] = []
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return  # the client went away (or the size cap cut the body off and answered)
-                chunks.append(message.get("body", b""))
-                if not message.get("more_body", False):
-                    break
-            raw = b"".join(chunks)
-        await send_reply(send, await self.answer(route, raw, _content_type(scope)))
-
-    async def answer(self, route: HotRoute, raw: bytes, content_type: str) -> Reply:
-        """The answer to ``route`` with body ``raw``: validation errors and store errors mapped to 4xx/503.
-
-        A server fault (an exception the API does not map) is raised, for the fault barrier to answer.
-        """
-        handler = route.handler
-        if handler is None:
-            return 200, _HEALTH, None
-        model = route.model
-        if model is None:
-            return await self._guarded(handler(*route.args))
-        stripped = raw.strip()
-        if not stripped or (not route.required and stripped == b"null"):
-            if route.required:
-                return validation_reply([{"loc": ("body",), "msg": "Field required", "type": "missing"}])
-            return await self._guarded(handler(*route.args, None))
-        if content_type and "json" not in content_type:
-            detail = [
-                {
-                    "loc": ("body",),
-                    "msg": f"Content-Type must be application/json, got {content_type!r}",
-                    "type": "content_type",
-                }
-            ]
-            return validation_reply(detail)
-        try:
-            data = json.loads(raw, parse_float=_json_number, parse_constant=_no_constant)
-        except (ValueError, RecursionError) as exc:
-            msg = f"Invalid JSON: {exc}" if isinstance(exc, ValueError) else "Invalid JSON: nested too deeply"
-            return validation_reply([{"loc": ("body",), "msg": msg, "type": "json_invalid"}])
-        try:
-            # Strict, as the schema says: JSON types must match (no "3" or true for 3); 3.0 is an integer.
-            if isinstance(model, TypeAdapter):
-                body = model.validate_python(data, strict=True)
-            else:
-                body = model.model_validate(data, strict=True)
-        except ValidationError as exc:
-            errors = [{**e, "loc": ("body", *e.get("loc", ()))} for e in exc.errors(include_url=False)]
-            return validation_reply(errors)
-        return await self._guarded(handler(*route.args, body))
-
-    async def _guarded(self, call: Awaitable[Reply]) -> Reply:
-        try:
-            return await call
-        except Exception as exc:
-            mapped = error_reply(exc)
-            if mapped is None:
-                raise  # a server fault: the fault barrier answers 500
-            return mapped
-
-
-def _json_number(text: str) -> float | int:
-    """JSON numbers with a fraction: integral ones become ints (JSON Schema counts 3.0 as an integer)."""
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} is out of the range of a JSON number this API accepts")
-    return int(value) if value.is_integer() and abs(value) < 2**53 else value
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _content_type(scope: Scope) -> str:
-    for key, value in scope["headers"]:
-        if key == b"content-type":
-            return value.decode("latin-1").lower()
-    return ""
-
-
 def reply_headers(reply: Reply) -> list[tuple[bytes, bytes]]:
     """The header pairs ``reply`` is sent with (JSON content type, length, its extra headers)."""
     status, body, headers = reply
@@ -538,8 +357,3 @@ def reply_headers(reply: Reply) -> list[tuple[bytes, bytes]]:
     if headers:
         raw_headers.extend((k.lower().encode(), v.encode()) for k, v in headers.items())
     return raw_headers
-
-
-async def send_reply(send: Send, reply: Reply) -> None:
-    await send({"type": "http.response.start", "status": reply[0], "headers": reply_headers(reply)})
-    await send({"type": "http.response.body", "body": reply[1]})

@@ -9,23 +9,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...base import LightningStore
-from ._hot import HotPathMiddleware, HotRoutes
-from ._middleware import (
-    ASGIApp,
-    BearerTokenMiddleware,
-    BodySizeLimitMiddleware,
-    IdempotencyMiddleware,
-    Message,
-    Receive,
-    Scope,
-    Send,
-)
-from ._ops import FastPathMiddleware, HotOps, error_reply, fault_reply, send_reply
+from ._hot import HotPath, HotPathMiddleware
+from ._middleware import ASGIApp, Receive, Scope, Send
+from ._ops import HotOps
 from ._options import AppOptions
 from ._replay import MemoryReplayCache
+from ._routes import RouteTable
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -65,70 +57,39 @@ class LazyApp:
         await self.get()(scope, receive, send)
 
 
-class _FaultMiddleware:
-    """Last line of defence: log a server fault once and answer 500 if nothing was answered yet."""
-
-    def __init__(self, app: Any, debug: bool) -> None:
-        self.app = app
-        self.debug = debug
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, receive, tracking_send)
-        except Exception as exc:
-            mapped = error_reply(exc)  # a database error on the fast path: 4xx or 503, not a fault
-            if mapped is None:
-                logger.exception("store server fault on %s %s", scope.get("method"), scope.get("path"))
-            if not started:
-                await send_reply(send, mapped if mapped is not None else fault_reply(exc, self.debug))
-
-
-def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[LazyApp, ASGIApp, HotRoutes | None]:
+def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[LazyApp, ASGIApp, HotPath | None]:
     """The FastAPI app over ``store`` (routes, OpenAPI schema; built on first use), the ASGI app to serve, and
-    the hot routes for the HTTP protocol to serve itself (``None`` when every request must go through the
-    ASGI app: CORS).
+    the hot path for the HTTP protocol to serve the hot routes itself (``None`` when every request must go
+    through the ASGI app: CORS).
 
-    Served stack, outermost first: CORS → hot path (the hot routes, in one pass: :mod:`._hot`) →
-    metrics (``/metrics``, request counts) → dashboard (static files) → bearer token → size cap →
-    idempotent replay → fault barrier → fast path for the hot routes → FastAPI.
+    Served stack, outermost first: CORS → metrics (``/metrics``, request counts) → dashboard (static files)
+    → the hot path (token, size cap, idempotent replay, fault barrier; the hot routes answered from the
+    route table: :mod:`._hot`) → FastAPI.
     """
     from .dashboard import DashboardMiddleware
-    from .metrics import MetricsMiddleware, StoreFigures
+    from .metrics import MetricsMiddleware, StoreFigures, http_metrics
 
     app = LazyApp(store, options)
-    cache = options.replay_cache or MemoryReplayCache()
-    fast = FastPathMiddleware(app, HotOps(store, options))
-    asgi: ASGIApp = _FaultMiddleware(fast, debug=options.debug)
-    asgi = IdempotencyMiddleware(asgi, cache=cache)
-    asgi = BodySizeLimitMiddleware(asgi, max_body_bytes=options.max_body_bytes)
-    if options.token:
-        asgi = BearerTokenMiddleware(asgi, token=options.token)
-    asgi = DashboardMiddleware(asgi)
-    metrics = MetricsMiddleware(
-        asgi,
+    ops = HotOps(store, options)
+    counters = http_metrics("agl_store")
+    hot = HotPath(
+        RouteTable(ops),
+        token=options.token,
+        max_body_bytes=options.max_body_bytes,
+        cache=options.replay_cache or MemoryReplayCache(),
+        eager=ops.eager,
+        metrics=counters,
+        debug=options.debug,
+    )
+    asgi: ASGIApp = MetricsMiddleware(
+        DashboardMiddleware(HotPathMiddleware(app, hot)),
         namespace="agl_store",
+        http=counters,
         token=options.token,
         public=options.metrics_public,
         figures=StoreFigures(store),
         include_default=True,
     )
-    routes = HotRoutes(
-        fast,
-        token=options.token,
-        max_body_bytes=options.max_body_bytes,
-        cache=cache,
-        metrics=metrics,
-        debug=options.debug,
-    )
-    asgi = HotPathMiddleware(metrics, routes)
     origins = [o.strip() for o in options.cors_allow_origins if o and o.strip()]
     if origins:
         from starlette.middleware.cors import CORSMiddleware
@@ -142,4 +103,4 @@ def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[LazyApp
             expose_headers=["*"],
         )  # (imports Starlette, not FastAPI)
         return app, asgi, None  # CORS headers are added in ASGI: every request goes through it
-    return app, asgi, routes
+    return app, asgi, hot

@@ -13,7 +13,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-__all__ = ["ConnectionLimits", "HotServing", "coalescing_protocol_class", "server_protocol_class"]
+__all__ = ["ConnectionLimits", "coalescing_protocol_class", "server_protocol_class"]
 
 
 class _CoalescingTransport:
@@ -105,31 +105,8 @@ class _Flow(Protocol):
     read_paused: bool
 
 
-class HotCycleLike(_Cycle, Protocol):
-    """A request cycle that a :class:`HotServing` serves without ASGI (see :mod:`agl.store.http.server._hot`)."""
-
-    keep_alive: bool
-    disconnected: bool
-
-    def on_body(self, body: bytes) -> None: ...
-    def on_message_complete(self) -> None: ...
-
-
-class HotServing(Protocol):
-    """Routes the protocol serves itself: ``start_cycle`` returns the cycle of a request it takes (given the
-    request's method, path and lower-cased headers, once its head is in), or ``None`` to leave it to ASGI."""
-
-    def start_cycle(
-        self,
-        proto: Any,
-        method: str,
-        path: str,
-        headers: list[tuple[bytes, bytes]],
-        keep_alive: bool,
-    ) -> HotCycleLike | None: ...
-
-
 if TYPE_CHECKING:
+    from ._hot import HotCycle, HotPath
 
     class _UvicornHttp(asyncio.Protocol):
         """The parts of uvicorn's HTTP protocols (``HttpToolsProtocol``, ``H11Protocol``) used here: the two
@@ -166,12 +143,12 @@ _HEAD_431 = _plain_answer(
 )
 
 
-def server_protocol_class(  # noqa: C901  # the protocol subclass is one closure; fenced by the route table (issue 26)
+def server_protocol_class(  # noqa: C901  # one subclass closed over its settings: its methods count here
     http: str,
     *,
     coalesce: bool = True,
     limits: ConnectionLimits | None = None,
-    hot: HotServing | None = None,
+    hot: HotPath | None = None,
 ) -> type[asyncio.Protocol]:
     """uvicorn's protocol class for ``http`` (``"httptools"`` or ``"h11"``) with stall deadlines (``limits``)
     and, with ``coalesce``, each answer's header block written together with its body.
@@ -206,7 +183,7 @@ def server_protocol_class(  # noqa: C901  # the protocol subclass is one closure
                 self._agl_write = wrapper.write_whole
                 transport = cast(asyncio.Transport, wrapper)
             super().connection_made(transport)
-            self._agl_hot: HotCycleLike | None = None
+            self._agl_hot: HotCycle | None = None
             self._agl_feeding = False
             self._agl_answered = False  # an answer completed while the last read was parsed
             self._agl_phase = _IDLE
@@ -231,7 +208,7 @@ def server_protocol_class(  # noqa: C901  # the protocol subclass is one closure
                 return None
             return cycle
 
-        # -- the hot routes, served here (see HotServing) --------------------------------------------
+        # -- the hot routes, served here (see HotPath.start_cycle) --------------------------------------------
 
         def on_headers_complete(self) -> None:
             cycle = self.cycle

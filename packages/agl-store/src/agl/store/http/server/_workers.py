@@ -62,6 +62,7 @@ class WorkerSettings:
     max_body_bytes: int = 64 * 1024 * 1024
     debug: bool = False
     metrics_public: bool = False
+    plain_http: bool = False
     watchdog_interval: float | None = None
     log_level: str = "INFO"
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -111,6 +112,7 @@ def _worker_main(settings: WorkerSettings, sock: socket.socket | None, index: in
         max_body_bytes=settings.max_body_bytes,
         debug=settings.debug,
         metrics_public=settings.metrics_public,
+        plain_http=settings.plain_http,
     )
     server._worker_index = index  # pyright: ignore[reportPrivateUsage]
     server._run_id = settings.run_id  # pyright: ignore[reportPrivateUsage]

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ...base import LightningStore
 
 __all__ = [
+    "LITERAL_SEGMENTS",
     "METRICS_PATH",
     "MULTIPROC_ENV",
     "HttpMetrics",
@@ -64,7 +65,18 @@ def multiprocess_enabled() -> bool:
 
 _COLLECTIONS = {"rollouts", "attempts"}
 _PATH_COLLECTIONS = {"resources", "workers"}  # their ids may contain slashes
-_LITERALS = {"search", "latest", "batch", "next", "enqueue", "dequeue", "claim", "queues", "waits", "spans"}
+LITERAL_SEGMENTS = {
+    "search",
+    "latest",
+    "batch",
+    "next",
+    "enqueue",
+    "dequeue",
+    "claim",
+    "queues",
+    "waits",
+    "spans",
+}
 
 
 def route_template(path: str) -> str:
@@ -81,10 +93,10 @@ def route_template(path: str) -> str:
             part = parts[i]
             out.append(part)
             i += 1
-            if i < len(parts) and part in _COLLECTIONS and parts[i] not in _LITERALS:
+            if i < len(parts) and part in _COLLECTIONS and parts[i] not in LITERAL_SEGMENTS:
                 out.append("{id}")
                 i += 1
-            elif i < len(parts) and part in _PATH_COLLECTIONS and parts[i] not in _LITERALS:
+            elif i < len(parts) and part in _PATH_COLLECTIONS and parts[i] not in LITERAL_SEGMENTS:
                 out.append("{id}")
                 break
         return API_PREFIX + "/" + "/".join(out)
@@ -331,7 +343,8 @@ class MetricsMiddleware:
 
     ``/metrics`` needs ``Authorization: Bearer <token>`` when ``token`` is set, unless ``public``.
     ``figures`` (read at scrape time) and ``extra_collectors`` are appended to the HTTP metrics;
-    ``include_default`` adds ``prometheus_client``'s global registry.
+    ``include_default`` adds ``prometheus_client``'s global registry. ``http``: the counters to feed
+    (shared with a layer that counts requests it answers before ASGI); fresh ones by default.
     """
 
     def __init__(
@@ -339,6 +352,7 @@ class MetricsMiddleware:
         app: ASGIApp,
         *,
         namespace: str,
+        http: HttpMetrics | None = None,
         token: str | None = None,
         public: bool = False,
         figures: StoreFigures | None = None,
@@ -348,7 +362,7 @@ class MetricsMiddleware:
         self.app = app
         self.extra_collectors: list[Collector] = []
         self.include_default = include_default
-        self.http = http_metrics(namespace)
+        self.http = http or http_metrics(namespace)
         self.figures = figures
         self._expected = f"Bearer {token}".encode() if token and not public else None
         self._template = template

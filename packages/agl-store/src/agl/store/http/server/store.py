@@ -41,7 +41,8 @@ if TYPE_CHECKING:
 
     from ...sql import SqlLightningStore
     from ..client.store import LightningStoreClient
-    from ._hot import HotRoutes
+    from ._hot import HotPath
+    from ._middleware import ASGIApp
     from ._options import AppOptions
     from ._stack import LazyApp
 
@@ -83,6 +84,10 @@ class LightningStoreServer(ForwardingStore):
             cannot send one); otherwise ``/metrics`` needs the same token as the API.
         connection_limits: How long a client may leave a connection idle or a request's head or body
             half-sent before the server closes it (see :class:`~agl.store.ConnectionLimits`).
+        plain_http: Serve with uvicorn's own HTTP protocol: every request through ASGI, without the stall
+            deadlines, the one-write answers and the hot routes answered by the protocol. Answers are
+            the same, only slower; the switch for a uvicorn release that changed the internals the
+            faster protocol relies on (see ``tests/test_server_uvicorn_internals.py``).
 
     The dashboard is served at ``/`` and ``/dashboard`` (its page asks for the token).
     """
@@ -100,6 +105,7 @@ class LightningStoreServer(ForwardingStore):
         access_host: str | None = None,
         metrics_public: bool = False,
         connection_limits: ConnectionLimits | None = None,
+        plain_http: bool = False,
     ) -> None:
         if not isinstance(cast(object, store), LightningStore):  # callers may pass anything
             raise InvalidRequestError(
@@ -129,12 +135,13 @@ class LightningStoreServer(ForwardingStore):
         ):
             raise TypeError("connection_limits must be an agl.store.ConnectionLimits")
         self.connection_limits = connection_limits or ConnectionLimits()
+        self.plain_http = plain_http
         self.access_host = access_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
         self._owner_pid = os.getpid()
         self._app: LazyApp | None = None
         self._options: AppOptions | None = None
-        self._asgi: Any = None
-        self._hot: HotRoutes | None = None
+        self._asgi: ASGIApp | None = None
+        self._hot: HotPath | None = None
         self._uvicorn: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -172,6 +179,14 @@ class LightningStoreServer(ForwardingStore):
     def app(self) -> FastAPI:
         """The FastAPI application (built on first use)."""
         return self._lazy_app().get()
+
+    @property
+    def asgi_app(self) -> ASGIApp:
+        """The ASGI app this server serves, every layer included (metrics, dashboard, token, size cap,
+        replays, the hot routes, FastAPI): e.g. for :class:`~agl.store.http.client.ASGITransport`."""
+        _ = self._lazy_app()
+        assert self._asgi is not None
+        return self._asgi
 
     def _lazy_app(self) -> LazyApp:
         """The served app, whose FastAPI part is built on first use."""
@@ -220,8 +235,7 @@ class LightningStoreServer(ForwardingStore):
     def _make_uvicorn(self, on_started: Callable[[], None] | None = None) -> uvicorn.Server:
         import uvicorn
 
-        _ = self._lazy_app()
-        asgi = self._asgi
+        asgi = self.asgi_app
         hot = self._hot
         if self._worker_index is not None:
             from ._worker_tag import WORKER_HEADER, tag_worker
@@ -233,7 +247,9 @@ class LightningStoreServer(ForwardingStore):
             asgi,
             log_level="warning",
             access_log=False,
-            http=server_protocol_class(_fast_http_impl(), limits=self.connection_limits, hot=hot),
+            http=_fast_http_impl()
+            if self.plain_http
+            else server_protocol_class(_fast_http_impl(), limits=self.connection_limits, hot=hot),
             lifespan="off",
             ws="none",  # no WebSocket routes (and no import of a WebSocket library at start)
             proxy_headers=False,  # nothing reads X-Forwarded-*; uvicorn's check cost ~4% of a request
@@ -386,6 +402,7 @@ class LightningStoreServer(ForwardingStore):
             "debug": self.debug,
             "metrics_public": self.metrics_public,
             "connection_limits": self.connection_limits,
+            "plain_http": self.plain_http,
             "_owner_pid": self._owner_pid,
         }
 
