@@ -14,11 +14,13 @@ from typing import Any
 import pytest
 from agl.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer
 from agl.store.cli import _store_parser
-from agl.store.metrics import route_template
+from agl.store.metrics import API_ROUTE_TEMPLATES, route_template
 from agl.testing.child import run_python
 from agl.testing.prometheus import metric_value, parse_metrics
 from agl.testing.store.http import running_server
 from agl.types import RolloutConfig
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def _get(url: str, token: str | None = None) -> tuple[int, str, Any]:
@@ -174,3 +176,45 @@ def test_multiprocess_mode_sums_the_request_counts_of_every_process(tmp_path: Pa
     # The store's own figures come once, from the scraping process's store.
     assert metric_value(samples, "agl_store_rollouts_created_total") == 0
     assert sum(1 for (n, _) in samples if n == "agl_store_queue_depth") == 1
+
+
+# -- label values stay bounded (issue 27, defect 2) -------------------------------------------------
+
+_SEGMENT = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_.~", min_size=1, max_size=12)
+_KNOWN = st.sampled_from(
+    ["rollouts", "attempts", "workers", "resources", "spans", "search", "latest", "batch"]
+)
+
+
+@given(st.lists(st.lists(st.one_of(_SEGMENT, _KNOWN), min_size=1, max_size=6), min_size=1, max_size=30))
+@settings(max_examples=40, deadline=None)
+def test_route_labels_stay_bounded_under_any_path(paths: list[list[str]]) -> None:
+    labels = {route_template("/v1/agl/" + "/".join(parts)) for parts in paths}
+    assert labels <= API_ROUTE_TEMPLATES | {"other"}, labels - API_ROUTE_TEMPLATES
+
+
+def test_every_served_route_has_a_known_label() -> None:
+    server = LightningStoreServer(InMemoryLightningStore())
+    for route in server.app.routes:
+        path = getattr(route, "path", "")
+        if path.startswith("/v1/agl/"):
+            sample = path.replace("{rollout_id}", "ro-1").replace("{attempt_id}", "at-1")
+            sample = sample.replace("{resources_id:path}", "rs/1").replace("{worker_id:path}", "w/1")
+            assert route_template(sample) in API_ROUTE_TEMPLATES, (path, route_template(sample))
+
+
+def test_unauthenticated_probes_do_not_grow_the_metrics(server: LightningStoreServer) -> None:
+    def series() -> int:
+        _, text, _ = _get(server.endpoint + "/metrics", "s3cret")
+        return sum(1 for line in text.splitlines() if line.startswith("agl_store_http_requests_total{"))
+
+    def probe(i: int) -> None:
+        assert _get(f"{server.endpoint}/v1/agl/probe-{i}")[0] == 401
+        assert _get(f"{server.endpoint}/v1/agl/rollouts/ro-{i}/probe-{i}/x", "s3cret")[0] == 404
+
+    probe(0)
+    series()  # (a scrape is counted after its answer: the first one shows in the second)
+    before = series()
+    for i in range(1, 200):
+        probe(i)
+    assert series() == before

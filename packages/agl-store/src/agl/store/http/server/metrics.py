@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ...base import LightningStore
 
 __all__ = [
+    "API_ROUTE_TEMPLATES",
     "LITERAL_SEGMENTS",
     "METRICS_PATH",
     "MULTIPROC_ENV",
@@ -65,25 +66,55 @@ def multiprocess_enabled() -> bool:
 
 _COLLECTIONS = {"rollouts", "attempts"}
 _PATH_COLLECTIONS = {"resources", "workers"}  # their ids may contain slashes
-LITERAL_SEGMENTS = {
-    "search",
-    "latest",
-    "batch",
-    "next",
-    "enqueue",
-    "dequeue",
-    "claim",
-    "queues",
-    "waits",
-    "spans",
-}
+LITERAL_SEGMENTS = frozenset(
+    {"search", "latest", "batch", "next", "enqueue", "dequeue", "claim", "queues", "waits", "spans"}
+)
+"""Path segments that name a route, never an id."""
+
+API_ROUTE_TEMPLATES = frozenset(
+    API_PREFIX + path
+    for path in (
+        "/health",
+        "/statistics",
+        "/queues/rollouts/enqueue",
+        "/queues/rollouts/dequeue",
+        "/queues/rollouts/claim",
+        "/waits/rollouts",
+        "/rollouts",
+        "/rollouts/search",
+        "/rollouts/{id}",
+        "/rollouts/{id}/attempts",
+        "/rollouts/{id}/attempts/search",
+        "/rollouts/{id}/attempts/latest",
+        "/rollouts/{id}/attempts/{id}",
+        "/rollouts/{id}/attempts/{id}/finish",
+        "/resources",
+        "/resources/search",
+        "/resources/latest",
+        "/resources/{id}",
+        "/spans",
+        "/spans/search",
+        "/spans/batch",
+        "/spans/in-order",
+        "/spans/next",
+        "/spans/next/batch",
+        "/workers",
+        "/workers/search",
+        "/workers/{id}",
+    )
+)
+"""The ``route`` label of every API route (a test checks that each route the app serves has one); any
+other path under the API is ``other``, so that no request can add label values."""
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 def route_template(path: str) -> str:
     """The route a request path belongs to, with ids replaced by ``{id}`` (bounded label values).
 
-    ``/v1/agl/rollouts/ro-1/attempts/at-2`` → ``/v1/agl/rollouts/{id}/attempts/{id}``. Paths outside the
-    API, ``/metrics``, OTLP and the dashboard are all ``other``.
+    ``/v1/agl/rollouts/ro-1/attempts/at-2`` → ``/v1/agl/rollouts/{id}/attempts/{id}``. Paths under the API
+    that are none of its routes (:data:`API_ROUTE_TEMPLATES`), and paths outside it other than ``/metrics``,
+    OTLP and the dashboard, are all ``other``: no request adds a label value.
     """
     if path.startswith(API_PREFIX + "/"):
         parts = path[len(API_PREFIX) + 1 :].split("/")
@@ -99,7 +130,8 @@ def route_template(path: str) -> str:
             elif i < len(parts) and part in _PATH_COLLECTIONS and parts[i] not in LITERAL_SEGMENTS:
                 out.append("{id}")
                 break
-        return API_PREFIX + "/" + "/".join(out)
+        template = API_PREFIX + "/" + "/".join(out)
+        return template if template in API_ROUTE_TEMPLATES else "other"
     if path in (METRICS_PATH, "/v1/traces", "/"):
         return path
     if path == "/dashboard" or path.startswith("/dashboard/"):
@@ -143,6 +175,8 @@ class HttpMetrics:
         self._histograms: dict[tuple[str, str], Any] = {}
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        if method not in _METHODS:  # (uvicorn's h11 parser takes any token as a method)
+            method = "other"
         key = (method, route, status)
         counter = self._counters.get(key)
         if counter is None:
