@@ -31,7 +31,7 @@ from calc_x.tasks import reward, split_tasks  # noqa: E402
 async def run_episodes(
     client: Any, model: str, tasks: list[dict[str, Any]], temperature: float
 ) -> list[dict[str, Any]]:
-    from agl.algorithms.local.grpo_core import Turn
+    from agl.algorithms.adapter import Turn
 
     async def one(task: dict[str, Any]) -> dict[str, Any]:
         answer, completions = await solve(

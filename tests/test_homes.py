@@ -5,7 +5,8 @@
 - no import circles among agl modules (``if TYPE_CHECKING:`` imports included), except the reference API's
   mutual references between an agent, its runner and its trainer;
 - only ``agl.tracer._context`` touches its ContextVars;
-- every name that moved is still importable from where it was, as the same object.
+- every name that moved is still importable from its public package, as the same object (the private
+  modules it left no longer re-export it).
 """
 
 from __future__ import annotations
@@ -223,36 +224,19 @@ def test_exceptions_keep_the_bases_users_catch() -> None:
 
 
 MOVED = [
-    (
-        "agl.store.errors",
-        "StoreClientError",
-        ["agl.store", "agl.store.client", "agl.store.http.client._transport"],
-    ),
-    (
-        "agl.store.errors",
-        "StoreNotFoundError",
-        ["agl.store", "agl.store.client", "agl.store.http.client._transport"],
-    ),
-    (
-        "agl.store.errors",
-        "StoreConnectionError",
-        ["agl.store", "agl.store.client", "agl.store.http.client._transport"],
-    ),
-    (
-        "agl.store.errors",
-        "StoreServerError",
-        ["agl.store", "agl.store.client", "agl.store.http.client._transport"],
-    ),
-    ("agl.store.errors", "StoreAuthenticationError", ["agl.store", "agl.store.client"]),
-    ("agl.store.errors", "StoreConflictError", ["agl.store", "agl.store.client"]),
-    ("agl.store.errors", "StoreInvalidRequestError", ["agl.store", "agl.store.client"]),
+    ("agl.store.errors", "StoreClientError", ["agl.store"]),
+    ("agl.store.errors", "StoreNotFoundError", ["agl.store"]),
+    ("agl.store.errors", "StoreConnectionError", ["agl.store"]),
+    ("agl.store.errors", "StoreServerError", ["agl.store"]),
+    ("agl.store.errors", "StoreAuthenticationError", ["agl.store"]),
+    ("agl.store.errors", "StoreConflictError", ["agl.store"]),
+    ("agl.store.errors", "StoreInvalidRequestError", ["agl.store"]),
     ("agl.store.errors", "OTLPIngestError", ["agl.store", "agl.store.otlp"]),
-    ("agl.store.http.server._options", "AppOptions", ["agl.store.http.server._app"]),
-    ("agl.runner.events", "ExecutionEvent", ["agl.runner", "agl.runner.runner"]),
-    ("agl.types.env", "LightningEnvVar", ["agl.runner", "agl.runner.env"]),
-    ("agl.types.env", "resolve_bool_env_var", ["agl.runner", "agl.runner.env"]),
-    ("agl.types.env", "resolve_int_env_var", ["agl.runner", "agl.runner.env"]),
-    ("agl.types.env", "resolve_str_env_var", ["agl.runner", "agl.runner.env"]),
+    ("agl.runner.events", "ExecutionEvent", ["agl.runner"]),
+    ("agl.types.env", "LightningEnvVar", ["agl.runner"]),
+    ("agl.types.env", "resolve_bool_env_var", ["agl.runner"]),
+    ("agl.types.env", "resolve_int_env_var", ["agl.runner"]),
+    ("agl.types.env", "resolve_str_env_var", ["agl.runner"]),
     ("agl.tracer.base", "get_active_tracer", ["agl.tracer"]),
     ("agl.tracer.base", "set_active_tracer", ["agl.tracer"]),
     ("agl.tracer.base", "clear_active_tracer", ["agl.tracer"]),

@@ -11,10 +11,10 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import torch
+from agl.algorithms.adapter import Turn
 from agl.algorithms.local import GRPOConfig, LocalGRPO
 from agl.algorithms.local.grpo_core import (
     Sample,
-    Turn,
     episode_samples,
     group_advantages,
     grpo_update,

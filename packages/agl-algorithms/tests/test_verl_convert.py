@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from agl.algorithms.adapter import Turn
 from agl.algorithms.credit import CreditAssignment
-from agl.algorithms.verl.convert import Turn, convert_rollout, turns_from_triplets
+from agl.algorithms.verl.convert import convert_rollout, turns_from_triplets
 from agl.types import Triplet
 from hypothesis import given, settings
 from hypothesis import strategies as st

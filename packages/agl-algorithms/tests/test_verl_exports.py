@@ -20,7 +20,7 @@ def test_the_pure_exports_resolve_without_importing_verl() -> None:
     code = (
         "import json, sys\n"
         "import agl.algorithms.verl as v\n"
-        "names = [v.VERL, v.check_requirements, v.convert_rollout, v.turns_from_triplets, v.Turn,\n"
+        "names = [v.VERL, v.check_requirements, v.convert_rollout, v.turns_from_triplets,\n"
         "         v.LoopSample, v.ConversionStats, v.read_task, v.write_tasks]\n"
         "print(json.dumps({'verl_loaded': 'verl' in sys.modules, 'cached': 'VERL' in vars(v)}))\n"
     )

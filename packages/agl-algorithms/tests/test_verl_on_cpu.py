@@ -16,10 +16,11 @@ pytest.importorskip("transfer_queue")
 
 import numpy as np
 import torch
+from agl.algorithms.adapter import Turn
 from agl.algorithms.credit import CreditAssignment
 from agl.algorithms.verl.bridge import TOKEN_RETURNS_KEY, AglAgentLoopOutput, to_agent_loop_output
 from agl.algorithms.verl.config import AGENT_LOOP_CONFIG, compose_config, validate
-from agl.algorithms.verl.convert import Turn, convert_rollout
+from agl.algorithms.verl.convert import convert_rollout
 from agl.algorithms.verl.dataset import read_task, write_tasks
 from agl.algorithms.verl.trainer import credit_advantages
 

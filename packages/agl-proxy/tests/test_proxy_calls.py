@@ -368,7 +368,7 @@ async def test_no_nagle_stall_between_headers_and_body(
     import time
 
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
-    request = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    request = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
     request += b"Content-Length: %d\r\n\r\n" % len(body) + body
     async with running_proxy(store, standin, launch_mode="asyncio") as proxy:
         port = int(proxy.endpoint.rsplit(":", 1)[1])

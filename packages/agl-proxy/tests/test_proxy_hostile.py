@@ -64,7 +64,7 @@ async def test_a_chunked_body_over_the_cap_is_answered_413(
     def send_chunked(port: int) -> bytes:
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
             sock.sendall(
-                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n"
             )
             for _ in range(8):  # 8 MB, far past the cap, sent without reading the answer
                 sock.sendall(b"%x\r\n" % 1_000_000 + b" " * 1_000_000 + b"\r\n")
@@ -126,10 +126,33 @@ async def test_stalled_connections_are_closed(store: InMemoryLightningStore, sta
                 return closed_by_server(sock, within=5)
 
         idle = await asyncio.to_thread(probe, b"")
-        head = await asyncio.to_thread(probe, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-A: ")
+        head = await asyncio.to_thread(
+            probe, b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: "
+        )
         body = await asyncio.to_thread(
-            probe, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{"
+            probe, b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 50\r\n\r\n{"
         )
     assert idle == (True, b"")
     assert head[0] and head[1].startswith(b"HTTP/1.1 408")
     assert body[0] and body[1].startswith(b"HTTP/1.1 408")
+
+
+async def test_a_rebound_name_is_refused_without_a_token(
+    store: InMemoryLightningStore, standin: StandinServer
+) -> None:
+    """DNS rebinding: a web page must not reach a token-less proxy on loopback through its own name."""
+    async with running_proxy(store, standin) as proxy, httpx.AsyncClient() as http:
+        url = f"{proxy.endpoint}/v1/chat/completions"
+        r = await http.post(url, json=CHAT, headers={"Host": "attacker.example"})
+        assert r.status_code == 421 and "DNS rebinding" in r.json()["error"]["message"]
+        assert (
+            await http.get(f"{proxy.endpoint}/v1/models", headers={"Host": "attacker.example"})
+        ).status_code == 421
+        assert (await http.post(url, json=CHAT)).status_code == 200  # 127.0.0.1:port
+        r = await http.post(url, json=CHAT, headers={"Host": f"localhost:{proxy.endpoint.rsplit(':', 1)[1]}"})
+        assert r.status_code == 200
+    async with running_proxy(store, standin, auth_token="tok") as proxy, httpx.AsyncClient() as http:
+        headers = {"Host": "proxy.internal", "Authorization": "Bearer tok"}
+        assert (
+            await http.post(f"{proxy.endpoint}/v1/chat/completions", json=CHAT, headers=headers)
+        ).status_code == 200

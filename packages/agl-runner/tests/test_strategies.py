@@ -208,9 +208,9 @@ class OneLoopStore(InMemoryLightningStore):
     def capabilities(self) -> Any:
         return {**super().capabilities, "thread_safe": False}
 
-    async def dequeue_rollout(self, worker_id: str | None = None, *, timeout: float = 0.0) -> Any:
-        self.loops.add(id(asyncio.get_running_loop()))
-        return await super().dequeue_rollout(worker_id, timeout=timeout)
+    async def _dequeue_rollouts(self, limit: int, worker_id: str | None, timeout: float) -> Any:
+        self.loops.add(id(asyncio.get_running_loop()))  # every claim comes here
+        return await super()._dequeue_rollouts(limit, worker_id, timeout)
 
     async def update_attempt(self, *args: Any, **kwargs: Any) -> Any:
         self.loops.add(id(asyncio.get_running_loop()))

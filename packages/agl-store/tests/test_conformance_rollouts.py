@@ -270,6 +270,28 @@ async def test_wait_for_rollouts_returns_only_finished_ones(store: LightningStor
     assert still is not None and still.status == "queuing"
 
 
+async def test_wait_for_rollouts_carries_the_latest_attempt(store: LightningStore) -> None:
+    # A trainer reads the attempt of each finished rollout: the wait answers it, no second read needed.
+    first = await claim(store)
+    await store.update_attempt(first.rollout_id, "latest", status="failed")
+    retried = await store.start_attempt(first.rollout_id)
+    await store.update_attempt(first.rollout_id, retried.attempt.attempt_id, status="succeeded")
+    other = await claim(store)
+    await store.update_attempt(other.rollout_id, "latest", status="succeeded")
+    never_ran = await store.enqueue_rollout("cancelled before it ran")
+    await store.update_rollout(never_ran.rollout_id, status="cancelled")
+    ids = [other.rollout_id, first.rollout_id, never_ran.rollout_id]
+    result = await store.wait_for_rollouts(rollout_ids=ids, timeout=0)
+    assert [r.rollout_id for r in result] == ids
+    assert isinstance(result[0], AttemptedRollout) and isinstance(result[1], AttemptedRollout)
+    assert result[1].attempt.attempt_id == retried.attempt.attempt_id
+    assert result[1].attempt.status == "succeeded"
+    assert result[1].attempt == await store.get_latest_attempt(first.rollout_id)
+    assert result[0].attempt.status == "succeeded"
+    assert not isinstance(result[2], AttemptedRollout)  # finished without an attempt: a plain rollout
+    assert result == [await store.get_rollout_by_id(i) for i in ids]
+
+
 async def test_wait_for_rollouts_times_out_and_ignores_unknown_ids(store: LightningStore) -> None:
     started = time.monotonic()
     assert await store.wait_for_rollouts(rollout_ids=["ro-missing"], timeout=30) == []

@@ -20,7 +20,6 @@ PUBLIC_PATHS = [
         ["LightningStoreServer", "DEFAULT_PORT", "DEFAULT_MAX_BODY_BYTES", "TOKEN_ENV"],
     ),
     ("agl.store.client", "agl.store.http.client.store", ["LightningStoreClient"]),
-    ("agl.store.client", "agl.store.errors", ["StoreNotFoundError", "StoreClientError"]),
     ("agl.store.serving", "agl.store.http.server._uvicorn", ["ConnectionLimits", "server_protocol_class"]),
     ("agl.store.serving", "agl.store.http.server._gc", ["SERVING_GC_THRESHOLD", "serving_gc"]),
     ("agl.store.serving", "agl.store.http.server._loop", ["run_fast"]),

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from agl.store import (
+    DEFAULT_MEMORY_MAX_BYTES,
     InMemoryLightningStore,
     LightningStore,
     LightningStoreClient,
@@ -13,7 +14,7 @@ from agl.store import (
     is_store_url,
     open_store,
 )
-from agl.store.cli import open_store_backend
+from agl.store.cli import _store_parser, open_store_backend
 from agl.testing.postgres import (
     create_schema,
     drop_schema,
@@ -108,3 +109,26 @@ def test_is_store_url_agrees_with_open_store(text: str) -> None:
         return  # accepted forms are checked above (opening one here would create files or connections)
     with pytest.raises(ValueError, match="unknown store backend"):
         open_store(text)
+
+
+def test_a_memory_store_opened_by_url_is_capped_by_default() -> None:
+    """A long-running ``agl store --backend memory`` must not grow without bound (issue 27, defect 11)."""
+    store = open_store("memory")
+    assert isinstance(store, InMemoryLightningStore)
+    assert store._cap.max_bytes == DEFAULT_MEMORY_MAX_BYTES  # pyright: ignore[reportPrivateUsage]
+    unbounded = open_store("memory", max_bytes=None)
+    assert unbounded._cap.max_bytes is None  # pyright: ignore[reportPrivateUsage]
+
+
+async def test_agl_store_memory_caps_evict_finished_rollouts() -> None:
+    args = _store_parser().parse_args(["--backend", "memory", "--memory-max-rollouts", "5"])
+    store = open_store_backend(
+        args.backend, memory_max_bytes=args.memory_max_bytes, memory_max_rollouts=args.memory_max_rollouts
+    )
+    for i in range(20):
+        rollout = await store.start_rollout(input=i)
+        await store.update_attempt(rollout.rollout_id, rollout.attempt.attempt_id, status="succeeded")
+    assert len(await store.query_rollouts()) == 5
+    assert open_store_backend("memory", memory_max_bytes=0)._cap.max_bytes is None  # pyright: ignore[reportAttributeAccessIssue]
+    with pytest.raises(ValueError, match="--backend memory only"):
+        open_store_backend("sqlite:///x.db", memory_max_rollouts=5)

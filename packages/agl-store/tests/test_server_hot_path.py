@@ -129,7 +129,7 @@ def _raw_exchange(server: LightningStoreServer, data: bytes, answers: int, part:
 
 
 def _post(path: str, body: bytes, *extra: bytes) -> bytes:
-    lines = [b"POST " + path.encode() + b" HTTP/1.1", b"Host: x", b"Authorization: Bearer tok"]
+    lines = [b"POST " + path.encode() + b" HTTP/1.1", b"Host: 127.0.0.1", b"Authorization: Bearer tok"]
     lines += [b"Content-Type: application/json", b"Content-Length: " + str(len(body)).encode(), *extra]
     return b"\r\n".join(lines) + b"\r\n\r\n" + body
 
@@ -137,7 +137,7 @@ def _post(path: str, body: bytes, *extra: bytes) -> bytes:
 def test_pipelined_requests_are_answered_in_order(server: LightningStoreServer) -> None:
     """Two hot requests and a general one sent at once come back in order on the same connection."""
     first = _post(HOT, b'{"rollouts": [{"input": 1}]}')
-    general = b"GET /v1/agl/statistics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok\r\n\r\n"
+    general = b"GET /v1/agl/statistics HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer tok\r\n\r\n"
     second = _post(HOT, b'{"rollouts": [{"input": 2}, {"input": 3}]}')
     one, stats, two = _raw_exchange(server, first + general + second, 3)
     assert one.startswith(b"HTTP/1.1 201") and len(json.loads(one.split(b"\r\n\r\n", 1)[1])) == 1

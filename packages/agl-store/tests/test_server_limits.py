@@ -155,7 +155,9 @@ async def test_answers_expire_and_oversized_answers_are_not_kept() -> None:
 
 # -- stalled connections ---------------------------------------------------------------------------
 
-_LIMITS = ConnectionLimits(idle_seconds=0.5, header_seconds=0.5, body_seconds=0.5, max_header_bytes=8192)
+_LIMITS = ConnectionLimits(
+    idle_seconds=0.5, header_seconds=0.5, body_seconds=0.5, body_min_rate=20, max_header_bytes=8192
+)
 
 
 def _connect(server: LightningStoreServer) -> socket.socket:
@@ -178,7 +180,7 @@ def test_a_connection_that_sends_nothing_is_closed(guarded_server: LightningStor
 
 def test_a_half_sent_head_is_closed_with_408(guarded_server: LightningStoreServer) -> None:
     with _connect(guarded_server) as sock:
-        sock.sendall(b"GET /v1/agl/health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        sock.sendall(b"GET /v1/agl/health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
         started = time.monotonic()
         # Trickling bytes does not extend the deadline of a head.
         while time.monotonic() - started < 0.8:
@@ -195,7 +197,7 @@ def test_a_half_sent_head_is_closed_with_408(guarded_server: LightningStoreServe
 def test_a_half_sent_body_is_closed_with_408(guarded_server: LightningStoreServer) -> None:
     with _connect(guarded_server) as sock:
         sock.sendall(
-            b"POST /v1/agl/queues/rollouts/enqueue HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /v1/agl/queues/rollouts/enqueue HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b'Content-Length: 100\r\n\r\n{"rollouts": ['
         )
         closed, data = closed_by_server(sock, within=5)
@@ -205,7 +207,7 @@ def test_a_half_sent_body_is_closed_with_408(guarded_server: LightningStoreServe
 
 def test_an_oversized_head_is_refused_with_431(guarded_server: LightningStoreServer) -> None:
     with _connect(guarded_server) as sock:
-        sock.sendall(b"GET /v1/agl/health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 10_000)
+        sock.sendall(b"GET /v1/agl/health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 10_000)
         closed, data = closed_by_server(sock, within=5)
     assert closed
     assert data.startswith(b"HTTP/1.1 431")
@@ -215,14 +217,14 @@ def test_an_idle_keep_alive_connection_is_closed_and_busy_ones_are_not(
     guarded_server: LightningStoreServer,
 ) -> None:
     with _connect(guarded_server) as sock:
-        sock.sendall(b"GET /v1/agl/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        sock.sendall(b"GET /v1/agl/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         closed, data = closed_by_server(sock, within=5)
     assert closed and data.startswith(b"HTTP/1.1 200")
     # A long poll (the app holds the request longer than every deadline) is answered, not cut off.
     with _connect(guarded_server) as sock:
         body = b'{"limit": 1, "timeout": 1.2}'
         sock.sendall(
-            b"POST /v1/agl/queues/rollouts/dequeue HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /v1/agl/queues/rollouts/dequeue HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
         )
         closed, data = closed_by_server(sock, within=5)
@@ -233,7 +235,7 @@ def test_a_slow_but_moving_body_is_served(guarded_server: LightningStoreServer) 
     body = b'{"rollouts": [{"input": "' + b"a" * 40 + b'"}]}'
     with _connect(guarded_server) as sock:
         sock.sendall(
-            b"POST /v1/agl/queues/rollouts/enqueue HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /v1/agl/queues/rollouts/enqueue HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"
         )
         for i in range(0, len(body), 10):  # 0.8 s in all, each pause under the body deadline
@@ -243,8 +245,57 @@ def test_a_slow_but_moving_body_is_served(guarded_server: LightningStoreServer) 
     assert data.startswith(b"HTTP/1.1 201")
 
 
+def test_a_drip_fed_body_is_closed_with_408(guarded_server: LightningStoreServer) -> None:
+    """A byte now and then restarts the pause deadline; the body's average rate still has to hold."""
+    with _connect(guarded_server) as sock:
+        sock.sendall(
+            b"POST /v1/agl/queues/rollouts/enqueue HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
+        )
+        started = time.monotonic()
+        while time.monotonic() - started < 3:  # 10 bytes/s, under the 20 the limits ask for
+            try:
+                sock.sendall(b" ")
+            except OSError:
+                break
+            closed, data = closed_by_server(sock, within=0.1)
+            if closed:
+                break
+        else:
+            closed, data = False, b""
+    assert closed and data.startswith(b"HTTP/1.1 408")
+
+
+def test_connections_past_the_cap_are_refused_with_503() -> None:
+    limits = ConnectionLimits(max_connections=3)
+    with running_server(InMemoryLightningStore(), connection_limits=limits) as server:
+        held = [_connect(server) for _ in range(3)]
+        try:
+            for sock in held:  # each is served
+                sock.sendall(b"GET /v1/agl/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                assert closed_by_server(sock, within=0.3)[1].startswith(b"HTTP/1.1 200")
+            with _connect(server) as extra:
+                closed, data = closed_by_server(extra, within=5)
+            assert closed and data.startswith(b"HTTP/1.1 503")
+        finally:
+            for sock in held:
+                sock.close()
+        with _connect(server) as again:  # room again once they closed
+            deadline = time.monotonic() + 5
+            while True:
+                again.sendall(b"GET /v1/agl/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                data = closed_by_server(again, within=0.3)[1]
+                if data.startswith(b"HTTP/1.1 200") or time.monotonic() > deadline:
+                    break
+        assert data.startswith(b"HTTP/1.1 200")
+
+
 def test_connection_limits_are_checked() -> None:
     with pytest.raises(ValueError, match="header_seconds"):
         ConnectionLimits(header_seconds=0)
+    with pytest.raises(ValueError, match="body_min_rate"):
+        ConnectionLimits(body_min_rate=-1)
+    with pytest.raises(ValueError, match="max_connections"):
+        ConnectionLimits(max_connections=0)
     with pytest.raises(TypeError):
         LightningStoreServer(InMemoryLightningStore(), connection_limits=3)  # type: ignore[arg-type]

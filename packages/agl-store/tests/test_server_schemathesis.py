@@ -29,10 +29,10 @@ _MAX_EXAMPLES = 3
 
 
 def _app(store: Any, token: str | None = None) -> Any:
-    """The served ASGI stack of a server of ``store`` (nothing is bound: schemathesis calls it in process)."""
-    server = LightningStoreServer(store, port=0, max_wait_seconds=0.01, token=token)
-    _ = server.app  # build the app and its served ASGI stack
-    return server._asgi
+    """The served ASGI stack of a server of ``store`` (nothing is bound: schemathesis calls it in process, as
+    host ``testserver``: a token-less server answers only to its own names, see test_server_hosts.py)."""
+    server = LightningStoreServer(store, port=0, max_wait_seconds=0.01, token=token, access_host="testserver")
+    return server.asgi_app
 
 
 # The OpenAPI schema is the same for every backend: it is read at import (parametrize needs it) from a server of

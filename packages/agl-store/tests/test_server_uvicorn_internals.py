@@ -85,6 +85,7 @@ def test_server_state_flow_control_and_httptools_parser() -> None:
     from uvicorn.server import ServerState
 
     assert "self.default_headers" in inspect.getsource(ServerState)
+    assert "self.connections" in inspect.getsource(ServerState)  # (the connection cap counts them)
     assert "self.read_paused =" in inspect.getsource(FlowControl)
     assert callable(httptools.parse_url)
     parser = httptools.HttpRequestParser(object())

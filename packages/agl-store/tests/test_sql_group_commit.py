@@ -44,10 +44,11 @@ def test_concurrent_writes_are_committed_together(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_concurrent_writes_on_uvloop_are_committed_together(tmp_path: Path) -> None:
-    """uvloop (the store server's loop) hides its ready queue: concurrent writers are grouped all the same,
-    and a lone task's writes one after another still run at once, one commit each."""
-    uvloop = pytest.importorskip("uvloop")
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_concurrent_writes_on_any_loop_are_committed_together(tmp_path: Path, loop_kind: str) -> None:
+    """Whether to group is read from public state only, the same on asyncio's loop and on uvloop (the store
+    server's): concurrent writers are grouped, and a lone task's writes one after another still run at once,
+    one commit each."""
 
     async def main() -> None:
         store = SqlLightningStore(f"sqlite:///{tmp_path / 'u.db'}")
@@ -71,7 +72,10 @@ def test_concurrent_writes_on_uvloop_are_committed_together(tmp_path: Path) -> N
         finally:
             await store.close()
 
-    uvloop.run(main())
+    if loop_kind == "uvloop":
+        pytest.importorskip("uvloop").run(main())
+    else:
+        asyncio.run(main())
 
 
 def test_writes_that_find_the_write_lock_held_by_another_thread_wait_for_it_on_the_loop(

@@ -176,11 +176,10 @@ class Baseline(FastAlgorithm):
             # A full queue frees up when a rollout starts running, which no wait reports: look again soon.
             timeout = min(self.polling_interval, 0.05) if queue_full else self.polling_interval
             finished = await store.wait_for_rollouts(rollout_ids=list(pending), timeout=timeout)
-            finished_ids = [r.rollout_id for r in finished if pending.pop(r.rollout_id, None) is not None]
-            if finished_ids:
-                # One query brings every finished rollout back with its latest attempt (and its reward),
-                # one more the spans of those that need them.
-                rollouts = list(await store.query_rollouts(rollout_id_in=finished_ids))
+            # The wait brings each with its latest attempt (and its reward); one query more the spans of
+            # those that need them.
+            rollouts = [r for r in finished if pending.pop(r.rollout_id, None) is not None]
+            if rollouts:
                 wanted = [r.rollout_id for r in rollouts if self._needs_spans(r)]
                 spans = await store.query_spans_many(wanted, "latest") if wanted else {}
                 for rollout in rollouts:

@@ -20,6 +20,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from agl.store.group_writer import GroupWriter
+
 if TYPE_CHECKING:
     from agl.store import LightningStore
     from agl.types import Span
@@ -37,124 +39,78 @@ class SpanRecorder:
 
     A call arriving while nothing is being written writes at once, in its own coroutine (no task hop: a lone
     call pays one store call and nothing else); calls arriving while a write is in flight queue up and are
-    written together by one drain task as soon as it is done.
+    written together by one drain task as soon as it is done (:class:`agl.store.group_writer.GroupWriter`).
     """
 
     def __init__(self, store: LightningStore, *, max_batch: int = 512, max_retries: int = 5) -> None:
         self.store = store
-        self._max_batch = max_batch
         self._max_retries = max_retries
-        self._queue: list[tuple[Span, asyncio.Future[None] | None]] = []
-        self._busy = False  # a write (inline or the drain task) is in flight
-        self._task: asyncio.Task[None] | None = None
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self.spans_written = 0
-        self.spans_dropped = 0
+        self._writer: GroupWriter[Span] = GroupWriter(
+            self._store_spans, max_group=max_batch, on_failed=self._dropped
+        )
+        self._unbuilt = 0
+
+    @property
+    def spans_written(self) -> int:
+        """Spans stored so far."""
+        return self._writer.written
+
+    @property
+    def spans_dropped(self) -> int:
+        """Spans given up: not buildable, refused by the store, or still failing after the retries."""
+        return self._unbuilt + self._writer.failed
 
     def _span_of(self, call: CallRecord) -> Span | None:
         try:
             return call.to_span(0)
         except Exception:
-            self.spans_dropped += 1
+            self._unbuilt += 1
             logger.exception("could not build the span of a call to rollout %s", call.rollout_id)
             return None
 
     async def write(self, call: CallRecord) -> None:
         """Store ``call``'s span; returns once it is stored or given up (never raises but CancelledError)."""
         span = self._span_of(call)
-        if span is None:
-            return
-        loop = asyncio.get_running_loop()
-        if self._busy:
-            done = loop.create_future()
-            self._queue.append((span, done))
-            await asyncio.shield(done)  # cancelled or not, the drain writes it
-            return
-        self._busy = True
-        self._idle.clear()
-        try:
-            await self._write([span])
-        except asyncio.CancelledError:
-            self._queue.append((span, None))  # the client went away mid-write: the drain finishes it
-            raise
-        finally:
-            self._after_write(loop)
+        if span is not None:
+            await self._writer.write(span)
 
     def submit(self, call: CallRecord) -> None:
         """Queue ``call``'s span and return at once (for calls nobody waits for: failed or cut off)."""
         span = self._span_of(call)
-        if span is None:
-            return
-        self._queue.append((span, None))
-        if not self._busy:
-            self._busy = True
-            self._idle.clear()
-            self._after_write(asyncio.get_running_loop())
+        if span is not None:
+            self._writer.submit(span)
 
-    def _after_write(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._queue:
-            if self._task is None:
-                self._task = loop.create_task(self._drain())
-        elif self._task is None:
-            self._busy = False
-            self._idle.set()
+    async def flush(self) -> None:
+        """Wait until every queued span has been written (or dropped)."""
+        await self._writer.flush()
 
-    async def _drain(self) -> None:
-        try:
-            while self._queue:
-                batch = self._queue[: self._max_batch]
-                del self._queue[: self._max_batch]
-                try:
-                    await self._write([span for span, _ in batch])
-                finally:
-                    for _, done in batch:
-                        if done is not None and not done.done():
-                            done.set_result(None)
-        finally:
-            self._task = None
-            self._busy = False
-            self._idle.set()
-            if self._queue:  # only when the drain itself was cancelled: hand the rest on
-                self._busy = True
-                self._idle.clear()
-                self._after_write(asyncio.get_running_loop())
+    def _dropped(self, span: Span, error: BaseException) -> None:
+        if isinstance(error, ValueError):  # NotFoundError, InvalidRequestError...: refused alone
+            logger.error(
+                "the store refused the span of a call to rollout %s attempt %s: %s",
+                span.rollout_id,
+                span.attempt_id,
+                error,
+            )
 
-    async def _write(self, spans: list[Span]) -> None:
+    async def _store_spans(self, spans: list[Span]) -> None:
+        """One group's store call, retried on transient errors; a refusal (ValueError) is raised at once
+        for the writer to split the group."""
         delay = 0.05
         for attempt in range(self._max_retries + 1):
             try:
                 await self.store.add_spans_in_order(spans)
-                self.spans_written += len(spans)
                 return
-            except ValueError as exc:  # NotFoundError, InvalidRequestError...: one of them is bad
-                if len(spans) > 1:
-                    middle = len(spans) // 2
-                    await self._write(spans[:middle])
-                    await self._write(spans[middle:])
-                    return
-                self.spans_dropped += 1
-                logger.error(
-                    "the store refused the span of a call to rollout %s attempt %s: %s",
-                    spans[0].rollout_id,
-                    spans[0].attempt_id,
-                    exc,
-                )
-                return
+            except ValueError:
+                raise
             except Exception as exc:
                 if attempt == self._max_retries:
-                    self.spans_dropped += len(spans)
                     logger.error(
                         "dropping %d LLM-call spans after %d tries: %s", len(spans), attempt + 1, exc
                     )
-                    return
+                    raise
                 logger.warning(
                     "writing %d LLM-call spans failed (%s); retrying in %.2fs", len(spans), exc, delay
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
-
-    async def flush(self) -> None:
-        """Wait until every queued span has been written (or dropped)."""
-        while not self._idle.is_set():
-            await self._idle.wait()

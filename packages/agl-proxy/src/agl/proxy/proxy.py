@@ -13,6 +13,7 @@ from agl.store.serving import (
     ConnectionLimits,
     ServerThread,
     bind_listener,
+    local_host_names,
     quiet_server,
     server_protocol_class,
 )
@@ -96,6 +97,7 @@ class LLMProxy:
             request_logprobs=request_logprobs,
             direct_forwarding=direct_forwarding,
             auth_token=PROXY_TOKEN.get(auth_token),
+            host_names=local_host_names(host, PROXY_TOKEN.get(auth_token)),
             max_request_bytes=max_request_bytes,
             request_timeout_s=request_timeout_s,
         )

@@ -12,13 +12,14 @@ Where things live:
   ``client_server`` (alias ``cs``, processes around a store server);
 - ``trainer``: :class:`Trainer`, which wires it all; ``build``: :func:`build_component`, how a component given
   by name, class or dict is made;
-- ``hooks``, ``progress``, ``errors``, ``events``, ``env``: hooks around a rollout, the progress display, the
-  exceptions, the stop signal, the ``AGL_*`` variables; ``cli``: ``agl runner``.
+- ``hooks``, ``progress``, ``errors``, ``events``: hooks around a rollout, the progress display, the
+  exceptions, the stop signal; the ``AGL_*`` variables are :mod:`agl.types.env`'s; ``cli``: ``agl runner``.
 """
+
+from agl.types.env import LightningEnvVar, resolve_bool_env_var, resolve_int_env_var, resolve_str_env_var
 
 from .build import build_component, load_object
 from .decorators import FunctionalLitAgent, llm_rollout, prompt_rollout, rollout
-from .env import LightningEnvVar, resolve_bool_env_var, resolve_int_env_var, resolve_str_env_var
 from .errors import AgentCancelled, AttemptEnded
 from .events import ExecutionEvent
 from .hooks import Hook

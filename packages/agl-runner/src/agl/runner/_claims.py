@@ -123,21 +123,8 @@ async def claim_loop(
 
 async def claim(store: LightningStore, worker_id: str, limit: int, timeout: float) -> list[Claimed]:
     """Claim up to ``limit`` rollouts (waiting up to ``timeout`` for the first), each with its resources: the
-    snapshot its ``resources_id`` names, else the latest (fetched once per claim for each distinct id)."""
-    if limit == 1:
-        one = await store.dequeue_rollout_with_resources(worker_id, timeout=timeout)
-        return [] if one is None else [one]
-    rollouts = await store.dequeue_many_rollouts(limit=limit, worker_id=worker_id, timeout=timeout)
-    resources: dict[str | None, ResourcesUpdate | None] = {}
-    claimed: list[Claimed] = []
-    for rollout in rollouts:
-        key = rollout.resources_id or None
-        if key not in resources:
-            resources[key] = await (
-                store.get_resources_by_id(key) if key is not None else store.get_latest_resources()
-            )
-        claimed.append((rollout, resources[key]))
-    return claimed
+    snapshot its ``resources_id`` names, else the latest (see ``dequeue_many_rollouts_with_resources``)."""
+    return await store.dequeue_many_rollouts_with_resources(limit=limit, worker_id=worker_id, timeout=timeout)
 
 
 async def sleep_unless(event: ExecutionEvent | None, seconds: float) -> None:

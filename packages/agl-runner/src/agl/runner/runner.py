@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from agl.store import LightningStore
     from agl.tracer import Tracer
 
-__all__ = ["ExecutionEvent", "LitAgentRunner", "Runner"]
+__all__ = ["LitAgentRunner", "Runner"]
 
 logger = logging.getLogger(__name__)
 

@@ -5,9 +5,10 @@ from typing import TYPE_CHECKING
 from agl.types.lazy import lazy_exports
 
 from . import errors
-from ._open import is_store_url, open_store
+from ._open import DEFAULT_MEMORY_MAX_BYTES, is_store_url, open_store
 from .base import FinishedAttempt, LightningStore, LightningStoreCapabilities, LightningStoreStatistics
 from .errors import *  # noqa: F403  (every error users catch, listed once in errors.__all__)
+from .group_writer import GroupWriter
 from .loop_bound import LoopBoundStore, as_thread_safe
 from .memory import InMemoryLightningStore
 
@@ -32,8 +33,10 @@ __getattr__, __dir__ = lazy_exports(
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_MEMORY_MAX_BYTES",
     "ConnectionLimits",
     "FinishedAttempt",
+    "GroupWriter",
     "InMemoryLightningStore",
     "LightningStore",
     "LightningStoreCapabilities",

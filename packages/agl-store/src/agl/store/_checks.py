@@ -11,10 +11,20 @@ arguments and the cost is one call.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, cast
 
-from agl.types import UNSET, InvalidRequestError, RolloutConfig, Span
+from agl.types import (
+    ATTEMPT_STATUSES,
+    UNSET,
+    AttemptUpdate,
+    EnqueueRolloutRequest,
+    InvalidRequestError,
+    RolloutConfig,
+    Span,
+    TaskInput,
+)
 from agl.types.errors import validated
 from agl.types.validation import (
     check_id,
@@ -24,7 +34,21 @@ from agl.types.validation import (
     span_json,
 )
 
-__all__ = ["CHECKS", "check_metadata", "check_mode", "check_status", "checked", "new_config", "spans_of"]
+__all__ = [
+    "CHECKS",
+    "attempt_changes",
+    "check_documents",
+    "check_limit",
+    "check_metadata",
+    "check_mode",
+    "check_status",
+    "check_wait",
+    "checked",
+    "checked_request",
+    "new_config",
+    "request_of",
+    "spans_of",
+]
 
 _MODES = ("train", "val", "test")
 
@@ -184,3 +208,74 @@ def new_config(config: Any) -> RolloutConfig:
         except ValueError as exc:
             raise InvalidRequestError(f"invalid rollout config: {exc}") from exc
     raise InvalidRequestError(f"config must be a RolloutConfig, a dict or None, not {type(config).__name__}")
+
+
+def request_of(
+    input: TaskInput, mode: Any = None, resources_id: Any = None, config: Any = None, metadata: Any = None
+) -> EnqueueRolloutRequest:
+    """A request from checked arguments: the checks of its model's fields without the cost of a pydantic
+    validation (``start_rollout`` and ``enqueue_rollout`` are hot paths)."""
+    check_mode(mode)
+    check_documents(input, metadata)
+    if resources_id is not None and not isinstance(resources_id, str):
+        raise InvalidRequestError(f"resources_id must be a string or None, not {type(resources_id).__name__}")
+    check_optional_id(resources_id, "resources_id")
+    if config is not None and not isinstance(config, RolloutConfig):
+        config = new_config(config)
+    return EnqueueRolloutRequest.model_construct(
+        input=input, mode=mode, resources_id=resources_id, config=config, metadata=metadata
+    )
+
+
+def check_documents(input: Any, metadata: Any) -> None:
+    """The JSON documents of a rollout: an input and metadata every backend can store and give back."""
+    json_bytes(input, "rollout input")
+    check_metadata(metadata)
+    if metadata:
+        json_bytes(metadata, "rollout metadata")
+
+
+def checked_request(request: Any) -> EnqueueRolloutRequest:
+    if isinstance(request, EnqueueRolloutRequest):
+        check_documents(request.input, request.metadata)
+        check_optional_id(request.resources_id, "resources_id")
+        return request
+    if not isinstance(request, dict):
+        raise InvalidRequestError(
+            f"each rollout to enqueue must be an EnqueueRolloutRequest or a dict of its fields, "
+            f"not {type(request).__name__}"
+        )
+    return checked_request(validated(EnqueueRolloutRequest.model_validate, request, "rollout"))
+
+
+def attempt_changes(status: Any, worker_id: Any, last_heartbeat_time: Any, metadata: Any) -> AttemptUpdate:
+    """The checked fields of an attempt update (those given)."""
+    changes: Any = {}
+    if status is not UNSET:
+        check_status(status, ATTEMPT_STATUSES, "attempt status")
+        changes["status"] = status
+    if worker_id is not UNSET:
+        changes["worker_id"] = check_optional_id(worker_id, "worker_id")
+    if last_heartbeat_time is not UNSET:
+        changes["last_heartbeat_time"] = _check_time(last_heartbeat_time)
+    if metadata is not UNSET:
+        check_documents(None, metadata)
+        changes["metadata"] = metadata
+    return changes
+
+
+def _check_time(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidRequestError(f"last_heartbeat_time must be a finite number of seconds, not {value!r}")
+    return value
+
+
+def check_limit(limit: Any) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise InvalidRequestError(f"limit must be an integer, not {type(limit).__name__}")
+    return limit
+
+
+def check_wait(worker_id: Any, timeout: Any) -> Any:
+    check_optional_id(worker_id, "worker_id")
+    return check_timeout(timeout)

@@ -58,10 +58,12 @@ class ForwardingStore(LightningStore):
     ) -> list[AttemptedRollout]:
         return await self._call("dequeue_many_rollouts", limit=limit, worker_id=worker_id, timeout=timeout)
 
-    async def dequeue_rollout_with_resources(
-        self, worker_id: str | None = None, *, timeout: float = 0.0
-    ) -> tuple[AttemptedRollout, ResourcesUpdate | None] | None:
-        return await self._call("dequeue_rollout_with_resources", worker_id, timeout=timeout)
+    async def dequeue_many_rollouts_with_resources(
+        self, *, limit: int = 1, worker_id: str | None = None, timeout: float = 0.0
+    ) -> list[tuple[AttemptedRollout, ResourcesUpdate | None]]:
+        return await self._call(
+            "dequeue_many_rollouts_with_resources", limit=limit, worker_id=worker_id, timeout=timeout
+        )
 
     async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
         return await self._call("start_attempt", rollout_id, worker_id)
@@ -98,7 +100,7 @@ class ForwardingStore(LightningStore):
 
     async def wait_for_rollouts(
         self, *, rollout_ids: Sequence[str], timeout: float | None = None
-    ) -> list[Rollout]:
+    ) -> list[Rollout | AttemptedRollout]:
         return await self._call("wait_for_rollouts", rollout_ids=rollout_ids, timeout=timeout)
 
     async def add_resources(self, resources: NamedResources) -> ResourcesUpdate:

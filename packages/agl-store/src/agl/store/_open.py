@@ -8,7 +8,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .base import LightningStore
 
-__all__ = ["STORE_URL_FORMS", "is_store_url", "open_store", "redact_url"]
+__all__ = ["DEFAULT_MEMORY_MAX_BYTES", "STORE_URL_FORMS", "is_store_url", "open_store", "redact_url"]
+
+DEFAULT_MEMORY_MAX_BYTES = 1 << 30
+"""The memory cap of a ``memory`` store opened by URL (1 GiB of rollouts, attempts and spans, as
+:class:`~agl.store.InMemoryLightningStore` estimates them): past it the oldest finished rollouts are evicted,
+so that a long-running ``agl store`` cannot grow without bound. ``max_bytes=None`` lifts it."""
 
 STORE_URL_FORMS = (
     "'memory' (or empty)",
@@ -42,7 +47,8 @@ def open_store(
 ) -> LightningStore:
     """The store ``url`` names, not yet started (stores start lazily on first use).
 
-    - ``memory``, empty or ``None``: an :class:`~agl.store.InMemoryLightningStore`;
+    - ``memory``, empty or ``None``: an :class:`~agl.store.InMemoryLightningStore`, capped at
+      :data:`DEFAULT_MEMORY_MAX_BYTES` unless ``max_bytes=`` says otherwise;
     - ``sqlite:///path/to/file.db``, or a plain path ending in ``.db``/``.sqlite``/``.sqlite3``, and
       ``postgresql://user:password@host:5432/database``: a :class:`~agl.store.SqlLightningStore`;
     - ``http://host:port`` or ``https://…``: a :class:`~agl.store.LightningStoreClient` of that server.
@@ -77,6 +83,7 @@ def open_store(
     if text in ("", "memory"):
         from .memory.store import InMemoryLightningStore
 
+        options.setdefault("max_bytes", DEFAULT_MEMORY_MAX_BYTES)
         return InMemoryLightningStore(**local, **options)
     if "://" not in text and text.lower().endswith(_SQLITE_SUFFIXES):
         text = f"sqlite:///{Path(text).expanduser().resolve()}"

@@ -5,24 +5,38 @@ Every data method is a coroutine that appears atomic to concurrent callers. Unkn
 unknown ids return empty results. Timeouts, heartbeats, retries and worker status are decided by
 the store, identically in every backend.
 
-Queries: each ``query_*`` method keeps its keyword signature, validates its arguments once into a query
-object of :mod:`agl.types.query` (bad input raises :class:`agl.types.InvalidRequestError` in every backend)
-and hands it to the backend's one abstract ``_query_*(query)``. The arguments are read with ``locals()``,
-so the keyword list is written once here and once in the query model. The wide writes follow the same
-pattern: ``start_rollout``, ``enqueue_*``, ``dequeue_*``, ``update_rollout`` and ``update_attempt`` check their
-arguments here and call one private method per backend with a request object (``EnqueueRolloutRequest``) or
-the fields to write (``RolloutUpdate``, ``AttemptUpdate``).
+The backend contract. A backend (memory, SQL, the HTTP client, a forwarding wrapper) implements every
+abstract method: the public ones whose arguments need no more than the checks of ``_checks.CHECKS``
+(``start_attempt``, ``get_*``, ``wait_for_rollouts``, ``add_*``/``update_resources``, the span and worker
+writes) and ten hooks. A hook is named ``_<verb>_<noun>``, after the public method(s) it serves with the
+plural noun where it serves one-or-many forms, and takes arguments already checked here:
+
+- ``_start_rollout(request, worker_id)``: ``start_rollout``;
+- ``_enqueue_rollouts(requests)``: ``enqueue_rollout``, ``enqueue_many_rollouts``;
+- ``_dequeue_rollouts(limit, worker_id, timeout)``: every claim (``dequeue_*``);
+- ``_update_rollout(rollout_id, changes)``, ``_update_attempt(rollout_id, attempt_id, changes)``;
+- ``_query_rollouts``, ``_query_attempts``, ``_query_resources``, ``_query_spans``, ``_query_workers``
+  ``(query)``: the ``query_*`` method of the same noun, and :meth:`LightningStore.run_query`.
+
+Optional overrides, for speed, keep their defaults' answers: ``_finish_attempt`` (one transaction or request
+for ``finish_attempt``) and ``dequeue_many_rollouts_with_resources``, the one claim with resources that
+``dequeue_rollout_with_resources`` and ``finish_attempt``'s next claim are forms of. Callers outside the
+store use only public methods: :meth:`LightningStore.run_query` takes an already-validated query object.
+
+Queries: each ``query_*`` method keeps its keyword signature and validates its arguments once into a query
+object of :mod:`agl.types.query` (bad input raises :class:`agl.types.InvalidRequestError` in every backend).
+The arguments are read with ``locals()``, so the keyword list is written once here and once in the query
+model. The wide writes follow the same pattern with a request object (``EnqueueRolloutRequest``) or the
+fields to write (``RolloutUpdate``, ``AttemptUpdate``).
 """
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from agl.types import (
-    ATTEMPT_STATUSES,
     ROLLOUT_STATUSES,
     UNSET,
     Attempt,
@@ -45,7 +59,6 @@ from agl.types import (
     Worker,
     WorkerStatus,
 )
-from agl.types.errors import validated
 from agl.types.query import (
     AttemptQuery,
     FilterLogic,
@@ -55,86 +68,30 @@ from agl.types.query import (
     SpanQuery,
     WorkerQuery,
 )
-from agl.types.validation import check_id, check_optional_id, check_timeout, json_bytes
+from agl.types.validation import check_id, check_optional_id, json_bytes
 
-from ._checks import CHECKS, check_metadata, check_mode, check_status, checked, new_config, spans_of
+from ._checks import (
+    CHECKS,
+    attempt_changes,
+    check_documents,
+    check_limit,
+    check_mode,
+    check_status,
+    check_wait,
+    checked,
+    checked_request,
+    new_config,
+    request_of,
+    spans_of,
+)
 from ._results import FinishedAttempt, LightningStoreCapabilities, LightningStoreStatistics
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
+_AnyQuery = RolloutQuery | AttemptQuery | ResourcesQuery | SpanQuery | WorkerQuery
+
 __all__ = ["FinishedAttempt", "LightningStore", "LightningStoreCapabilities", "LightningStoreStatistics"]
-
-
-def _request(
-    input: TaskInput, mode: Any = None, resources_id: Any = None, config: Any = None, metadata: Any = None
-) -> EnqueueRolloutRequest:
-    """A request from checked arguments: the checks of its model's fields without the cost of a pydantic
-    validation (``start_rollout`` and ``enqueue_rollout`` are hot paths)."""
-    check_mode(mode)
-    _check_documents(input, metadata)
-    if resources_id is not None and not isinstance(resources_id, str):
-        raise InvalidRequestError(f"resources_id must be a string or None, not {type(resources_id).__name__}")
-    check_optional_id(resources_id, "resources_id")
-    if config is not None and not isinstance(config, RolloutConfig):
-        config = new_config(config)
-    return EnqueueRolloutRequest.model_construct(
-        input=input, mode=mode, resources_id=resources_id, config=config, metadata=metadata
-    )
-
-
-def _check_documents(input: Any, metadata: Any) -> None:
-    """The JSON documents of a rollout: an input and metadata every backend can store and give back."""
-    json_bytes(input, "rollout input")
-    check_metadata(metadata)
-    if metadata:
-        json_bytes(metadata, "rollout metadata")
-
-
-def _checked_request(request: Any) -> EnqueueRolloutRequest:
-    if isinstance(request, EnqueueRolloutRequest):
-        _check_documents(request.input, request.metadata)
-        check_optional_id(request.resources_id, "resources_id")
-        return request
-    if not isinstance(request, dict):
-        raise InvalidRequestError(
-            f"each rollout to enqueue must be an EnqueueRolloutRequest or a dict of its fields, "
-            f"not {type(request).__name__}"
-        )
-    return _checked_request(validated(EnqueueRolloutRequest.model_validate, request, "rollout"))
-
-
-def _attempt_changes(status: Any, worker_id: Any, last_heartbeat_time: Any, metadata: Any) -> AttemptUpdate:
-    """The checked fields of an attempt update (those given)."""
-    changes: Any = {}
-    if status is not UNSET:
-        check_status(status, ATTEMPT_STATUSES, "attempt status")
-        changes["status"] = status
-    if worker_id is not UNSET:
-        changes["worker_id"] = check_optional_id(worker_id, "worker_id")
-    if last_heartbeat_time is not UNSET:
-        changes["last_heartbeat_time"] = _check_time(last_heartbeat_time)
-    if metadata is not UNSET:
-        _check_documents(None, metadata)
-        changes["metadata"] = metadata
-    return changes
-
-
-def _check_time(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InvalidRequestError(f"last_heartbeat_time must be a finite number of seconds, not {value!r}")
-    return value
-
-
-def _check_limit(limit: Any) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise InvalidRequestError(f"limit must be an integer, not {type(limit).__name__}")
-    return limit
-
-
-def _check_wait(worker_id: Any, timeout: Any) -> Any:
-    check_optional_id(worker_id, "worker_id")
-    return check_timeout(timeout)
 
 
 class LightningStore(ABC):
@@ -173,6 +130,29 @@ class LightningStore(ABC):
     async def close(self) -> None:
         """Release connections and background resources. The store is unusable afterwards."""
 
+    @overload
+    async def run_query(self, query: RolloutQuery) -> PaginatedResult[Rollout | AttemptedRollout]: ...
+    @overload
+    async def run_query(self, query: AttemptQuery) -> PaginatedResult[Attempt]: ...
+    @overload
+    async def run_query(self, query: ResourcesQuery) -> PaginatedResult[ResourcesUpdate]: ...
+    @overload
+    async def run_query(self, query: SpanQuery) -> PaginatedResult[Span]: ...
+    @overload
+    async def run_query(self, query: WorkerQuery) -> PaginatedResult[Worker]: ...
+    async def run_query(self, query: _AnyQuery) -> PaginatedResult[Any]:
+        """The page a query object of :mod:`agl.types.query` selects: what the ``query_*`` method of its kind
+        answers, for a caller that already holds the validated query (the HTTP server's query routes)."""
+        if isinstance(query, RolloutQuery):
+            return await self._query_rollouts(query)
+        if isinstance(query, AttemptQuery):
+            return await self._query_attempts(query)
+        if isinstance(query, ResourcesQuery):
+            return await self._query_resources(query)
+        if isinstance(query, SpanQuery):
+            return await self._query_spans(query)
+        return await self._query_workers(query)
+
     # -- rollouts and the queue ---------------------------------------------------------------
 
     async def start_rollout(
@@ -188,7 +168,7 @@ class LightningStore(ABC):
 
         ``resources_id=None`` means the latest resources at this moment.
         """
-        request = _request(input, mode, resources_id, config, metadata)
+        request = request_of(input, mode, resources_id, config, metadata)
         return await self._start_rollout(request, check_optional_id(worker_id, "worker_id"))
 
     @abstractmethod
@@ -204,7 +184,7 @@ class LightningStore(ABC):
         metadata: dict[str, Any] | None = None,
     ) -> Rollout:
         """Append a new ``queuing`` rollout to the tail of the queue."""
-        request = _request(input, mode, resources_id, config, metadata)
+        request = request_of(input, mode, resources_id, config, metadata)
         (rollout,) = await self._enqueue_rollouts([request])
         return rollout
 
@@ -214,7 +194,7 @@ class LightningStore(ABC):
             return []
         if isinstance(requests, (str, bytes, dict)):
             raise InvalidRequestError(f"requests must be a list of rollouts, not {type(requests).__name__}")
-        return await self._enqueue_rollouts([_checked_request(r) for r in requests])
+        return await self._enqueue_rollouts([checked_request(r) for r in requests])
 
     @abstractmethod
     async def _enqueue_rollouts(self, requests: list[EnqueueRolloutRequest]) -> list[Rollout]:
@@ -227,7 +207,7 @@ class LightningStore(ABC):
 
         With ``timeout > 0``, wait up to that many seconds for work to arrive; ``None`` if none came.
         """
-        claimed = await self._dequeue_rollouts(1, worker_id, _check_wait(worker_id, timeout))
+        claimed = await self._dequeue_rollouts(1, worker_id, check_wait(worker_id, timeout))
         return claimed[0] if claimed else None
 
     async def dequeue_rollout_with_resources(
@@ -239,12 +219,31 @@ class LightningStore(ABC):
         What a runner does per claim; a store client answers it in one request and does not resend
         resources it already holds at the current version.
         """
-        rollout = await self.dequeue_rollout(worker_id, timeout=timeout)
-        if rollout is None:
-            return None
-        if rollout.resources_id:
-            return rollout, await self.get_resources_by_id(rollout.resources_id)
-        return rollout, await self.get_latest_resources()
+        claimed = await self.dequeue_many_rollouts_with_resources(
+            limit=1, worker_id=worker_id, timeout=timeout
+        )
+        return claimed[0] if claimed else None
+
+    async def dequeue_many_rollouts_with_resources(
+        self, *, limit: int = 1, worker_id: str | None = None, timeout: float = 0.0
+    ) -> list[tuple[AttemptedRollout, ResourcesUpdate | None]]:
+        """:meth:`dequeue_many_rollouts`, each rollout with the resources it runs with (as
+        :meth:`dequeue_rollout_with_resources`; each distinct snapshot read once): the one claim every other
+        claim method is a form of."""
+        timeout = check_wait(worker_id, timeout)
+        if check_limit(limit) <= 0:
+            return []
+        rollouts = await self._dequeue_rollouts(limit, worker_id, timeout)
+        resources: dict[str | None, ResourcesUpdate | None] = {}
+        claimed: list[tuple[AttemptedRollout, ResourcesUpdate | None]] = []
+        for rollout in rollouts:
+            key = rollout.resources_id or None
+            if key not in resources:
+                resources[key] = await (
+                    self.get_resources_by_id(key) if key is not None else self.get_latest_resources()
+                )
+            claimed.append((rollout, resources[key]))
+        return claimed
 
     async def dequeue_many_rollouts(
         self, *, limit: int = 1, worker_id: str | None = None, timeout: float = 0.0
@@ -253,8 +252,8 @@ class LightningStore(ABC):
 
         With ``timeout > 0``, wait up to that many seconds for the first one.
         """
-        timeout = _check_wait(worker_id, timeout)
-        if _check_limit(limit) <= 0:
+        timeout = check_wait(worker_id, timeout)
+        if check_limit(limit) <= 0:
             return []
         return await self._dequeue_rollouts(limit, worker_id, timeout)
 
@@ -340,7 +339,7 @@ class LightningStore(ABC):
         if config is not UNSET:
             changes["config"] = new_config(config)
         if metadata is not UNSET:
-            _check_documents(None, metadata)
+            check_documents(None, metadata)
             changes["metadata"] = metadata
         return await self._update_rollout(check_id(rollout_id, "rollout_id"), changes)
 
@@ -358,7 +357,7 @@ class LightningStore(ABC):
         metadata: dict[str, Any] | Unset = UNSET,
     ) -> Attempt:
         """Write the given fields; a status change of the latest attempt propagates to the rollout (retries included)."""
-        changes = _attempt_changes(status, worker_id, last_heartbeat_time, metadata)
+        changes = attempt_changes(status, worker_id, last_heartbeat_time, metadata)
         check_id(rollout_id, "rollout_id")
         return await self._update_attempt(rollout_id, check_id(attempt_id, "attempt_id"), changes)
 
@@ -387,7 +386,7 @@ class LightningStore(ABC):
         call, as :meth:`dequeue_rollout_with_resources` without waiting (``next`` is ``None`` when none is
         queued), so a busy runner spends one round trip per rollout.
         """
-        changes = _attempt_changes(status, worker_id, last_heartbeat_time, metadata)
+        changes = attempt_changes(status, worker_id, last_heartbeat_time, metadata)
         check_id(rollout_id, "rollout_id")
         check_id(attempt_id, "attempt_id")
         CHECKS["add_spans_in_order"](self, spans)
@@ -415,13 +414,17 @@ class LightningStore(ABC):
         """The claim of :meth:`finish_attempt` (``None`` without a worker id, or with nothing queued)."""
         if worker_id is None:
             return None
-        return await self.dequeue_rollout_with_resources(worker_id, timeout=0.0)
+        claimed = await self.dequeue_many_rollouts_with_resources(limit=1, worker_id=worker_id)
+        return claimed[0] if claimed else None
 
     @abstractmethod
     async def wait_for_rollouts(
         self, *, rollout_ids: Sequence[str], timeout: float | None = None
-    ) -> list[Rollout]:
-        """The requested rollouts that are finished by the deadline (unknown ids omitted). ``timeout<=0``: check once."""
+    ) -> list[Rollout | AttemptedRollout]:
+        """The requested rollouts that are finished by the deadline, in request order (unknown ids omitted).
+        ``timeout<=0``: check once. Each is an :class:`AttemptedRollout` with its latest attempt (as
+        :meth:`get_rollout_by_id` answers it; a plain ``Rollout`` only if it never ran), so a trainer needs no
+        second read to learn how it ended."""
 
     # -- resources ----------------------------------------------------------------------------
 

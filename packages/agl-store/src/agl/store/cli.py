@@ -13,6 +13,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
+from typing import Any
 
 from agl.types.env import STORE_BACKEND
 
@@ -74,9 +75,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(commands[name]()(rest) or 0)
 
 
-def open_store_backend(backend: str, *, watchdog_interval: float | None = None) -> LightningStore:
-    """The store ``backend`` names (see :func:`agl.store.open_store`); kept for the ``agl store`` command."""
-    return open_store(backend, scan_debounce_seconds=watchdog_interval)
+def open_store_backend(
+    backend: str,
+    *,
+    watchdog_interval: float | None = None,
+    memory_max_bytes: int | None = None,
+    memory_max_rollouts: int | None = None,
+) -> LightningStore:
+    """The store ``backend`` names (see :func:`agl.store.open_store`), for the ``agl store`` command.
+
+    ``memory_max_bytes`` / ``memory_max_rollouts`` cap a ``memory`` backend (``0``: no cap; ``None``: the
+    default cap, :data:`agl.store.DEFAULT_MEMORY_MAX_BYTES`); other backends refuse them."""
+    options: dict[str, Any] = {}
+    if memory_max_bytes is not None:
+        options["max_bytes"] = memory_max_bytes or None
+    if memory_max_rollouts is not None:
+        options["max_rollouts"] = memory_max_rollouts or None
+    if options and backend.strip() not in ("", "memory"):
+        raise ValueError("--memory-max-bytes and --memory-max-rollouts apply to --backend memory only")
+    return open_store(backend, scan_debounce_seconds=watchdog_interval, **options)
 
 
 def _store_parser() -> argparse.ArgumentParser:
@@ -105,6 +122,19 @@ def _store_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="seconds between scans for timed-out and unresponsive attempts (default: the store's)",
+    )
+    parser.add_argument(
+        "--memory-max-bytes",
+        type=int,
+        default=None,
+        help="memory backend: evict the oldest finished rollouts past about this many bytes (default: 1 GiB; "
+        "0: no cap)",
+    )
+    parser.add_argument(
+        "--memory-max-rollouts",
+        type=int,
+        default=None,
+        help="memory backend: keep at most this many rollouts, evicting the oldest finished ones (0: no cap)",
     )
     parser.add_argument(
         "--metrics-public",
@@ -190,7 +220,12 @@ def store_command(argv: list[str]) -> int:
         print(f"agl store: {exc}", file=sys.stderr)
         return 2
     try:
-        store = open_store_backend(args.backend, watchdog_interval=args.watchdog_interval)
+        store = open_store_backend(
+            args.backend,
+            watchdog_interval=args.watchdog_interval,
+            memory_max_bytes=args.memory_max_bytes,
+            memory_max_rollouts=args.memory_max_rollouts,
+        )
     except (ValueError, ImportError) as exc:
         print(f"agl store: {exc}", file=sys.stderr)
         return 2

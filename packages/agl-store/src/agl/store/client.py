@@ -3,7 +3,6 @@
 This is the public import path; the code lives in :mod:`agl.store.http.client`.
 """
 
-from .errors import *  # noqa: F403  (compatibility: the errors were importable from here)
 from .http.client.store import LightningStoreClient
 
 __all__ = ["LightningStoreClient"]

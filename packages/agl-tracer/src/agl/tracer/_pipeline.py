@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import os
 import threading
@@ -30,6 +31,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Union
 
+from agl.store.group_writer import GroupWriter
 from agl.types import Span, SpanCoreFields
 from opentelemetry import context as otel_context
 
@@ -338,6 +340,11 @@ class SpanPipeline:
         if session.event is None:
             session.event = asyncio.Event()
         event = session.event
+        # One writer per session: the drain is its only caller, so each batch is written at once, whole
+        # (never bisected: a refusal concerns the session's rollout, shared by every span of it).
+        writer: GroupWriter[Span] = GroupWriter(
+            functools.partial(self._store_spans, session), max_group=self.max_batch_size, refused=_never
+        )
         while True:
             if self.linger_seconds and session.pending and not session.closing:
                 await _linger(event, self.linger_seconds)
@@ -346,7 +353,7 @@ class SpanPipeline:
                 with session.lock:
                     session.inflight = batch
                 try:
-                    await self._ship(session, batch)
+                    await self._ship(session, batch, writer)
                 finally:
                     with session.lock:
                         session.inflight = []
@@ -356,11 +363,23 @@ class SpanPipeline:
             await event.wait()
             event.clear()
 
-    async def _ship(self, session: TraceSession, batch: list[SpanItem]) -> None:
+    async def _ship(self, session: TraceSession, batch: list[SpanItem], writer: GroupWriter[Span]) -> None:
+        rid, aid = session.rollout_id, session.attempt_id
+        spans = [Span.from_item(item, rollout_id=rid, attempt_id=aid) for item in batch]
+        outcomes = await writer.write_all(spans)
+        failed = [span for span, outcome in zip(spans, outcomes, strict=True) if outcome is not None]
+        if failed:  # kept for get_last_trace, numbered locally
+            for span in failed:
+                span.sequence_id = session.next_local_sequence()
+            session.record(failed)
+            session.failed += len(failed)
+            self.stats.failed += len(failed)
+
+    async def _store_spans(self, session: TraceSession, spans: list[Span]) -> None:
+        """One batch's store call, retried a few times; raises once given up (the writer fails the batch)."""
         store = session.store
         assert store is not None
         rid, aid = session.rollout_id, session.attempt_id
-        spans = [Span.from_item(item, rollout_id=rid, attempt_id=aid) for item in batch]
         for attempt in range(self.max_retries + 1):
             try:
                 # A retry after a lost answer cannot store a span twice: duplicates (same span id) are skipped,
@@ -375,13 +394,13 @@ class SpanPipeline:
             except asyncio.CancelledError:
                 raise
             except ValueError as exc:  # NotFoundError, InvalidRequestError...: retrying will not help
-                logger.error("store rejected %d spans of %s/%s: %s", len(batch), rid, aid, exc)
-                break
+                logger.error("store rejected %d spans of %s/%s: %s", len(spans), rid, aid, exc)
+                raise
             except Exception as exc:
                 if attempt < self.max_retries:
                     logger.warning(
                         "writing %d spans of %s/%s failed (%s: %s); retrying",
-                        len(batch),
+                        len(spans),
                         rid,
                         aid,
                         type(exc).__name__,
@@ -391,18 +410,14 @@ class SpanPipeline:
                 else:
                     logger.error(
                         "giving up writing %d spans of %s/%s after %d tries: %s: %s",
-                        len(batch),
+                        len(spans),
                         rid,
                         aid,
                         attempt + 1,
                         type(exc).__name__,
                         exc,
                     )
-        for span in spans:
-            span.sequence_id = session.next_local_sequence()
-        session.record(spans)
-        session.failed += len(spans)
-        self.stats.failed += len(spans)
+                    raise
 
     def _begin_close(self, session: TraceSession, hand_over: bool = False) -> DrainFuture | None:
         session.closing = True
@@ -529,6 +544,10 @@ def _wait_blocking(session: TraceSession, future: DrainFuture, timeout: float) -
     if loop is None or loop.is_closed() or session.loop_thread == threading.get_ident():
         return  # the loop's own thread cannot block on it: the context's own close waits for it instead
     asyncio.run_coroutine_threadsafe(asyncio.wait([future]), loop).result(timeout)
+
+
+def _never(_error: BaseException) -> bool:
+    return False
 
 
 async def _linger(event: asyncio.Event, seconds: float) -> None:

@@ -69,9 +69,6 @@ class RolloutScoring(Algorithm):
             pending = [rid for rid in pending if rid not in finished]
             if pending and time.monotonic() < deadline:
                 logger.info("waiting for %d of %d rollouts", len(pending), len(rollout_ids))
-        if finished:  # again with their latest attempts, where each runner recorded the final reward
-            page = await store.query_rollouts(rollout_id_in=list(finished))
-            finished.update((r.rollout_id, r) for r in page)
         return [finished[rid] for rid in rollout_ids if rid in finished], pending
 
     def _result_of(self, rollout: Rollout, spans: list[Span]) -> RolloutResultForAPO:

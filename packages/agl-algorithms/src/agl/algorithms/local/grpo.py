@@ -335,10 +335,9 @@ class LocalGRPO(Algorithm):
             pending = [i for i in ids if i not in finished]
             for rollout in await store.wait_for_rollouts(rollout_ids=pending, timeout=min(remaining, 5.0)):
                 finished[rollout.rollout_id] = rollout
-        # Again with their latest attempts, where each runner recorded the final reward; and the spans of
-        # the whole batch in one query (one request).
-        attempted = {r.rollout_id: r for r in await store.query_rollouts(rollout_id_in=ids)}
-        rollouts = [attempted.get(i, finished[i]) for i in ids]
+        # The wait brought each with its latest attempt, where the runner recorded the final reward; the
+        # spans of the whole batch come in one query (one request).
+        rollouts = [finished[i] for i in ids]
         spans = await store.query_spans_many(ids, "latest")
         return rollouts, [spans[i] for i in ids]
 
@@ -399,8 +398,9 @@ class LocalGRPO(Algorithm):
         step: int,
         validation: Callable[[], Awaitable[None]] | None = None,
     ) -> dict[str, Any]:
+        from ..adapter.turns import Turn
         from ..credit import group_turn_advantages
-        from .grpo_core import Sample, Turn, episode_samples, group_advantages, grpo_update
+        from .grpo_core import Sample, episode_samples, group_advantages, grpo_update
 
         cfg = self.config
         t0 = time.perf_counter()

@@ -3,7 +3,7 @@
 A sample is one episode's tokens: ``ids`` (prompt and generated tokens of every turn, in order) and
 ``mask`` (1 on the tokens the model generated, 0 on prompt and tool tokens), plus the episode's advantage.
 Multi-turn episodes whose later prompts extend the earlier ones token for token are one sequence; others
-are split into one sequence per turn (same advantage).
+are split at each break (same advantage): :func:`agl.algorithms.adapter.merge_turns`, as for VERL.
 """
 
 from __future__ import annotations
@@ -15,15 +15,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["Sample", "Turn", "episode_samples", "group_advantages", "grpo_update", "sequence_logprobs"]
+from ..adapter.turns import Turn, merge_turns
 
-
-@dataclass
-class Turn:
-    """One LLM call: the exact prompt token ids and the generated token ids (as the server returned them)."""
-
-    prompt_ids: list[int]
-    response_ids: list[int]
+__all__ = ["Sample", "episode_samples", "group_advantages", "grpo_update", "sequence_logprobs"]
 
 
 @dataclass
@@ -58,26 +52,13 @@ def group_advantages(
 
 
 def episode_samples(turns: Sequence[Turn], advantage: float) -> list[Sample]:
-    """Training sequences for one episode: consecutive turns are merged while each prompt starts with the
-    previous sequence (so the shared prefix is computed once)."""
-    samples: list[Sample] = []
-    ids: list[int] = []
-    mask: list[int] = []
-    for turn in turns:
-        if not turn.response_ids:
-            continue
-        if ids and turn.prompt_ids[: len(ids)] == ids:
-            extra = turn.prompt_ids[len(ids) :]
-            ids += extra + turn.response_ids
-            mask += [0] * len(extra) + [1] * len(turn.response_ids)
-        else:
-            if ids:
-                samples.append(Sample(ids, mask, advantage))
-            ids = list(turn.prompt_ids) + list(turn.response_ids)
-            mask = [0] * len(turn.prompt_ids) + [1] * len(turn.response_ids)
-    if ids:
-        samples.append(Sample(ids, mask, advantage))
-    return samples
+    """Training sequences for one episode: its turns merged by :func:`~agl.algorithms.adapter.merge_turns`
+    (so a shared prefix is computed once); turns without generated tokens are left out."""
+    trajectories, _ = merge_turns([t for t in turns if t.response_ids])
+    return [
+        Sample(t.prompt_ids + t.response_ids, [0] * len(t.prompt_ids) + t.response_mask, advantage)
+        for t in trajectories
+    ]
 
 
 def _pad(

@@ -12,7 +12,7 @@ from agl.types.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .bridge import AglAgentLoopOutput, AglBridgeAgentLoop
-    from .convert import ConversionStats, LoopSample, Turn, convert_rollout, turns_from_triplets
+    from .convert import ConversionStats, LoopSample, convert_rollout, turns_from_triplets
     from .dataset import read_task, write_tasks
     from .interface import VERL, check_requirements
     from .runtime import AglRuntime, BackendPublisher, get_runtime, set_runtime
@@ -27,7 +27,6 @@ __all__ = [
     "BackendPublisher",
     "ConversionStats",
     "LoopSample",
-    "Turn",
     "check_requirements",
     "convert_rollout",
     "credit_advantages",
@@ -53,7 +52,6 @@ __getattr__, __dir__ = lazy_exports(
         "set_runtime": ".runtime",
         "ConversionStats": ".convert",
         "LoopSample": ".convert",
-        "Turn": ".convert",
         "convert_rollout": ".convert",
         "turns_from_triplets": ".convert",
         "read_task": ".dataset",

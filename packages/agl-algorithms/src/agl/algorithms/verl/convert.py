@@ -3,10 +3,10 @@
 Two shapes, as the reference's ``agentlightning.trace_aggregator.level``:
 
 - ``transition``: one sample per triplet (turn): its prompt ids, its response ids, mask all 1.
-- ``trajectory``: consecutive turns are merged while turn k's prompt+response ids are a prefix of turn
-  k+1's prompt ids; the merged sample is the first turn's prompt plus everything after it as the response,
-  with ``response_mask`` 1 on generated tokens and 0 on the environment/tool tokens in between (their
-  logprobs are 0). A break in the prefix starts a new sample (counted as a mismatch).
+- ``trajectory``: consecutive turns merged by :func:`agl.algorithms.adapter.turns.merge_turns` (the rule
+  LocalGRPO uses too): the first turn's prompt plus everything after it as the response, ``response_mask``
+  1 on generated tokens and 0 on the environment/tool tokens in between (their logprobs are 0). A break
+  in the prefix starts a new sample (counted as a mismatch).
 
 Limits: a sample whose prompt is longer than ``max_prompt_length`` is dropped (counted); a response
 longer than ``max_response_length`` is cut (counted). Each sample carries the rollout's final reward as
@@ -23,21 +23,12 @@ from typing import Any, Literal
 from agl.types import Triplet
 
 from .._json import is_dict, is_list
+from ..adapter.turns import Turn, merge_turns
 from ..credit import CreditAssignment
 
-__all__ = ["ConversionStats", "LoopSample", "TraceLevel", "Turn", "convert_rollout", "turns_from_triplets"]
+__all__ = ["ConversionStats", "LoopSample", "TraceLevel", "convert_rollout", "turns_from_triplets"]
 
 TraceLevel = Literal["transition", "trajectory"]
-
-
-@dataclass
-class Turn:
-    """One LLM call: exact prompt and generated token ids, the generated tokens' logprobs, its reward."""
-
-    prompt_ids: list[int]
-    response_ids: list[int]
-    logprobs: list[float] | None = None
-    reward: float | None = None
 
 
 @dataclass
@@ -135,37 +126,14 @@ def convert_rollout(
     reward = credit.fillna if final is None else float(final)
     returns = credit.returns([t.reward for t in turns], final)
 
-    groups: list[list[int]] = []
-    if level == "transition":
-        groups = [[k] for k in range(len(turns))]
-    else:
-        for k, turn in enumerate(turns):
-            if groups:
-                context = _context(turns, groups[-1])
-                if len(turn.prompt_ids) >= len(context) and turn.prompt_ids[: len(context)] == context:
-                    groups[-1].append(k)
-                    continue
-                stats.prefix_mismatches += 1
-            groups.append([k])
-
+    trajectories, stats.prefix_mismatches = merge_turns(turns, merge=level == "trajectory")
     samples: list[LoopSample] = []
-    for group in groups:
-        first = turns[group[0]]
-        prompt_ids = list(first.prompt_ids)
-        response_ids: list[int] = []
-        mask: list[int] = []
-        token_returns: list[float] = []
-        logprobs: list[float] | None = [] if all(turns[k].logprobs is not None for k in group) else None
-        context = list(first.prompt_ids)
-        for k in group:
-            turn = turns[k]
-            env = turn.prompt_ids[len(context) :]  # empty for the first turn of the group
-            response_ids += env + turn.response_ids
-            mask += [0] * len(env) + [1] * len(turn.response_ids)
-            token_returns += [0.0] * len(env) + [returns[k]] * len(turn.response_ids)
-            if logprobs is not None:
-                logprobs += [0.0] * len(env) + list(turn.logprobs or [])
-            context = list(turn.prompt_ids) + list(turn.response_ids)
+    for trajectory in trajectories:
+        prompt_ids = trajectory.prompt_ids
+        response_ids = trajectory.response_ids
+        mask = trajectory.response_mask
+        logprobs = trajectory.response_logprobs
+        token_returns = [returns[k] if k >= 0 else 0.0 for k in trajectory.token_turns]
         if len(prompt_ids) > max_prompt_length:
             stats.dropped_prompt_too_long += 1
             continue
@@ -187,14 +155,9 @@ def convert_rollout(
                 response_logprobs=logprobs,
                 reward=reward,
                 token_returns=token_returns,
-                turns=list(group),
+                turns=trajectory.turns,
                 truncated=truncated,
             )
         )
     stats.samples = len(samples)
     return samples, stats
-
-
-def _context(turns: Sequence[Turn], group: Sequence[int]) -> list[int]:
-    last = turns[group[-1]]
-    return list(last.prompt_ids) + list(last.response_ids)

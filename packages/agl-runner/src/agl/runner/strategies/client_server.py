@@ -18,10 +18,15 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-from agl.types.env import DEFAULT_STORE_PORT
+from agl.types.env import (
+    DEFAULT_STORE_PORT,
+    LightningEnvVar,
+    resolve_bool_env_var,
+    resolve_int_env_var,
+    resolve_str_env_var,
+)
 
 from .._bounds import check_at_least
-from ..env import LightningEnvVar, resolve_bool_env_var, resolve_int_env_var, resolve_str_env_var
 from ._processes import RunnerProcess, shutdown_runner_processes, start_runner_process
 from ._runner_process import preload_for_children, run_runner_here
 from ._signals import ParentStopEvent

@@ -9,9 +9,9 @@ import threading
 from typing import TYPE_CHECKING, Any, Literal
 
 from agl.store import as_thread_safe
+from agl.types.env import resolve_bool_env_var
 
 from .._bounds import check_at_least
-from ..env import resolve_bool_env_var
 from .base import (
     AlgorithmBundle,
     ExecutionStrategy,

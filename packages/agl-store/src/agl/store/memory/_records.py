@@ -54,13 +54,13 @@ def copy_attempt(attempt: Attempt) -> Attempt:
     return attempt.model_copy(update={"metadata": dict(attempt.metadata)})
 
 
-def copy_rollout(record: RolloutRecord, *, with_attempt: bool = True) -> Rollout | AttemptedRollout:
+def copy_rollout(record: RolloutRecord) -> Rollout | AttemptedRollout:
     rollout = record.rollout
     fields = dict(rollout.__dict__)
     fields["config"] = rollout.config.model_copy()
     if rollout.metadata is not None:
         fields["metadata"] = dict(rollout.metadata)
-    if with_attempt and record.attempts:
+    if record.attempts:
         return AttemptedRollout.model_construct(attempt=copy_attempt(record.attempts[-1]), **fields)
     return Rollout.model_construct(**fields)
 

@@ -251,7 +251,7 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
 
     async def wait_for_rollouts(
         self, *, rollout_ids: Sequence[str], timeout: float | None = None
-    ) -> list[Rollout]:
+    ) -> list[Rollout | AttemptedRollout]:
         wanted = list(dict.fromkeys(rollout_ids))
         deadline = None if timeout is None else time.monotonic() + timeout
         # Known and not yet seen finished. Waiting needs one unfinished rollout, not all of them: each wake-up
@@ -273,7 +273,7 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
                 if not pending or self._closed or (remaining is not None and remaining <= 0):
                     finished = (self._rollouts.get(i) for i in wanted)
                     return [
-                        copy_rollout(r, with_attempt=False)
+                        copy_rollout(r)
                         for r in finished
                         if r is not None and r.rollout.status in FINISHED_STATUSES
                     ]

@@ -34,19 +34,15 @@ class _Turn:
 
 
 STICKY_BATCHING = 16
-"""Groups of one write after which a loop without a visible ready queue goes back to writing at once."""
+"""Groups of one write after which a loop goes back to writing at once."""
 
 
 def worth_batching(local: threading.local, loop: asyncio.AbstractEventLoop) -> bool:
     """Whether other writers may come in this turn of the loop, so that a write should join a batch.
 
-    asyncio's own loop shows its ready queue: batch when other callbacks wait in it. Other loops (uvloop,
-    which the store server runs on) do not: there writes start batching when a second task writes in the
-    same turn, and keep batching until :data:`STICKY_BATCHING` groups in a row held one write each (a
-    lone task's writes one after another run right away, as on an idle asyncio loop)."""
-    ready = getattr(loop, "_ready", None)
-    if ready is not None:
-        return bool(ready)
+    Read from public state only, the same on every loop (asyncio's, uvloop): writes start batching when a
+    second task writes in the same turn, and keep batching until :data:`STICKY_BATCHING` groups in a row
+    held one write each (a lone task's writes one after another run right away)."""
     if getattr(local, "batching", 0) > 0:
         return True
     task = asyncio.current_task(loop)

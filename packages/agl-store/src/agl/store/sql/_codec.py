@@ -81,11 +81,6 @@ def rollout_from_row(row: Mapping[Any, Any]) -> Rollout | AttemptedRollout:
     return Rollout.model_validate(fields)
 
 
-def plain_rollout_from_row(row: Mapping[Any, Any]) -> Rollout:
-    rollout = rollout_from_row({k: v for k, v in row.items() if not k.startswith(ATTEMPT_PREFIX)})
-    return Rollout.model_validate(rollout.model_dump()) if isinstance(rollout, AttemptedRollout) else rollout
-
-
 def attempt_from_row(row: Mapping[Any, Any], prefix: str = "") -> Attempt:
     return Attempt.model_validate({name: row[prefix + name] for name in ATTEMPT_FIELDS})
 

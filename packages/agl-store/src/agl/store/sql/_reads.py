@@ -179,30 +179,31 @@ def get_rollout(conn: sa.Connection, ctx: Ctx, rollout_id: str) -> Rollout | Att
     return _codec.rollout_from_row(rows[0]) if rows else None
 
 
-def _finished_among(conn: sa.Connection, columns: list[Any], rollout_ids: Sequence[str]) -> Iterator[Any]:
-    """``columns`` of the finished rollouts among ``rollout_ids``, as row mappings (500 ids a statement)."""
+def _finished_among(conn: sa.Connection, select: AnySelect, rollout_ids: Sequence[str]) -> Iterator[Any]:
+    """Rows of ``select`` for the finished rollouts among ``rollout_ids``, as mappings (500 ids a statement)."""
     unique = list(dict.fromkeys(rollout_ids))
     finished = sorted(FINISHED_STATUSES)
     for start in range(0, len(unique), 500):
         yield from conn.execute(
-            sa.select(*columns).where(
-                R.c.rollout_id.in_(unique[start : start + 500]), R.c.status.in_(finished)
-            )
+            select.where(R.c.rollout_id.in_(unique[start : start + 500]), R.c.status.in_(finished))
         ).mappings()
 
 
-def finished_rollouts(conn: sa.Connection, ctx: Ctx, rollout_ids: Sequence[str]) -> list[Rollout]:
-    """The finished rollouts among ``rollout_ids``, in request order (unknown ids omitted)."""
+def finished_rollouts(
+    conn: sa.Connection, ctx: Ctx, rollout_ids: Sequence[str]
+) -> list[Rollout | AttemptedRollout]:
+    """The finished rollouts among ``rollout_ids`` with their latest attempts, in request order (unknown ids
+    omitted)."""
     found = {
-        row["rollout_id"]: _codec.plain_rollout_from_row(row)
-        for row in _finished_among(conn, _ROLLOUT_COLUMNS, rollout_ids)
+        row["rollout_id"]: _codec.rollout_from_row(row)
+        for row in _finished_among(conn, _rollouts_select(), rollout_ids)
     }
     return [found[rid] for rid in dict.fromkeys(rollout_ids) if rid in found]
 
 
 def finished_rollout_ids(conn: sa.Connection, ctx: Ctx, rollout_ids: Sequence[str]) -> set[str]:
     """Which of ``rollout_ids`` have finished (ids only: what a waiter polls for)."""
-    return {row["rollout_id"] for row in _finished_among(conn, [R.c.rollout_id], rollout_ids)}
+    return {row["rollout_id"] for row in _finished_among(conn, sa.select(R.c.rollout_id), rollout_ids)}
 
 
 def query_attempts(conn: sa.Connection, ctx: Ctx, query: AttemptQuery) -> PaginatedResult[Attempt]:

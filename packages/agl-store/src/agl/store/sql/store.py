@@ -320,12 +320,12 @@ class SqlLightningStore(LightningStore):
 
     async def wait_for_rollouts(
         self, *, rollout_ids: Sequence[str], timeout: float | None = None
-    ) -> list[Rollout]:
+    ) -> list[Rollout | AttemptedRollout]:
         ids = list(rollout_ids)
         if not ids:
             return []
 
-        async def check() -> list[Rollout]:
+        async def check() -> list[Rollout | AttemptedRollout]:
             await self._watchdog()
             return await self._read(_reads.finished_rollouts, ids)
 

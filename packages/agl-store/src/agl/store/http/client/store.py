@@ -38,7 +38,6 @@ from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuer
 from pydantic import Discriminator, Tag, TypeAdapter
 
 from ...base import FinishedAttempt, LightningStore, LightningStoreCapabilities, LightningStoreStatistics
-from ...errors import *  # noqa: F403  (compatibility: the errors were importable from here)
 from .._models import (
     WAIT_COMPLETE_HEADER,
     AddSpansInOrderResponse,
@@ -69,6 +68,7 @@ _ROLLOUT = TypeAdapter(Rollout)
 _ROLLOUTS = TypeAdapter(list[Rollout])
 _ATTEMPTED = TypeAdapter(AttemptedRollout)
 _ATTEMPTED_LIST = TypeAdapter(list[AttemptedRollout])
+_ANY_ROLLOUTS: TypeAdapter[list[Rollout | AttemptedRollout]] = TypeAdapter(list[_AnyRollout])
 _ANY_ROLLOUT_OR_NONE: TypeAdapter[Rollout | AttemptedRollout | None] = TypeAdapter(_AnyRollout | None)
 _ROLLOUT_PAGE: TypeAdapter[PaginatedResult[Rollout | AttemptedRollout]] = TypeAdapter(
     PaginatedResult[_AnyRollout]
@@ -163,8 +163,20 @@ class LightningStoreClient(HttpTransport, LightningStore):
             if claimed or time.monotonic() >= deadline - 0.001:
                 return claimed
 
-    async def dequeue_rollout_with_resources(
-        self, worker_id: str | None = None, *, timeout: float = 0.0
+    async def dequeue_many_rollouts_with_resources(
+        self, *, limit: int = 1, worker_id: str | None = None, timeout: float = 0.0
+    ) -> list[tuple[AttemptedRollout, ResourcesUpdate | None]]:
+        """A claim of one rollout is one request (the server's claim route); of more, one to dequeue them and
+        one per snapshot this client lacks."""
+        if limit != 1:
+            return await super().dequeue_many_rollouts_with_resources(
+                limit=limit, worker_id=worker_id, timeout=timeout
+            )
+        one = await self._claim_one(worker_id, timeout)
+        return [] if one is None else [one]
+
+    async def _claim_one(
+        self, worker_id: str | None, timeout: float
     ) -> tuple[AttemptedRollout, ResourcesUpdate | None] | None:
         """One request per claim: the rollout and its resources, which the server sends only when this client
         does not hold them at their current version."""
@@ -261,7 +273,7 @@ class LightningStoreClient(HttpTransport, LightningStore):
 
     async def wait_for_rollouts(
         self, *, rollout_ids: Sequence[str], timeout: float | None = None
-    ) -> list[Rollout]:
+    ) -> list[Rollout | AttemptedRollout]:
         ids = list(rollout_ids)
         if not ids:
             return []
@@ -276,7 +288,7 @@ class LightningStoreClient(HttpTransport, LightningStore):
                 {"rollout_ids": ids, "timeout": chunk},
                 wait=chunk,
             )
-            done = _ROLLOUTS.validate_json(payload)
+            done = _ANY_ROLLOUTS.validate_json(payload)
             complete = headers.get(WAIT_COMPLETE_HEADER, "true") == "true"
             if complete or (deadline is not None and time.monotonic() >= deadline - 0.001):
                 return done

@@ -59,7 +59,7 @@ from ._ops import (
 from ._options import AppOptions
 from ._routes import HOT_ROUTES, HotRoute
 
-__all__ = ["AppOptions", "create_app"]
+__all__ = ["create_app"]
 
 logger = logging.getLogger("agl.store.server")
 
@@ -113,13 +113,12 @@ def create_app(store: LightningStore, options: AppOptions) -> FastAPI:
     return app
 
 
-# The query routes validate their query object themselves and hand it to the backend's hook, as the public
-# query_* methods do after validating their keyword arguments.
+# The query routes validate their query object themselves and hand it to the store's run_query.
 
 
 def _declare_rollout_routes(app: FastAPI, store: LightningStore, ops: HotOps) -> None:
     prefix = API_PREFIX
-    query_rollouts_hook = store._query_rollouts  # pyright: ignore[reportPrivateUsage]
+    query_rollouts_hook = store.run_query
     options = ops.options
 
     @app.get(prefix + "/statistics", response_model=dict[str, Any], tags=["statistics"])
@@ -148,7 +147,7 @@ def _declare_rollout_routes(app: FastAPI, store: LightningStore, ops: HotOps) ->
         }
         return _json(await store.update_rollout(rollout_id, **values))
 
-    @app.post(prefix + "/waits/rollouts", response_model=list[Rollout], tags=["rollouts"])
+    @app.post(prefix + "/waits/rollouts", response_model=list[RolloutOrAttempted], tags=["rollouts"])
     async def wait_for_rollouts(body: WaitRequest) -> Response:
         ids = body.rollout_ids
         wait = ops.bounded(body.timeout)
@@ -166,7 +165,7 @@ def _declare_rollout_routes(app: FastAPI, store: LightningStore, ops: HotOps) ->
 
 def _declare_attempt_routes(app: FastAPI, store: LightningStore) -> None:
     prefix = API_PREFIX
-    query_attempts_hook = store._query_attempts  # pyright: ignore[reportPrivateUsage]
+    query_attempts_hook = store.run_query
 
     @app.post(
         prefix + "/rollouts/{rollout_id}/attempts",
@@ -213,7 +212,7 @@ def _declare_attempt_routes(app: FastAPI, store: LightningStore) -> None:
 
 def _declare_resource_routes(app: FastAPI, store: LightningStore) -> None:
     prefix = API_PREFIX
-    query_resources_hook = store._query_resources  # pyright: ignore[reportPrivateUsage]
+    query_resources_hook = store.run_query
 
     @app.get(prefix + "/resources", response_model=PaginatedResult[ResourcesUpdate], tags=["resources"])
     async def query_resources(q: Annotated[ResourcesQueryParams, Query()]) -> Response:
@@ -246,8 +245,8 @@ def _declare_resource_routes(app: FastAPI, store: LightningStore) -> None:
 
 def _declare_span_and_worker_routes(app: FastAPI, store: LightningStore) -> None:
     prefix = API_PREFIX
-    query_spans_hook = store._query_spans  # pyright: ignore[reportPrivateUsage]
-    query_workers_hook = store._query_workers  # pyright: ignore[reportPrivateUsage]
+    query_spans_hook = store.run_query
+    query_workers_hook = store.run_query
 
     @app.get(prefix + "/spans", response_model=PaginatedResult[Span], tags=["spans"])
     async def query_spans(q: Annotated[SpanQueryParams, Query()]) -> Response:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .._models import API_PREFIX
 from ._eager import start
+from ._hosts import host_allowed, misdirected
 from ._middleware import (
     ASGIApp,
     Message,
@@ -47,6 +48,7 @@ logger = logging.getLogger("agl.store.server")
 
 _HEALTH_PATH = API_PREFIX + "/health"
 _REPLAYED = (b"agl-replayed", b"true")
+_READ_HEADERS = frozenset({b"authorization", b"content-length", b"idempotency-key", b"content-type", b"host"})
 
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 """Status, header pairs, body: an answer as sent (and as the replay cache keeps it)."""
@@ -76,6 +78,7 @@ class HotPath:
         debug: Put tracebacks into 500 answers.
         extra_headers: Added to every answer served straight from the protocol (``agl-server-worker`` of a
             worker; in ASGI, the worker's wrapper adds it).
+        host_names: The ``Host`` names answered besides IP addresses (:mod:`._hosts`); ``None``: any.
     """
 
     def __init__(
@@ -89,8 +92,10 @@ class HotPath:
         metrics: HttpMetrics,
         debug: bool = False,
         extra_headers: Sequence[tuple[bytes, bytes]] = (),
+        host_names: frozenset[str] | None = None,
     ) -> None:
         self.table = table
+        self.host_names = host_names
         self._expected = f"Bearer {token}".encode() if token else None
         self.max_body_bytes = max_body_bytes
         self.cache = cache
@@ -116,26 +121,21 @@ class HotPath:
     def check(
         self, method: str, path: str, headers: Sequence[tuple[bytes, bytes]]
     ) -> tuple[Answer | None, bytes | None, str]:
-        """What the head alone decides: an early answer (401, 400, 413) or ``None``; the idempotency key;
-        the content type. The first of each header counts."""
-        auth = length = key = ctype = None
+        """What the head alone decides: an early answer (421, 401, 400, 413) or ``None``; the idempotency
+        key; the content type. The first of each header counts."""
+        found: dict[bytes, bytes] = {}
         for name, value in headers:
-            if name == b"authorization":
-                if auth is None:
-                    auth = value
-            elif name == b"content-length":
-                if length is None:
-                    length = value
-            elif name == b"idempotency-key":
-                if key is None:
-                    key = value
-            elif name == b"content-type" and ctype is None:
-                ctype = value
+            if name in _READ_HEADERS and name not in found:
+                found[name] = value
+        key, ctype, host = found.get(b"idempotency-key"), found.get(b"content-type"), found.get(b"host")
         content_type = ctype.decode("latin-1").lower() if ctype else ""
+        if self.host_names is not None and not host_allowed(host, self.host_names):
+            return _early(misdirected(host or b"")), key, content_type
         if self._expected is not None and path != _HEALTH_PATH and method != "OPTIONS":
-            given = auth or b""
+            given = found.get(b"authorization", b"")
             if not hmac.compare_digest(given, self._expected):
                 return _early(unauthorized(given)), key, content_type
+        length = found.get(b"content-length")
         if length is not None:
             try:
                 too_big = int(length) > self.max_body_bytes

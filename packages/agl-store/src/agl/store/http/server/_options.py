@@ -28,3 +28,5 @@ class AppOptions:
     """Serve ``/metrics`` without the bearer token."""
     replay_cache: ReplayCache | None = field(default=None, repr=False)
     """Where idempotent answers are kept for replays (default: a :class:`MemoryReplayCache` per app)."""
+    host_names: frozenset[str] | None = None
+    """The ``Host`` names answered besides IP addresses; ``None``: any (see :mod:`._hosts`)."""

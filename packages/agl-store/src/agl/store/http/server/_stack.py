@@ -80,6 +80,7 @@ def create_asgi_app(store: LightningStore, options: AppOptions) -> tuple[LazyApp
         eager=ops.eager,
         metrics=counters,
         debug=options.debug,
+        host_names=options.host_names,
     )
     asgi: ASGIApp = MetricsMiddleware(
         DashboardMiddleware(HotPathMiddleware(app, hot)),

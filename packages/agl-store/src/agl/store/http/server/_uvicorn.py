@@ -76,16 +76,23 @@ class ConnectionLimits:
     """Longest a request's head (request line and headers) may take once its first byte arrived."""
     body_seconds: float = 30.0
     """Longest pause between two parts of a request body that is still arriving."""
+    body_min_rate: float = 1024.0
+    """Bytes per second a body still arriving must average once it has taken longer than ``body_seconds``
+    (so that a client dripping a byte now and then cannot hold its connection forever)."""
     max_header_bytes: int = 64 * 1024
     """Largest request head accepted."""
+    max_connections: int = 4096
+    """Most connections open at once; one more is answered ``503`` and closed."""
 
     def __post_init__(self) -> None:
-        for name in ("idle_seconds", "header_seconds", "body_seconds"):
+        for name in ("idle_seconds", "header_seconds", "body_seconds", "body_min_rate"):
             value = getattr(self, name)
             if not value > 0:
-                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
-        if self.max_header_bytes <= 0:
-            raise ValueError(f"max_header_bytes must be positive, got {self.max_header_bytes!r}")
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+        for name in ("max_header_bytes", "max_connections"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 _IDLE, _HEAD, _BODY, _APP = range(4)
@@ -141,6 +148,7 @@ _TIMEOUT_408 = _plain_answer(b"408 Request Timeout", b"request not received in t
 _HEAD_431 = _plain_answer(
     b"431 Request Header Fields Too Large", b"request head too large; connection closed"
 )
+_BUSY_503 = _plain_answer(b"503 Service Unavailable", b"too many connections open; retry later")
 
 
 def server_protocol_class(  # noqa: C901  # one subclass closed over its settings: its methods count here
@@ -188,7 +196,12 @@ def server_protocol_class(  # noqa: C901  # one subclass closed over its setting
             self._agl_answered = False  # an answer completed while the last read was parsed
             self._agl_phase = _IDLE
             self._agl_head_bytes = 0
+            self._agl_body_started = 0.0
+            self._agl_body_bytes = 0
             self._agl_timer: asyncio.TimerHandle | None = None
+            if len(self.server_state.connections) > lim.max_connections:
+                self._agl_close(_BUSY_503)
+                return
             self._agl_arm(lim.idle_seconds)
 
         def _agl_arm(self, seconds: float) -> None:
@@ -282,7 +295,9 @@ def server_protocol_class(  # noqa: C901  # one subclass closed over its setting
             if cycle is not None:
                 self._agl_head_bytes = 0
                 if cycle.more_body:  # (also the rest of a body after an early answer, read and dropped)
-                    self._agl_phase = _BODY
+                    if self._agl_body_too_slow(len(data)):
+                        self._agl_close(None if cycle.response_started else _TIMEOUT_408)
+                        return
                     self._agl_arm(lim.body_seconds)  # restarted by every part that arrives
                 elif self._agl_phase != _APP:
                     self._agl_phase = _APP
@@ -301,6 +316,18 @@ def server_protocol_class(  # noqa: C901  # one subclass closed over its setting
             if self._agl_phase != _HEAD:
                 self._agl_phase = _HEAD
                 self._agl_arm(lim.header_seconds)  # counted from the head's first byte, not restarted
+
+        def _agl_body_too_slow(self, received: int) -> bool:
+            """Count a part of a body; whether the body, arriving for longer than ``body_seconds``, averaged
+            less than ``body_min_rate`` (counted from the read after its head's, which holds the head too)."""
+            now = self.loop.time()
+            if self._agl_phase != _BODY:
+                self._agl_phase = _BODY
+                self._agl_body_started, self._agl_body_bytes = now, 0
+                return False
+            self._agl_body_bytes += received
+            elapsed = now - self._agl_body_started
+            return elapsed > lim.body_seconds and self._agl_body_bytes < lim.body_min_rate * elapsed
 
         def on_response_complete(self) -> None:
             super().on_response_complete()

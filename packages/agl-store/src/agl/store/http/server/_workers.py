@@ -114,11 +114,9 @@ def _worker_main(settings: WorkerSettings, sock: socket.socket | None, index: in
         metrics_public=settings.metrics_public,
         plain_http=settings.plain_http,
     )
-    server._worker_index = index  # pyright: ignore[reportPrivateUsage]
-    server._run_id = settings.run_id  # pyright: ignore[reportPrivateUsage]
     if sock is None:
         sock = _bind(settings.host, settings.port, reuse_port=True)
-    server._prebound = sock  # pyright: ignore[reportPrivateUsage]
+    server.serve_as_worker(index, settings.run_id, sock)
     try:
         server.run_forever(on_started=lambda: ready.put((index, os.getpid())))
     finally:

@@ -32,6 +32,7 @@ from ...loop_bound import as_thread_safe
 from .._models import API_PREFIX
 from ._background import ServerThread, bind_listener, quiet_server
 from ._gc import serving_gc
+from ._hosts import local_host_names
 from ._loop import new_event_loop as _new_event_loop
 from ._uvicorn import ConnectionLimits, server_protocol_class
 
@@ -149,10 +150,18 @@ class LightningStoreServer(ForwardingStore):
         self._client: LightningStoreClient | None = None
         self._client_lock = threading.Lock()
         self._local: LightningStore | None = None
-        # Set by `agl store --workers N` in each worker process (see agl.store.http.server._workers).
+        # Set by `agl store --workers N` in each worker process, with serve_as_worker.
         self._prebound: socket.socket | None = None
         self._worker_index: int | None = None
         self._run_id = uuid.uuid4().hex
+
+    def serve_as_worker(self, index: int, run_id: str, sock: socket.socket) -> None:
+        """Make this server worker ``index`` of a multi-worker run (``agl store --workers N``), before it
+        starts: it accepts on ``sock``, bound by the parent and shared by every worker, tags its answers
+        with its index, and shares idempotent answers with the workers of ``run_id``."""
+        self._worker_index = index
+        self._run_id = run_id
+        self._prebound = sock
 
     # -- addresses --------------------------------------------------------------------------------
 
@@ -207,6 +216,7 @@ class LightningStoreServer(ForwardingStore):
                 debug=self.debug,
                 metrics_public=self.metrics_public,
                 replay_cache=self._replay_cache(self.store),
+                host_names=local_host_names(self.host, self.token, self.access_host),
             )
             self._options = options
             self._app, self._asgi, self._hot = create_asgi_app(self.store, options)
