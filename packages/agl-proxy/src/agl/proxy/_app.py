@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from agl.store.serving import host_allowed
+from agl.store.serving import host_allowed, misdirected_reason
 from agl.types.narrow import as_dict
 
 from ._assemble import ResponseAssembler, SSEParser
@@ -170,12 +170,8 @@ class ProxyApp:
     def _check_auth(self, headers: dict[bytes, bytes]) -> None:
         names = self.settings.host_names
         if names is not None and not host_allowed(headers.get(b"host"), names):
-            host = headers.get(b"host", b"").decode("latin-1")[:100]
             raise _HTTPError(
-                421,
-                f"Host {host!r} is not a name of this proxy: without a token it answers only to localhost and "
-                "IP addresses (protection against DNS rebinding); connect through 127.0.0.1, or set a token",
-                "misdirected_request",
+                421, misdirected_reason(headers.get(b"host", b""), "proxy"), "misdirected_request"
             )
         token = self.settings.auth_token
         if token and not hmac.compare_digest(headers.get(b"authorization", b""), f"Bearer {token}".encode()):

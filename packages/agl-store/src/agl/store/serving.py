@@ -1,7 +1,7 @@
 """Plumbing shared by agl's HTTP servers (the store server, the LLM proxy, the local model server, the tests'
 stand-ins): one way to serve in the background (:func:`bind_listener`, :func:`quiet_server`,
 :class:`ServerThread`), DNS-rebinding protection of a server without a token (:func:`local_host_names`,
-:func:`host_allowed`), stall deadlines and one-write answers (see :class:`ConnectionLimits`; the code lives in
+:func:`host_allowed`, :func:`misdirected_reason`), stall deadlines and one-write answers (see :class:`ConnectionLimits`; the code lives in
 :mod:`agl.store.http.server._uvicorn`), the garbage collector's thresholds while serving (:func:`serving_gc`),
 and the event loop to serve on (:func:`run_fast`: uvloop where installed).
 
@@ -12,7 +12,7 @@ package would hold only this module.
 
 from .http.server._background import ServerThread, bind_listener, quiet_server
 from .http.server._gc import SERVING_GC_THRESHOLD, serving_gc
-from .http.server._hosts import host_allowed, local_host_names
+from .http.server._hosts import host_allowed, local_host_names, misdirected_reason
 from .http.server._loop import run_fast
 from .http.server._uvicorn import ConnectionLimits, server_protocol_class
 
@@ -23,6 +23,7 @@ __all__ = [
     "bind_listener",
     "host_allowed",
     "local_host_names",
+    "misdirected_reason",
     "quiet_server",
     "run_fast",
     "server_protocol_class",

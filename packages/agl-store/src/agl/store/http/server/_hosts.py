@@ -14,7 +14,7 @@ import ipaddress
 
 from ._middleware import Message, json_error
 
-__all__ = ["host_allowed", "local_host_names", "misdirected"]
+__all__ = ["host_allowed", "local_host_names", "misdirected", "misdirected_reason"]
 
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "ip6-localhost"})
 
@@ -55,12 +55,15 @@ def host_allowed(header: bytes | None, names: frozenset[str]) -> bool:
     return True
 
 
+def misdirected_reason(header: bytes, server: str = "server") -> str:
+    """Why a request whose ``Host`` a token-less local ``server`` does not answer to is refused (421)."""
+    name = header.decode("latin-1")[:100]
+    return (
+        f"Host {name!r} is not a name of this {server}: without a token it answers only to localhost and IP "
+        f"addresses (protection against DNS rebinding); connect through 127.0.0.1, or give the {server} a token"
+    )
+
+
 def misdirected(header: bytes) -> tuple[Message, Message]:
     """The 421 answer to a request whose ``Host`` this server does not answer to."""
-    name = header.decode("latin-1")[:100]
-    return json_error(
-        421,
-        f"Host {name!r} is not a name of this server: without a token it answers only to localhost and IP "
-        "addresses (protection against DNS rebinding); connect through 127.0.0.1, or give the server a token",
-        "MisdirectedRequest",
-    )
+    return json_error(421, misdirected_reason(header), "MisdirectedRequest")
