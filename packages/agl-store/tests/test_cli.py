@@ -155,7 +155,9 @@ def test_kill_9_mid_workload_loses_nothing_acknowledged(tmp_path: Path) -> None:
                     if status == "succeeded":
                         assert found[rid].status == "succeeded"
                     if status == "finishing":  # either the write landed or the attempt times out
-                        assert found[rid].status in ("succeeded", "running", "requeuing", "failed"), found[rid]
+                        assert found[rid].status in ("succeeded", "running", "requeuing", "failed"), found[
+                            rid
+                        ]
                 for rid, aid in acked["attempts"].items():
                     attempts = await client.query_attempts(rid)
                     assert aid in {a.attempt_id for a in attempts}
