@@ -304,3 +304,81 @@ def test_without_workers_a_retried_write_is_applied_once_at_once_and_across_rest
             assert _count(conn) == 1
         finally:
             server.stop()
+
+
+def _children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid`` (read from /proc)."""
+    found: set[int] = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            # "pid (comm) state ppid ...": comm may hold spaces, so split after its closing parenthesis
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_die_with_their_parent_and_the_port_is_free_again(tmp_path: Path) -> None:
+    """A kill -9 of ``agl store --workers 2`` must not leave workers serving the old database."""
+    with database("sqlite", tmp_path) as url:
+        server = Server(url, 2, tmp_path)
+        server.start()
+        try:
+            assert server.proc is not None
+            workers = {pid for pid in _children(server.proc.pid) if "multiprocessing" in _cmdline(pid)}
+            assert len(workers) >= 2, workers
+            server.proc.kill()
+            server.proc.wait(10)
+            deadline = time.monotonic() + 30
+            while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+                time.sleep(0.05)  # polled with a deadline
+            assert not any(_alive(pid) for pid in workers), "workers outlived their parent"
+            with pytest.raises(OSError), socket.create_connection(("127.0.0.1", server.port), timeout=5):
+                pass
+        finally:
+            server.stop()
+
+
+def _cmdline(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_text()
+    return ""
+
+
+def test_a_second_server_refuses_a_port_that_is_served(tmp_path: Path) -> None:
+    """Another ``agl store --workers 2`` on the same port exits with an error; the first keeps serving."""
+    with database("sqlite", tmp_path) as url, serving(url, 2, tmp_path) as first:
+        second = subprocess.run(
+            [
+                *(
+                    sys.executable,
+                    "-m",
+                    "agl.store.cli",
+                    "store",
+                    "--workers",
+                    "2",
+                    "--port",
+                    str(first.port),
+                ),
+                *("--backend", f"sqlite:///{tmp_path / 'other.db'}"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert second.returncode != 0, second.stdout
+        assert f"cannot listen on 127.0.0.1:{first.port}" in second.stderr, second.stderr
+        conn = http.client.HTTPConnection("127.0.0.1", first.port, timeout=30)
+        try:
+            assert _enqueue(conn, "still the first")[0] == 201
+            assert _count(conn) == 1
+        finally:
+            conn.close()

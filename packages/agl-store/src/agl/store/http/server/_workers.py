@@ -14,6 +14,11 @@ stop them all gracefully. What the workers share goes through the database:
   ``/metrics`` on any worker answers with the sum over all of them.
 
 Every answer carries ``agl-server-worker: <index>`` (the worker's number, 0-based).
+
+Workers die with their parent, however it ends (a kill -9 included): each holds the read end of a pipe whose
+only writer is the parent, and stops when it reads end-of-file. A server refuses a port that is already
+served (by another ``agl store`` or by workers that outlived theirs) instead of sharing it through
+``SO_REUSEPORT``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -92,13 +98,22 @@ def check_backend(backend: str, workers: int) -> None:
 # -- a worker ------------------------------------------------------------------------------------
 
 
-def _worker_main(settings: WorkerSettings, sock: socket.socket | None, index: int, ready: Any) -> None:
+def _worker_main(
+    settings: WorkerSettings,
+    index: int,
+    ready: Any,
+    sock: socket.socket | None,
+    parent_alive: multiprocessing.connection.Connection,
+) -> None:
     """Entry point of a worker process: serve on the inherited socket (``None``: on its own
-    ``SO_REUSEPORT`` socket on the same port) until SIGINT/SIGTERM."""
+    ``SO_REUSEPORT`` socket on the same port) until SIGINT/SIGTERM or the parent's end."""
     logging.basicConfig(
         level=settings.log_level.upper(),
         format=f"%(asctime)s %(levelname)s %(name)s[worker {index}]: %(message)s",
     )
+    threading.Thread(
+        target=_stop_with_parent, args=(parent_alive,), name="agl-parent-watch", daemon=True
+    ).start()
     from ..._open import open_store
     from .store import LightningStoreServer
 
@@ -121,6 +136,18 @@ def _worker_main(settings: WorkerSettings, sock: socket.socket | None, index: in
         server.run_forever(on_started=lambda: ready.put((index, os.getpid())))
     finally:
         asyncio.run(store.close())
+
+
+def _stop_with_parent(parent_alive: multiprocessing.connection.Connection) -> None:
+    """Wait for end-of-file on the parent's pipe (it never writes), then stop this worker: gracefully
+    (SIGTERM, as ``agl store`` stops its workers), and for good if that has not ended it in time."""
+    with contextlib.suppress(EOFError, OSError):
+        while True:
+            parent_alive.recv_bytes()
+    logger.warning("agl store: the parent process is gone; this worker stops")
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(_STOP_SECONDS)  # (a daemon thread: it ends with the process, if the SIGTERM did end it)
+    os._exit(1)
 
 
 # -- the parent ----------------------------------------------------------------------------------
@@ -203,11 +230,14 @@ def serve_workers(
     """
     check_backend(settings.backend, workers)
     _prepare_database(settings)
+    if _REUSE_PORT and settings.port:  # a port served by anyone (each on SO_REUSEPORT) refuses this socket
+        _bind(settings.host, settings.port, listen=False).close()
     sock = _bind(settings.host, settings.port, listen=not _REUSE_PORT, reuse_port=_REUSE_PORT)
     settings.port = sock.getsockname()[1]
     shared = None if _REUSE_PORT else sock
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Queue()
+    parent_alive, alive_writer = ctx.Pipe(duplex=False)  # closed (by exit or death): the workers stop
     stopping = False
 
     def stop(*_: Any) -> None:
@@ -221,13 +251,23 @@ def serve_workers(
         with _metrics_dir():
             try:
                 return _supervise(
-                    settings, workers, ctx, shared, ready, procs, started_at, on_started, lambda: stopping
+                    settings,
+                    workers,
+                    ctx,
+                    ready,
+                    (shared, parent_alive),
+                    procs,
+                    started_at,
+                    on_started,
+                    lambda: stopping,
                 )
             finally:
                 _stop_all(procs)
     finally:
         sock.close()
         ready.close()
+        parent_alive.close()
+        alive_writer.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
@@ -236,8 +276,8 @@ def _supervise(
     settings: WorkerSettings,
     workers: int,
     ctx: Any,
-    sock: socket.socket | None,
     ready: Any,
+    inherited: tuple[socket.socket | None, multiprocessing.connection.Connection],
     procs: dict[int, Any],
     started_at: dict[int, float],
     on_started: Callable[[str], None] | None,
@@ -246,7 +286,7 @@ def _supervise(
     def start(index: int) -> None:
         proc = ctx.Process(
             target=_worker_main,
-            args=(settings, sock, index, ready),
+            args=(settings, index, ready, *inherited),
             name=f"agl-store-worker-{index}",
             daemon=False,
         )
