@@ -10,6 +10,7 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import sys
 import threading
 import time
@@ -94,6 +95,9 @@ def runner_process_main(
     store: LightningStore | None,
 ) -> None:
     """Body of a runner process: wait for the server's address, then run the runner until stopped."""
+    # SIGTERM (a group kill, a container stop) stops this runner as Ctrl+C does, not through the handler a
+    # forked child inherits from its parent, which is about the parent's resources.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     if inherited_stop_writer >= 0:
         # A forked child holds a copy of the parent's end; only the parent may close the stop pipe.
         with contextlib.suppress(OSError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing.connection
+import os
 import time
 from typing import Any
 
@@ -17,14 +18,21 @@ __all__ = ["ChildStopEvent", "ParentStopEvent", "stop_pipe"]
 
 
 class ParentStopEvent:
-    """The algorithm side of the stop signal: :meth:`set` closes the pipe for every runner at once."""
+    """The algorithm side of the stop signal: :meth:`set` closes the pipe for every runner at once.
+
+    Only in the process that made it: a forked runner holds a copy of this object whose descriptor it has
+    closed (and whose number its event loop may have reused), so there :meth:`set` only marks the event.
+    """
 
     def __init__(self, writer: multiprocessing.connection.Connection) -> None:
         self._writer: multiprocessing.connection.Connection | None = writer
+        self._owner = os.getpid()
         self._set = False
 
     def set(self) -> None:
         self._set = True
+        if os.getpid() != self._owner:
+            return
         writer, self._writer = self._writer, None
         if writer is not None:
             with contextlib.suppress(OSError):
