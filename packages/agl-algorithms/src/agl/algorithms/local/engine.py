@@ -27,6 +27,7 @@ import torch
 from ._batch import BatchContext, RunningBatch
 from ._prefix import SharedPrefix
 from ._request import GenerationRequest, GenerationResult, SamplingParams, TokenCallback
+from ._weights import check_weights
 
 __all__ = ["GenerationEngine", "GenerationResult", "SamplingParams"]
 
@@ -196,14 +197,20 @@ class GenerationEngine:
 
     def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
         """Load new weights once the sequences in flight have finished (new requests wait meanwhile);
-        returns the new version number."""
+        returns the new version number.
+
+        ``state_dict`` must give every tensor of the model (one name of tied weights is enough), nothing
+        else, in its shapes, finite: else :class:`~agl.algorithms.local._weights.WeightsMismatch` (a
+        ``ValueError``) is raised, and the model and version stay as they were.
+        """
+        check_weights(self.model, state_dict)
         with self._swap_guard:
             self._swap_requested = True
             try:
                 with self._cond:
                     while self._running_rows:
                         self._cond.wait()
-                    with torch.no_grad():
+                    with torch.no_grad():  # not strict: tied weights may come under one name only
                         self.model.load_state_dict(state_dict, strict=False)
                     if self._prefix is not None:
                         self._prefix.clear()  # computed by the old weights

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hmac
 import json
 import logging
 import threading
@@ -28,6 +29,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from .._json import is_dict, is_list
 from ._chat import parse_tool_calls, render_prompt, visible_prefix
 from ._serving import ServedModel
+from ._weights import WeightsMismatch, refuse_non_regular_file
 from .engine import GenerationEngine, GenerationResult, SamplingParams
 
 __all__ = ["ModelServer", "load_model"]
@@ -208,10 +210,11 @@ class ModelServer(ServedModel):
         return app
 
     def _add_admin_routes(self, app: FastAPI, token: str) -> None:
-        expected = f"Bearer {token}"
+        expected = f"Bearer {token}".encode()
 
         def refused(request: Request) -> JSONResponse | None:
-            if request.headers.get("authorization") != expected:
+            given = request.headers.get("authorization", "").encode("utf-8", "replace")
+            if not hmac.compare_digest(given, expected):
                 return _error("the admin routes need the server's admin token", 401)
             return None
 
@@ -228,17 +231,23 @@ class ModelServer(ServedModel):
                 path = body.get("path")
                 if not isinstance(path, str):
                     raise _BadRequest("give the safetensors file to load as {'path': ...}")
-                try:
-                    state = await asyncio.to_thread(safetensors_torch().load_file, path)
-                except Exception as exc:  # missing, unreadable, or not safetensors
-                    raise _BadRequest(f"cannot read weights from {path!r}: {exc}") from exc
-                try:
-                    version = await asyncio.to_thread(self.update_weights, state)
-                except RuntimeError as exc:  # load_state_dict: shapes that do not fit
-                    raise _BadRequest(f"the weights in {path!r} do not fit the model: {exc}") from exc
+                version = await asyncio.to_thread(self._update_from_file, path)
             except _BadRequest as exc:
                 return _error(str(exc), exc.status)
             return {"version": version}
+
+    def _update_from_file(self, path: str) -> int:
+        """Load the safetensors file at ``path`` and swap it in (in a worker thread: the load holds the
+        interpreter lock for a while); ``_BadRequest`` for a file that is not weights of this model."""
+        try:
+            refuse_non_regular_file(path)
+            try:
+                state = safetensors_torch().load_file(path)
+            except Exception as exc:  # unreadable, or not safetensors
+                raise _BadRequest(f"cannot read weights from {path!r}: {exc}") from exc
+            return self.update_weights(state)
+        except WeightsMismatch as exc:
+            raise _BadRequest(f"{path!r}: {exc}") from exc
 
     def _sampling(self, body: dict[str, Any]) -> SamplingParams:
         stop: Any = body.get("stop") or []

@@ -5,9 +5,13 @@
 In the training process the model server's decoding competes for one interpreter lock with the runners,
 the LLM proxy and the store; in its own process it has a core of its own. :class:`ModelServerProcess`
 starts it, and offers what the trainer uses of an in-process server: ``url``, ``version``, ``stats``,
-``update_weights`` (the weights travel as a safetensors file in shared memory, ``/dev/shm`` where there is
-one, and are loaded between two generation batches as in process), ``as_llm``, ``start`` and ``stop``.
+``update_weights`` (the weights travel as a safetensors file in memory, and are loaded between two
+generation batches as in process), ``as_llm``, ``start`` and ``stop``.
 The child serves until its parent closes its standard input (or dies), so it never outlives the run.
+
+On Linux that file is an anonymous memory file (``memfd_create``) that the child inherits: it has no name,
+so a trainer killed with SIGKILL leaves nothing behind in ``/dev/shm``; it is emptied after each update.
+Elsewhere it is a file in a temporary folder, removed by :meth:`ModelServerProcess.stop`.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ class ModelServerProcess(ServedModel):
         self._proc: subprocess.Popen[str] | None = None
         self._token = secrets.token_hex(16)
         self._version = 0
+        self._weights_fd: int | None = None
         self._weights_dir: tempfile.TemporaryDirectory[str] | None = None
         self._reader: threading.Thread | None = None
 
@@ -79,9 +84,21 @@ class ModelServerProcess(ServedModel):
         command = [sys.executable, "-m", __name__, self.model, "--served-model-name", self.served_model_name]
         command += ["--max-batch-size", str(self.max_batch_size), "--device", self.device]
         command += ["--torch-threads", str(self.torch_threads), "--admin-token-from-stdin"]
-        self._proc = proc = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
+        if hasattr(os, "memfd_create"):
+            self._weights_fd = os.memfd_create("agl-weights", os.MFD_CLOEXEC)
+        else:
+            self._weights_dir = tempfile.TemporaryDirectory(prefix="agl-weights-")
+        try:
+            self._proc = proc = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                pass_fds=() if self._weights_fd is None else (self._weights_fd,),
+            )
+        except BaseException:
+            self.stop()  # releases the weights file
+            raise
         assert proc.stdin is not None and proc.stdout is not None
         with contextlib.suppress(BrokenPipeError):  # it died at once: told below, with what it said
             proc.stdin.write(self._token + "\n")  # not on the command line, where any user could read it
@@ -110,7 +127,6 @@ class ModelServerProcess(ServedModel):
                 said = "".join(lines[-20:])
                 raise RuntimeError(f"the model server process did not start for {self.model!r}: {said}")
         self.port = ports[0]
-        self._weights_dir = tempfile.TemporaryDirectory(prefix="agl-weights-", dir=_shared_memory_dir())
         return self
 
     def stop(self) -> None:
@@ -129,6 +145,9 @@ class ModelServerProcess(ServedModel):
                 self._reader = None
             if proc.stdout is not None:
                 proc.stdout.close()
+        if self._weights_fd is not None:
+            os.close(self._weights_fd)
+            self._weights_fd = None
         if self._weights_dir is not None:
             self._weights_dir.cleanup()
             self._weights_dir = None
@@ -161,12 +180,21 @@ class ModelServerProcess(ServedModel):
         """Swap in new weights (between two generation batches of the child); returns the new version."""
         from .server import safetensors_torch
 
-        if self._weights_dir is None:
+        tensors = _unshared({name: tensor.detach().contiguous() for name, tensor in state_dict.items()})
+        if self._weights_fd is not None:
+            fd = self._weights_fd
+            _write_all(fd, safetensors_torch().save(tensors))
+            try:  # the child inherited the descriptor under the same number
+                answer = self._admin("POST", "/agl/weights", {"path": f"/proc/self/fd/{fd}"})
+            finally:
+                os.ftruncate(fd, 0)  # the child has copied the tensors: free the memory
+        elif self._weights_dir is not None:
+            path = Path(self._weights_dir.name) / "weights.safetensors"
+            safetensors_torch().save_file(tensors, str(path))
+            answer = self._admin("POST", "/agl/weights", {"path": str(path)})
+        else:
             raise RuntimeError("the model server process is not started")
-        path = Path(self._weights_dir.name) / "weights.safetensors"
-        tensors = {name: tensor.detach().contiguous() for name, tensor in state_dict.items()}
-        safetensors_torch().save_file(_unshared(tensors), str(path))
-        self._version = int(self._admin("POST", "/agl/weights", {"path": str(path)})["version"])
+        self._version = int(answer["version"])
         return self._version
 
     def _admin(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -186,9 +214,13 @@ class ModelServerProcess(ServedModel):
             raise RuntimeError(f"the model server process refused {method} {path}: {exc.read()!r}") from exc
 
 
-def _shared_memory_dir() -> str | None:
-    """``/dev/shm`` where it exists (a file there never touches a disk), else the default temp folder."""
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+def _write_all(fd: int, data: bytes) -> None:
+    """Make the file ``fd`` hold exactly ``data`` (a write moves at most about 2 GiB)."""
+    os.ftruncate(fd, 0)
+    view = memoryview(data)
+    offset = 0
+    while offset < len(view):
+        offset += os.pwrite(fd, view[offset:], offset)
 
 
 def _unshared(tensors: dict[str, Any]) -> dict[str, Any]:
