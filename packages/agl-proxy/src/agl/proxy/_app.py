@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import io
 import json
 import logging
 import time
@@ -38,6 +39,7 @@ _ENDPOINTS = {
     "/completions": "completions",
 }
 _JSON = [(b"content-type", b"application/json")]
+_LARGE_BODY = 1024 * 1024
 _SSE = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -241,12 +243,40 @@ class ProxyApp:
                 call.finish()
                 self.recorder.submit(call)
 
-    async def _commit(self, call: CallRecord | None) -> None:
-        """Store the call's span; the proxy calls this before the client can see the end of the answer."""
+    async def _commit(self, call: CallRecord | None) -> _HTTPError | None:
+        """Store the call's span; the proxy calls this before the client can see the end of the answer.
+
+        Returns the error to answer with instead when the span could not be stored: a call that is not
+        recorded must not look recorded (422 when the store refused it, 503 when it failed).
+        """
         if call is None or call.finished:
-            return
+            return None
         call.finish()
-        await self.recorder.write(call)
+        error = await self.recorder.write(call)
+        if error is None:
+            return None
+        if isinstance(error, ValueError):
+            status, why = 422, f"the store refused it: {error}"
+        else:
+            status, why = 503, f"the store failed: {type(error).__name__}: {error}"
+        return _HTTPError(
+            status,
+            f"the call's span was not recorded ({why}); the answer is withheld so that an unrecorded call "
+            "never looks recorded",
+            "span_not_recorded",
+        )
+
+    async def _commit_stream(self, call: CallRecord | None, send: Send) -> bool:
+        """:meth:`_commit` for a stream: on failure, end the stream with an error event instead of ``[DONE]``
+        (OpenAI clients raise it); returns whether the stream was ended."""
+        problem = await self._commit(call)
+        if problem is None:
+            return False
+        payload = {"error": {"message": problem.message, "type": problem.kind, "code": problem.status}}
+        body = b"data: " + json.dumps(payload).encode() + b"\n\n"
+        await send({"type": "http.response.body", "body": body, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return True
 
     async def _read_body(self, receive: Receive, headers: dict[bytes, bytes]) -> bytes:
         limit = self.settings.max_request_bytes
@@ -297,7 +327,9 @@ class ProxyApp:
             out_headers["Authorization"] = f"Bearer {deployment.api_key}"
         if call is not None:
             call.route = "direct"
-        body = _dumps(self._upstream_request(deployment, endpoint, request))
+        body: Any = _dumps(self._upstream_request(deployment, endpoint, request))
+        if len(body) > _LARGE_BODY:  # aiohttp sends raw bytes in one write (and warns): stream it instead
+            body = io.BytesIO(body)
         try:
             response = await self.session.post(url, data=body, headers=out_headers)
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
@@ -309,7 +341,9 @@ class ProxyApp:
                 if call is not None:
                     call.http_status = response.status
                     _record_whole(call, endpoint, data, response.status)
-                    await self._commit(call)
+                    problem = await self._commit(call)
+                    if problem is not None:
+                        raise problem
                 await send(
                     {
                         "type": "http.response.start",
@@ -346,21 +380,18 @@ class ProxyApp:
         async def pump() -> None:
             first = True
             async for item in chunks:
-                if raw:
-                    data: bytes = item
-                    payloads = parser.feed(data)
-                else:
-                    payloads = [item]
-                    data = b"data: " + json.dumps(item).encode() + b"\n\n"
+                data, payloads = _framed(item, parser, raw=raw)
                 if first and call is not None:
                     call.first_chunk_ms = (time.perf_counter() - call.start_perf) * 1000.0
                     first = False
                 for payload in payloads:
                     assembler.add_chunk(payload)
-                if parser.done:  # the client stops reading at [DONE]: the span must be stored before it
-                    await self._commit(call)
+                # The client stops reading at [DONE]: the span must be stored before it.
+                if parser.done and await self._commit_stream(call, send):
+                    return
                 await send({"type": "http.response.body", "body": data, "more_body": True})
-            await self._commit(call)
+            if await self._commit_stream(call, send):
+                return
             if not raw:
                 await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -421,7 +452,9 @@ class ProxyApp:
                 assembler = ResponseAssembler(endpoint)
                 assembler.add_response(payload)
                 call.assembler = assembler
-                await self._commit(call)
+                problem = await self._commit(call)
+                if problem is not None:
+                    raise problem
             await _send_raw(send, 200, data)
             return
 
@@ -430,6 +463,13 @@ class ProxyApp:
                 yield chunk.model_dump(exclude_none=True)
 
         await self._stream(receive, send, endpoint, chunks(), call, raw=False)
+
+
+def _framed(item: Any, parser: SSEParser, *, raw: bool) -> tuple[bytes, list[Any]]:
+    """A streamed item as the bytes to relay and the payloads it carries (raw SSE bytes, or one chunk)."""
+    if raw:
+        return item, parser.feed(item)
+    return b"data: " + json.dumps(item).encode() + b"\n\n", [item]
 
 
 def _parse_request(body: bytes, endpoint: str) -> dict[str, Any]:

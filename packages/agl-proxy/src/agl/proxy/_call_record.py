@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agl.types import OtelResource, Span, SpanContext, TraceStatus, new_span_id, new_trace_id
-from agl.types.semconv import AGL_LLM_CALL, LLMCall, LLMCallFormat, LLMChoice, LLMUsage
+from agl.types.semconv import AGL_LLM_CALL, LLMCall, LLMChoice, LLMUsage
 
 from ._assemble import ResponseAssembler
+from ._bound import DEFAULT_MAX_SPAN_BYTES, bounded_attributes
 
 __all__ = ["CallRecord", "parse_traceparent"]
 
@@ -70,9 +71,9 @@ class CallRecord:
     def finished(self) -> bool:
         return self.end_time is not None
 
-    def to_span(self, sequence_id: int) -> Span:
-        """The span recorded for this call."""
-        attrs = self.attributes()
+    def to_span(self, sequence_id: int, max_span_bytes: int = DEFAULT_MAX_SPAN_BYTES) -> Span:
+        """The span recorded for this call, its text bodies cut to fit in ``max_span_bytes`` (see ``_bound``)."""
+        attrs = self.attributes(max_span_bytes)
         trace_id, parent_id = self.traceparent or (new_trace_id(), None)
         span_id = new_span_id()
         failed = self.error_type is not None or self.client_disconnected
@@ -100,9 +101,9 @@ class CallRecord:
             resource=_RESOURCE,
         )
 
-    def attributes(self) -> dict[str, Any]:
-        """The span's attributes (the :data:`~agl.types.semconv.LLMCallFormat.PROXY` layout)."""
-        return self.to_llm_call().to_attributes(LLMCallFormat.PROXY)
+    def attributes(self, max_span_bytes: int = DEFAULT_MAX_SPAN_BYTES) -> dict[str, Any]:
+        """The span's attributes (the :data:`~agl.types.semconv.LLMCallFormat.PROXY` layout), bounded."""
+        return bounded_attributes(self.to_llm_call(), max_span_bytes)
 
     def to_llm_call(self) -> LLMCall:
         """This call as the typed record the span stores."""

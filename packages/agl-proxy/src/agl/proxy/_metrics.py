@@ -140,9 +140,10 @@ class MeteredRecorder:
         except Exception:  # a metric must never cost a span
             logger.exception("could not count an LLM call in the proxy's metrics")
 
-    async def write(self, call: CallRecord) -> None:
+    async def write(self, call: CallRecord) -> BaseException | None:
+        """Count ``call``, then :meth:`SpanRecorder.write` it."""
         self._observe(call)
-        await self._recorder.write(call)
+        return await self._recorder.write(call)
 
     def submit(self, call: CallRecord) -> None:
         self._observe(call)

@@ -11,7 +11,9 @@ the agent recorded before sending it and before whatever it does after reading t
 Concurrent calls share store round trips: while one write is in flight, new calls queue up and go out together
 in the next one. Under light load every call is written at once; under heavy load batches grow by themselves.
 A batch the store refuses (say, one call names an unknown rollout) is split until the bad call stands alone:
-it is dropped and logged, the others are written.
+it is dropped and logged, the others are written, and :meth:`SpanRecorder.write` returns why, for the proxy
+to fail that call rather than answer as if it were recorded. A span is cut to fit in one store request
+first (``_bound``), so its size alone never makes the store refuse it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from agl.store.group_writer import GroupWriter
+from agl.store.group_writer import GroupWriter, Outcome
+
+from ._bound import DEFAULT_MAX_SPAN_BYTES
 
 if TYPE_CHECKING:
     from agl.store import LightningStore
@@ -42,8 +46,16 @@ class SpanRecorder:
     written together by one drain task as soon as it is done (:class:`agl.store.group_writer.GroupWriter`).
     """
 
-    def __init__(self, store: LightningStore, *, max_batch: int = 512, max_retries: int = 5) -> None:
+    def __init__(
+        self,
+        store: LightningStore,
+        *,
+        max_batch: int = 512,
+        max_retries: int = 5,
+        max_span_bytes: int = DEFAULT_MAX_SPAN_BYTES,
+    ) -> None:
         self.store = store
+        self.max_span_bytes = max_span_bytes
         self._max_retries = max_retries
         self._writer: GroupWriter[Span] = GroupWriter(
             self._store_spans, max_group=max_batch, on_failed=self._dropped
@@ -60,24 +72,26 @@ class SpanRecorder:
         """Spans given up: not buildable, refused by the store, or still failing after the retries."""
         return self._unbuilt + self._writer.failed
 
-    def _span_of(self, call: CallRecord) -> Span | None:
+    def _span_of(self, call: CallRecord) -> Span | Exception:
         try:
-            return call.to_span(0)
-        except Exception:
+            return call.to_span(0, self.max_span_bytes)
+        except Exception as exc:
             self._unbuilt += 1
             logger.exception("could not build the span of a call to rollout %s", call.rollout_id)
-            return None
+            return exc
 
-    async def write(self, call: CallRecord) -> None:
-        """Store ``call``'s span; returns once it is stored or given up (never raises but CancelledError)."""
+    async def write(self, call: CallRecord) -> Outcome:
+        """Store ``call``'s span; returns ``None`` once stored, or the error it was given up for (the store
+        refused it: a ``ValueError``; or it could not be built or written). Never raises but CancelledError."""
         span = self._span_of(call)
-        if span is not None:
-            await self._writer.write(span)
+        if isinstance(span, Exception):
+            return span
+        return await self._writer.write(span)
 
     def submit(self, call: CallRecord) -> None:
         """Queue ``call``'s span and return at once (for calls nobody waits for: failed or cut off)."""
         span = self._span_of(call)
-        if span is not None:
+        if not isinstance(span, Exception):
             self._writer.submit(span)
 
     async def flush(self) -> None:

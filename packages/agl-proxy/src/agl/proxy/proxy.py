@@ -21,6 +21,7 @@ from agl.types import LLM, ProxyLLM
 from agl.types.env import PROXY_TOKEN
 
 from ._app import ProxyApp, ProxySettings
+from ._bound import DEFAULT_MAX_SPAN_BYTES, SPAN_HEADROOM
 from ._router import ModelRouter, close_litellm_loop_resources, validate_model_list
 from ._span_recorder import SpanRecorder
 
@@ -62,6 +63,15 @@ class LLMProxy:
             keeps answering while the caller's loop is busy); ``"asyncio"`` serves on the caller's loop.
         connection_limits: how long a client may leave a connection idle (default 60 s) or a request's head
             or body half-sent before the proxy closes it (:class:`agl.store.ConnectionLimits`).
+        max_span_bytes: the largest span to record, as JSON: the store server's request cap (its
+            ``max_body_bytes``; default ``agl.store.http.server.DEFAULT_MAX_BODY_BYTES``, 64 MiB). A larger call
+            is recorded with its longest message texts cut, each ending in ``…[truncated N bytes]`` (token ids,
+            logprobs and usage are kept whole). Pass the store server's value when it was started with another.
+
+    A call whose span the store still does not take (it refuses it, say for an unknown rollout, or keeps failing
+    through the retries) is answered with an error instead of the backend's answer: 422 (store refused) or 503
+    (store failed) with type ``span_not_recorded``; a stream ends with that error event instead of ``[DONE]``.
+    An agent never gets an answer that looks recorded but is not.
     """
 
     def __init__(
@@ -81,11 +91,15 @@ class LLMProxy:
         launch_mode: Literal["thread", "asyncio"] = "thread",
         metrics_public: bool = False,
         connection_limits: ConnectionLimits | None = None,
+        max_span_bytes: int = DEFAULT_MAX_SPAN_BYTES,
     ) -> None:
         if model_list is not None:
             validate_model_list(model_list)
         if launch_mode not in ("thread", "asyncio"):
             raise ValueError(f"launch_mode must be 'thread' or 'asyncio', got {launch_mode!r}")
+        if max_span_bytes < 4 * SPAN_HEADROOM:
+            raise ValueError(f"max_span_bytes must be at least {4 * SPAN_HEADROOM}, got {max_span_bytes}")
+        self.max_span_bytes = max_span_bytes
         self.model_list: list[dict[str, Any]] = [dict(e) for e in model_list or []]
         self.store = store
         self.host = host
@@ -226,7 +240,9 @@ class LLMProxy:
 
         from ._metrics import LLMCallMetrics, MeteredRecorder, wrap_app
 
-        self._recorder = SpanRecorder(as_thread_safe(self.store, home_loop))
+        self._recorder = SpanRecorder(
+            as_thread_safe(self.store, home_loop), max_span_bytes=self.max_span_bytes
+        )
         self._llm_metrics = self._llm_metrics or LLMCallMetrics()
         recorder: Any = MeteredRecorder(self._recorder, self._llm_metrics)
         self._app = ProxyApp(router, recorder, self.settings)
