@@ -31,6 +31,8 @@ from .._models import API_PREFIX
 from ._middleware import ASGIApp, Message, Receive, Scope, Send, json_error
 
 if TYPE_CHECKING:
+    from agl.types import Rollout, RolloutStatus
+
     from ...base import LightningStore
 
 __all__ = [
@@ -50,7 +52,15 @@ __all__ = [
 METRICS_PATH = "/metrics"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
-_ROLLOUT_STATUSES = ("queuing", "preparing", "running", "failed", "succeeded", "cancelled", "requeuing")
+_ROLLOUT_STATUSES: tuple[RolloutStatus, ...] = (
+    "queuing",
+    "preparing",
+    "running",
+    "failed",
+    "succeeded",
+    "cancelled",
+    "requeuing",
+)
 _ATTEMPT_STATUSES = ("preparing", "running", "failed", "succeeded", "unresponsive", "timeout")
 _WORKER_STATUSES = ("idle", "busy", "unknown")
 _FINISHED = frozenset({"failed", "succeeded", "cancelled"})
@@ -244,11 +254,111 @@ class _Snapshot:
     scrape_seconds: float = 0.0
 
 
+class _AttemptTally:
+    """Attempts by status, kept up to date by reading only what changed since the last scrape.
+
+    A finished rollout's attempts cannot change: they are counted once, when the rollout is first seen
+    finished. Each scrape reads the rollouts created since the last one (creation order only grows), every
+    unfinished rollout (the work in flight) and the ones that were unfinished last time and are not now. A
+    rollout dropped from the store (the in-memory store's cap) shifts the creation order: detected by the
+    last rollout seen not being where it was, the tally then starts over.
+    """
+
+    def __init__(self) -> None:
+        self.finished: dict[str, int] = {}
+        self._counted: set[str] = set()
+        self._active: set[str] = set()
+        self._seen = 0
+        self._last: str | None = None
+
+    async def read(self, store: LightningStore) -> dict[str, int]:
+        """Attempts by status now (every attempt of every rollout in the store)."""
+        if self._seen and not await self._still_in_place(store):
+            self.__init__()
+        unfinished = self._active | await self._read_new(store)
+        in_flight = await self._read_unfinished(store)
+        await self._read_left(store, sorted(unfinished - self._active))
+        counts = dict(self.finished)
+        _add(counts, in_flight)
+        return counts
+
+    async def _read_new(self, store: LightningStore) -> set[str]:
+        """Count the rollouts created since the last scrape that are finished; the ids of the others."""
+        unfinished: set[str] = set()
+        while True:
+            page = await store.query_rollouts(limit=_PAGE, offset=self._seen)
+            for rollout in page:
+                if rollout.status in _FINISHED:
+                    await self._count_finished(store, rollout)
+                else:
+                    unfinished.add(rollout.rollout_id)
+            self._seen += len(page)
+            if page.items:
+                self._last = page.items[-1].rollout_id
+            if len(page) < _PAGE:
+                return unfinished
+
+    async def _read_unfinished(self, store: LightningStore) -> dict[str, int]:
+        """The attempts of the work in flight (remembered for the next scrape)."""
+        counts: dict[str, int] = {}
+        self._active = set()
+        offset = 0
+        while True:
+            page = await store.query_rollouts(status_in=_UNFINISHED, limit=_PAGE, offset=offset)
+            for rollout in page:
+                self._active.add(rollout.rollout_id)
+                _add(counts, await _attempts_of(store, rollout))
+            offset += len(page)
+            if len(page) < _PAGE:
+                return counts
+
+    async def _read_left(self, store: LightningStore, left: list[str]) -> None:
+        """Count the rollouts that were unfinished and are not now (finished, or gone from the store)."""
+        for start in range(0, len(left), _PAGE):
+            for rollout in await store.query_rollouts(rollout_id_in=left[start : start + _PAGE]):
+                if rollout.status in _FINISHED:
+                    await self._count_finished(store, rollout)
+                else:  # unfinished again (requeued) since the read above: the next scrape counts it
+                    self._active.add(rollout.rollout_id)
+
+    async def _still_in_place(self, store: LightningStore) -> bool:
+        page = await store.query_rollouts(limit=1, offset=self._seen - 1)
+        return bool(page.items) and page.items[0].rollout_id == self._last
+
+    async def _count_finished(self, store: LightningStore, rollout: Rollout) -> None:
+        if rollout.rollout_id not in self._counted:
+            self._counted.add(rollout.rollout_id)
+            _add(self.finished, await _attempts_of(store, rollout))
+
+
+_PAGE = 1000
+_UNFINISHED: list[RolloutStatus] = [s for s in _ROLLOUT_STATUSES if s not in _FINISHED]
+
+
+def _add(into: dict[str, int], counts: dict[str, int]) -> None:
+    for status, n in counts.items():
+        into[status] = into.get(status, 0) + n
+
+
+async def _attempts_of(store: LightningStore, rollout: Rollout) -> dict[str, int]:
+    """The rollout's attempts by status: its latest attempt alone when it is the first."""
+    attempt = getattr(rollout, "attempt", None)
+    if attempt is None:
+        return {}
+    if attempt.sequence_id <= 1:
+        return {attempt.status: 1}
+    counts: dict[str, int] = {}
+    for a in await store.query_attempts(rollout.rollout_id):
+        counts[a.status] = counts.get(a.status, 0) + 1
+    return counts
+
+
 class StoreFigures(Collector):
     """Counts read from the store at scrape time (figures up to ``min_interval`` seconds old are reused).
 
-    Attempts are counted from every rollout's latest attempt; a rollout whose latest attempt is not its
-    first has its attempts listed (once, when it has finished: they cannot change after that).
+    A scrape costs a few store calls, not a read of every rollout: rollouts by status are counted by the
+    store (``query_rollouts(status_in=..., limit=0)``: its ``total``), attempts by status are tallied
+    incrementally (:class:`_AttemptTally`: only new, unfinished and newly finished rollouts are read).
     """
 
     def __init__(
@@ -260,7 +370,7 @@ class StoreFigures(Collector):
         self._snapshot = _Snapshot()
         self._taken = float("-inf")
         self._lock = asyncio.Lock()
-        self._finished_attempts: dict[str, dict[str, int]] = {}
+        self._tally = _AttemptTally()
 
     async def refresh(self) -> None:
         """Read the store, unless a read that began after this call (or ``min_interval`` before it) is done.
@@ -281,30 +391,10 @@ class StoreFigures(Collector):
         snap = _Snapshot()
         stats: dict[str, Any] = dict(await store.statistics())
         snap.rollouts = dict.fromkeys(_ROLLOUT_STATUSES, 0)
+        for status in _ROLLOUT_STATUSES:
+            snap.rollouts[status] = (await store.query_rollouts(status_in=[status], limit=0)).total
         snap.attempts = dict.fromkeys(_ATTEMPT_STATUSES, 0)
-        offset, page_size = 0, 1000
-        while True:
-            page = await store.query_rollouts(sort_by="rollout_id", limit=page_size, offset=offset)
-            for rollout in page:
-                snap.rollouts[rollout.status] = snap.rollouts.get(rollout.status, 0) + 1
-                attempt = getattr(rollout, "attempt", None)
-                if attempt is None:
-                    continue
-                if attempt.sequence_id <= 1:
-                    snap.attempts[attempt.status] = snap.attempts.get(attempt.status, 0) + 1
-                    continue
-                counts: dict[str, int] | None = self._finished_attempts.get(rollout.rollout_id)
-                if counts is None:
-                    counts = {}
-                    for a in await store.query_attempts(rollout.rollout_id):
-                        counts[a.status] = counts.get(a.status, 0) + 1
-                    if rollout.status in _FINISHED:
-                        self._finished_attempts[rollout.rollout_id] = counts
-                for status, n in counts.items():
-                    snap.attempts[status] = snap.attempts.get(status, 0) + n
-            offset += len(page)
-            if len(page) < page_size or offset >= page.total:
-                break
+        snap.attempts.update(await self._tally.read(store))
         workers = await store.query_workers()
         snap.workers = dict.fromkeys(_WORKER_STATUSES, 0)
         for worker in workers:
