@@ -34,7 +34,8 @@ class Hook(ParallelWorkerBase):
     async def on_trace_end(
         self, *, agent: LitAgent[Any], runner: Runner[Any], tracer: Tracer, rollout: Rollout
     ) -> None:
-        """After the agent returned (or raised), before the tracer's context is left."""
+        """After the agent returned (or raised) and its trace is finished: ``tracer.get_last_trace()`` gives
+        this rollout's spans."""
 
     async def on_rollout_end(
         self, *, agent: LitAgent[Any], runner: Runner[Any], rollout: Rollout, spans: Sequence[Span]

@@ -374,16 +374,16 @@ class LitAgentRunner(Runner[T]):
         try:
             named = await self._resources(rollout, resources)
             await self._run_hooks("on_rollout_start", rollout=rollout)
-            async with self.tracer.trace_context(
-                name=rollout_id, rollout_id=rollout_id, attempt_id=attempt_id, hand_over_to=unsent
-            ):
-                await self._run_hooks("on_trace_start", tracer=self.tracer, rollout=rollout)
-                try:
+            try:
+                async with self.tracer.trace_context(
+                    name=rollout_id, rollout_id=rollout_id, attempt_id=attempt_id, hand_over_to=unsent
+                ):
+                    await self._run_hooks("on_trace_start", tracer=self.tracer, rollout=rollout)
                     result = await self._await_agent(rollout, named)
                     # A returned reward joins the trace, so it ships in the same batch as the agent's spans.
                     record_returned_reward(result, rollout_id)
-                finally:
-                    await self._run_hooks("on_trace_end", tracer=self.tracer, rollout=rollout)
+            finally:  # after the trace is finished: the hook's tracer.get_last_trace() is this rollout's
+                await self._run_hooks("on_trace_end", tracer=self.tracer, rollout=rollout)
             spans = await rollout_result_to_spans(
                 result, store=store, tracer=self.tracer, rollout_id=rollout_id, attempt_id=attempt_id
             )
