@@ -1,7 +1,7 @@
 """The package layering and each package's declared dependencies, checked against what its code imports.
 
 Layers (each may import only itself and the layers to its left, through its declared chain):
-agl-types → agl-store → agl-tracer → agl-proxy → agl-algorithms → agl-runner.
+agl-types → agl-store → agl-tracer → agl-proxy → agl-algorithms → agl-runner → agl-compat.
 
 For third-party imports, the distribution that provides a module is found with
 ``importlib.metadata.packages_distributions`` (namespace packages such as ``opentelemetry`` are resolved
@@ -32,7 +32,7 @@ except ImportError:  # Python 3.10
     tomllib = None  # type: ignore[assignment]
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ["agl-types", "agl-store", "agl-tracer", "agl-proxy", "agl-algorithms", "agl-runner"]
+LAYERS = ["agl-types", "agl-store", "agl-tracer", "agl-proxy", "agl-algorithms", "agl-runner", "agl-compat"]
 LOADED_BY_NAME = {
     "asyncpg": "SQLAlchemy's postgresql+asyncpg dialect imports it from the database URL",
     "httptools": "uvicorn picks its fast HTTP parser up when installed",

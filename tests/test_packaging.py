@@ -1,6 +1,6 @@
 """Release tooling: each package builds, passes ``twine check``, installs alone and imports (tools/release.py).
 
-``.ci/run`` runs ``tools/release.py check`` over all six packages on every change, online (installing a wheel
+``.ci/run`` runs ``tools/release.py check`` over all seven packages on every change, online (installing a wheel
 alone resolves its dependencies on the package index); these tests, which never reach the network, build and
 check a base package offline, and test the version-bump rule on a scratch repository and the release
 workflow's own steps.
@@ -20,6 +20,15 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = ROOT / "tools" / "release.py"
+PUBLISHED = (
+    "agl-types",
+    "agl-store",
+    "agl-tracer",
+    "agl-proxy",
+    "agl-algorithms",
+    "agl-runner",
+    "agl-compat",
+)
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 
 pytestmark = pytest.mark.skipif(shutil.which("uv") is None, reason="needs the uv command")
@@ -47,10 +56,27 @@ def test_a_base_package_builds_and_passes_twine_check_offline(tmp_path: Path) ->
     assert list(tmp_path.glob("agl_store-*.tar.gz")), "the sdist is kept for publishing too"
 
 
+def test_the_top_package_builds_with_every_package_below_it_offline(tmp_path: Path) -> None:
+    done = release("check", "agl-compat", "--offline", "--dist", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "agl-compat 0.1.0: built, twine check passed; not installed (offline)" in done.stdout
+    names = set(zipfile.ZipFile(next(tmp_path.glob("agl_compat-*.whl"))).namelist())
+    assert {"agl/compat/__init__.py", "agl/compat/_names.py", "agl/compat/py.typed"} <= names
+    assert "agl/__init__.py" not in names, "agl is a namespace package (PEP 420)"
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("agl_compat-")] == []
+
+
 def test_an_unknown_package_is_refused_with_the_choices() -> None:
     done = release("check", "agl-nope")
     assert done.returncode == 2
-    assert "unknown package(s) ['agl-nope']" in done.stderr and "agl-runner" in done.stderr
+    assert "unknown package(s) ['agl-nope']" in done.stderr
+    assert f"choose from {', '.join(PUBLISHED)}" in done.stderr
+
+
+def test_every_workspace_package_but_the_tests_own_is_published() -> None:
+    members = {p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").is_file()}
+    assert members - {"agl-testing"} == set(PUBLISHED)
+    assert all((ROOT / "packages" / package / "CHANGELOG.md").is_file() for package in PUBLISHED)
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -59,7 +85,7 @@ def _git(repo: Path, *args: str) -> None:
 
 def test_a_package_changed_since_its_tag_needs_a_version_bump(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
-    for package in ("agl-types", "agl-store", "agl-tracer", "agl-proxy", "agl-algorithms", "agl-runner"):
+    for package in PUBLISHED:
         src = ROOT / "packages" / package
         module = package.split("-")[1]
         init = repo / "packages" / package / "src" / "agl" / module / "__init__.py"

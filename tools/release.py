@@ -25,7 +25,7 @@ from pathlib import Path
 import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("agl-types", "agl-store", "agl-tracer", "agl-proxy", "agl-algorithms", "agl-runner")
+PACKAGES = ("agl-types", "agl-store", "agl-tracer", "agl-proxy", "agl-algorithms", "agl-runner", "agl-compat")
 """The published packages. agl-testing (the tests' shared code) is a workspace member too, never published."""
 TAG = re.compile(r"^(agl-[a-z]+)-v(\d+\.\d+\.\d+(?:[-.+][0-9A-Za-z.]+)?)$")
 

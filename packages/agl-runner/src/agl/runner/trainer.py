@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import copy
 import logging
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -80,6 +81,13 @@ class Trainer:
         max_rollouts: Per runner, stop after this many rollouts.
         port: Store server port for the client-server strategy (0: any free port).
         progress: Show progress (a bar in a terminal, log lines otherwise); default on.
+
+    The reference's older keywords are accepted, each with a ``DeprecationWarning`` naming the new spelling:
+    ``n_workers`` (``n_runners``), ``max_tasks`` (``max_rollouts``), ``triplet_exporter`` (``adapter``); when both
+    spellings are given the new one wins, with a warning if they differ. ``dev=True`` only warns (call
+    :meth:`dev` instead; :meth:`fit` still fits, as in the reference). ``daemon`` is kept as an attribute: runner
+    processes always stop with the trainer (the reference's ``daemon=True``), so ``daemon=False`` warns that it
+    has no effect. An ``llm_proxy`` dict without ``type`` builds an ``agl.proxy.LLMProxy``.
     """
 
     def __init__(
@@ -98,7 +106,17 @@ class Trainer:
         max_rollouts: int | None = None,
         port: int | None = None,
         progress: bool | None = None,
+        dev: bool = False,
+        daemon: bool = True,
+        n_workers: int | None = None,
+        max_tasks: int | None = None,
+        triplet_exporter: Any = None,
     ) -> None:
+        n_runners = _renamed("n_workers", n_workers, "n_runners", n_runners)
+        max_rollouts = _renamed("max_tasks", max_tasks, "max_rollouts", max_rollouts)
+        adapter = _renamed("triplet_exporter", triplet_exporter, "adapter", adapter)
+        _check_dev_and_daemon(dev, daemon)
+        self.daemon = daemon
         self.n_runners = 1 if n_runners is None else n_runners
         check_at_least("n_runners", self.n_runners, 1)
         self.max_rollouts = max_rollouts
@@ -159,6 +177,8 @@ class Trainer:
             spec_name="llm_proxy",
             allow_none=True,
             optional_defaults={"store": self.store},
+            dict_requires_type=False,
+            dict_default_cls=_llm_proxy_default_cls(),
         )
         self.runner: Runner[Any] = build_component(
             runner,
@@ -229,6 +249,41 @@ class Trainer:
         self.strategy.execute(algorithm_bundle, runner_bundle, self.store)
 
 
+def _renamed(old_name: str, old: Any, new_name: str, new: Any) -> Any:
+    """The value of a keyword the reference renamed: ``new`` when given, else ``old`` (warning whenever ``old`` is)."""
+    if old is None:
+        return new
+    if new is None:
+        warnings.warn(
+            f"Trainer({old_name}=...) is deprecated: use {new_name}=... (same meaning)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return old
+    if new is not old and new != old:
+        warnings.warn(
+            f"Trainer({old_name}=...) is deprecated and ignored because {new_name}=... is given",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    return new
+
+
+def _check_dev_and_daemon(dev: bool, daemon: bool) -> None:
+    if dev:
+        warnings.warn(
+            "Trainer(dev=True) is deprecated: call Trainer.dev(agent, ...) instead (fit() still fits)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    if not daemon:
+        warnings.warn(
+            "Trainer(daemon=False) has no effect here: runner processes always stop with the trainer",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 def _checked_hooks(hooks: Hook | Sequence[object] | None) -> tuple[Hook, ...]:
     """``hooks`` as a tuple; ``TypeError`` for anything that is not a :class:`Hook` (untyped callers)."""
     if hooks is None:
@@ -255,6 +310,15 @@ def _build_default_strategy(optional: dict[str, Any]) -> ExecutionStrategy:
     from .strategies import ClientServerExecutionStrategy
 
     return ClientServerExecutionStrategy(**optional)
+
+
+def _llm_proxy_default_cls() -> type[Any] | None:
+    """``agl.proxy.LLMProxy``: what an ``llm_proxy`` dict without ``type`` builds (as in the reference)."""
+    try:
+        from agl.proxy import LLMProxy
+    except ImportError:  # pragma: no cover - agl-proxy comes with agl-algorithms
+        return None
+    return LLMProxy
 
 
 def _adapter_default_cls() -> type[Any] | None:
