@@ -21,6 +21,7 @@ pytest.importorskip("transformers")
 import torch
 from agl.algorithms.local import ModelServer, load_model
 from agl.algorithms.local.server_process import ModelServerProcess
+from agl.testing.processes import alive
 from agl.testing.tiny_model import build_tiny_model
 from openai import OpenAI
 
@@ -134,19 +135,11 @@ def test_the_child_ends_with_its_parent(model_dir: Path, tmp_path: Path) -> None
         parent.kill()
         parent.wait(30)
         deadline = time.monotonic() + 30
-        while _alive(child_pid) and time.monotonic() < deadline:
+        while alive(child_pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(child_pid), "the model server process outlived its parent"
+        assert not alive(child_pid), "the model server process outlived its parent"
     finally:
         if parent.poll() is None:
             parent.kill()
         if parent.stdout is not None:
             parent.stdout.close()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False

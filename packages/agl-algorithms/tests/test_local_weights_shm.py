@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from agl.testing.processes import alive, wait_until
 from agl.testing.tiny_model import build_tiny_model
 
 SHM = Path("/dev/shm")
@@ -24,23 +23,6 @@ pytestmark = pytest.mark.skipif(not SHM.is_dir(), reason="no /dev/shm here")
 
 def _weights_names() -> set[str]:
     return {p.name for p in SHM.iterdir() if p.name.startswith("agl-weights")}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _wait_for(condition: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 @pytest.mark.timeout(180)
@@ -65,9 +47,9 @@ def test_a_trainer_killed_with_sigkill_leaves_no_weights_in_shared_memory(tmp_pa
         child_pid = int(trainer.stdout.readline())
         trainer.kill()  # SIGKILL: no finally, no atexit
         trainer.wait(30)
-        assert _wait_for(lambda: not _alive(child_pid), 30), "the model server outlived its trainer"
+        assert wait_until(lambda: not alive(child_pid), 30), "the model server outlived its trainer"
         # Other tests' servers may hold names for a while; ours must go (or never have been).
-        _wait_for(lambda: not (_weights_names() - before), 10)
+        wait_until(lambda: not (_weights_names() - before), 10)
         leaked = _weights_names() - before
         assert not leaked, f"left in /dev/shm after the trainer was killed: {sorted(leaked)}"
     finally:

@@ -9,25 +9,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 from agl.testing.e2e.dashboard_run import agl_command, close_pipes, read_store_endpoint
+from agl.testing.processes import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="process groups and /proc as on Linux")
-
-
-def _wait_for(condition: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 def _runners_connected(pid: int, port: int, n: int) -> bool:
@@ -83,7 +74,7 @@ def test_sigterm_to_the_process_group_ends_agl_runner_and_its_runners_cleanly() 
         )
         procs.append(runner)
         port = int(endpoint.rsplit(":", 1)[1])
-        assert _wait_for(lambda: _runners_connected(runner.pid, port, 2), 90), "the runners never connected"
+        assert wait_until(lambda: _runners_connected(runner.pid, port, 2), 90), "the runners never connected"
         children = psutil.Process(runner.pid).children()
         os.killpg(runner.pid, signal.SIGTERM)
         _, stderr = runner.communicate(timeout=60)

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from agl.testing.postgres import fresh_postgres_database, require_postgres
+from agl.testing.processes import alive, children, wait_until
 
 BACKENDS = ["sqlite", "postgres"]
 API = "/v1/agl"
@@ -306,25 +307,6 @@ def test_without_workers_a_retried_write_is_applied_once_at_once_and_across_rest
             server.stop()
 
 
-def _children(pid: int) -> set[int]:
-    """The processes whose parent is ``pid`` (read from /proc)."""
-    found: set[int] = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            # "pid (comm) state ppid ...": comm may hold spaces, so split after its closing parenthesis
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                found.add(int(stat.parent.name))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_workers_die_with_their_parent_and_the_port_is_free_again(tmp_path: Path) -> None:
     """A kill -9 of ``agl store --workers 2`` must not leave workers serving the old database."""
@@ -333,14 +315,13 @@ def test_workers_die_with_their_parent_and_the_port_is_free_again(tmp_path: Path
         server.start()
         try:
             assert server.proc is not None
-            workers = {pid for pid in _children(server.proc.pid) if "multiprocessing" in _cmdline(pid)}
+            workers = {pid for pid in children(server.proc.pid) if "multiprocessing" in _cmdline(pid)}
             assert len(workers) >= 2, workers
             server.proc.kill()
             server.proc.wait(10)
-            deadline = time.monotonic() + 30
-            while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
-                time.sleep(0.05)  # polled with a deadline
-            assert not any(_alive(pid) for pid in workers), "workers outlived their parent"
+            assert wait_until(lambda: not any(alive(pid) for pid in workers), 30), (
+                "workers outlived their parent"
+            )
             with pytest.raises(OSError), socket.create_connection(("127.0.0.1", server.port), timeout=5):
                 pass
         finally:
