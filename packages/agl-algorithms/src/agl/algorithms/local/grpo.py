@@ -23,12 +23,13 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
-from agl.types import Dataset, EnqueueRolloutRequest, NamedResources, Rollout, Triplet
+from agl.store import LightningStore
+from agl.types import LLM, Dataset, EnqueueRolloutRequest, NamedResources, Rollout, Span, Triplet
 from agl.types.extras import requires_extra
 
-from ..base import Algorithm
+from ..base import Algorithm, SupportsAdapt, SupportsLLMProxy
 from ..metrics import AlgorithmMetrics
 from ..utils import running_proxy
 from ._serving import ServedModel
@@ -38,6 +39,22 @@ __all__ = ["GRPOConfig", "LocalGRPO"]
 logger = logging.getLogger(__name__)
 
 LLM_RESOURCE = "main_llm"
+
+
+@runtime_checkable
+class ServingProxy(SupportsLLMProxy, Protocol):
+    """What :class:`LocalGRPO` needs of an LLM proxy beyond :class:`SupportsLLMProxy`: to point it at the
+    model server and to publish it as a resource (``agl.proxy.LLMProxy`` does both)."""
+
+    def update_model_list(self, model_list: Sequence[dict[str, Any]], /) -> None: ...
+
+    def as_resource(
+        self,
+        rollout_id: str | None = None,
+        attempt_id: str | None = None,
+        model: str | None = None,
+        sampling_parameters: dict[str, Any] | None = None,
+    ) -> LLM: ...
 
 
 _ENGINE_COUNTERS = (
@@ -273,7 +290,7 @@ class LocalGRPO(Algorithm):
 
     # -- pieces --------------------------------------------------------------------------------
 
-    async def _prepare_proxy(self) -> Any:
+    async def _prepare_proxy(self) -> ServingProxy:
         """Point the LLM proxy at the model server, creating one when none was given.
 
         A given proxy that is running is restarted so that it serves the new model list (and stays running
@@ -291,14 +308,19 @@ class LocalGRPO(Algorithm):
             from agl.proxy import LLMProxy
 
             return LLMProxy(model_list=model_list, store=self.get_store())
-        proxy.update_model_list(model_list)  # pyright: ignore[reportUnknownMemberType, reportAttributeAccessIssue]
+        if not isinstance(proxy, ServingProxy):
+            raise TypeError(
+                f"LocalGRPO points the LLM proxy at its model server and publishes it as a resource; "
+                f"{type(proxy).__name__} lacks update_model_list() or as_resource(): give an agl.proxy.LLMProxy"
+            )
+        proxy.update_model_list(model_list)
         proxy.set_store(self.get_store())
         if proxy.is_running():
             await proxy.stop()
             await proxy.start()
         return proxy
 
-    async def _publish(self, store: Any, proxy: Any, temperature: float, tag: str) -> str:
+    async def _publish(self, store: LightningStore, proxy: ServingProxy, temperature: float, tag: str) -> str:
         llm = proxy.as_resource(
             model=self.config.served_model_name,
             sampling_parameters={"temperature": temperature, "max_tokens": self.config.max_tokens},
@@ -311,17 +333,21 @@ class LocalGRPO(Algorithm):
         return update.resources_id
 
     async def _run_rollouts(
-        self, store: Any, tasks: Sequence[Any], mode: str, resources_id: str
-    ) -> tuple[list[Rollout], list[list[Any]]]:
+        self, store: LightningStore, tasks: Sequence[Any], mode: str, resources_id: str
+    ) -> tuple[list[Rollout], list[list[Span]]]:
         """Enqueue the tasks, wait until all finish, and return them with their spans (in task order)."""
         return await self._collect_rollouts(store, await self._enqueue(store, tasks, mode, resources_id))
 
-    async def _enqueue(self, store: Any, tasks: Sequence[Any], mode: str, resources_id: str) -> list[str]:
+    async def _enqueue(
+        self, store: LightningStore, tasks: Sequence[Any], mode: str, resources_id: str
+    ) -> list[str]:
         requests = [EnqueueRolloutRequest(input=t, mode=mode, resources_id=resources_id) for t in tasks]  # pyright: ignore[reportArgumentType]
         enqueued = await store.enqueue_many_rollouts(requests)
         return [r.rollout_id for r in enqueued]
 
-    async def _collect_rollouts(self, store: Any, ids: list[str]) -> tuple[list[Rollout], list[list[Any]]]:
+    async def _collect_rollouts(
+        self, store: LightningStore, ids: list[str]
+    ) -> tuple[list[Rollout], list[list[Span]]]:
         """Wait until the rollouts ``ids`` finish; return them with their spans (in order)."""
         finished: dict[str, Rollout] = {}
         deadline = time.monotonic() + self.config.rollout_timeout_s
@@ -341,7 +367,7 @@ class LocalGRPO(Algorithm):
         spans = await store.query_spans_many(ids, "latest")
         return rollouts, [spans[i] for i in ids]
 
-    def _adapter(self) -> Any:
+    def _adapter(self) -> SupportsAdapt:
         if self.has_adapter():
             return self.get_adapter()
         from ..adapter import LlmProxyTraceToTriplet
@@ -349,7 +375,7 @@ class LocalGRPO(Algorithm):
         self._default_adapter = getattr(self, "_default_adapter", None) or LlmProxyTraceToTriplet()
         return self._default_adapter
 
-    def _episode(self, rollout: Rollout, spans: list[Any]) -> tuple[float, list[Triplet]]:
+    def _episode(self, rollout: Rollout, spans: list[Span]) -> tuple[float, list[Triplet]]:
         from agl.tracer import final_reward_of
 
         triplets: list[Triplet] = list(self._adapter().adapt(spans)) if spans else []
@@ -365,7 +391,9 @@ class LocalGRPO(Algorithm):
         marker = self.config.tool_marker
         return any(marker in self.tokenizer.decode(t.response["token_ids"]) for t in triplets)
 
-    async def _validate(self, store: Any, proxy: Any, val_dataset: Dataset[Any] | None, step: int) -> None:
+    async def _validate(
+        self, store: LightningStore, proxy: ServingProxy, val_dataset: Dataset[Any] | None, step: int
+    ) -> None:
         if val_dataset is None or len(val_dataset) == 0:
             return
         started = time.perf_counter()
@@ -390,8 +418,8 @@ class LocalGRPO(Algorithm):
 
     async def _step(
         self,
-        store: Any,
-        proxy: Any,
+        store: LightningStore,
+        proxy: ServingProxy,
         optimizer: Any,
         train_dataset: Dataset[Any],
         rng: random.Random,
