@@ -119,6 +119,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--verl-probe-file", type=Path, default=None, help=argparse.SUPPRESS
     )  # the GPU smoke's probe
     p.add_argument("--output-dir", type=Path, default=None, help="default: runs/<timestamp>")
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=5,
+        help="save a checkpoint every this many steps, to resume from (0: only the final one; default: %(default)s)",
+    )
+    p.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="continue a killed run from its last checkpoint and its store (give the same other flags)",
+    )
     return p.parse_args(argv)
 
 
@@ -169,6 +182,30 @@ def startup_breakdown(marks: dict[str, float], first_step_at: float) -> str:
     return ", ".join(parts)
 
 
+def keep_metrics_until_checkpoint(out_dir: Path) -> int:
+    """Before a resume: keep in ``metrics.jsonl`` only the records of the steps and validations the last
+    checkpoint holds (the others are redone); the checkpoint's step (0: none)."""
+    import json
+
+    from agl.algorithms.local.checkpoint import latest_checkpoint
+
+    checkpoint = latest_checkpoint(out_dir / "checkpoint")
+    path = out_dir / "metrics.jsonl"
+    if checkpoint is None or not path.is_file():
+        path.unlink(missing_ok=True)
+        return 0
+    kept = {("train", m["step"]) for m in checkpoint.history} | {
+        ("validation", m["step"]) for m in checkpoint.validations
+    }
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    path.write_text("".join(f"{line}\n" for line in lines if _kind_step(json.loads(line)) in kept))
+    return checkpoint.step
+
+
+def _kind_step(record: dict[str, Any]) -> tuple[str, Any]:
+    return str(record.get("kind")), record.get("step")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.algorithm == "verl":
@@ -184,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     started = time.time()
-    out_dir = args.output_dir or HERE.parent / "runs" / time.strftime("%Y%m%d-%H%M%S")
+    out_dir = args.resume or args.output_dir or HERE.parent / "runs" / time.strftime("%Y%m%d-%H%M%S")
     out_dir.mkdir(parents=True, exist_ok=True)
     train, val = load_tasks(args)
     print(
@@ -207,9 +244,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from agl.algorithms.metrics import AlgorithmMetrics
 
-    (out_dir / "metrics.jsonl").unlink(missing_ok=True)
+    done = keep_metrics_until_checkpoint(out_dir) if args.resume else 0
+    if not args.resume:
+        (out_dir / "metrics.jsonl").unlink(missing_ok=True)
     metrics = AlgorithmMetrics("local_grpo", out_dir / "metrics.jsonl")
-    bar = tqdm(total=args.steps, desc="GRPO", unit="step", dynamic_ncols=True)
+    bar = tqdm(total=args.steps, initial=done, desc="GRPO", unit="step", dynamic_ncols=True)
 
     def on_step(m: dict[str, Any]) -> None:
         bar.set_postfix(
@@ -239,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         turn_discount=args.turn_discount,
         served_model_name="calc-tiny" if args.model == str(DEFAULT_MODEL) else Path(args.model).name,
         checkpoint_dir=str(out_dir / "checkpoint"),
+        checkpoint_every=args.checkpoint_every,
+        resume=args.resume is not None,
         on_step=on_step,
         on_validation=on_validation,
         metrics=metrics,

@@ -23,38 +23,32 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
 from agl.store import LightningStore
-from agl.types import LLM, Dataset, EnqueueRolloutRequest, NamedResources, Rollout, Span, Triplet
+from agl.types import Dataset, EnqueueRolloutRequest, NamedResources, Rollout, Span, Triplet
 from agl.types.extras import requires_extra
 
-from ..base import Algorithm, SupportsAdapt, SupportsLLMProxy
+from ..base import Algorithm, SupportsAdapt
 from ..metrics import AlgorithmMetrics
 from ..utils import running_proxy
+from ._proxy import ServingProxy, serving_proxy
 from ._serving import ServedModel
+from ._threads import ThreadChoice, with_threads
+from .checkpoint import (
+    Checkpoint,
+    latest_checkpoint,
+    restore_optimizer,
+    take_pending,
+    write_checkpoint,
+    write_pending,
+)
 
 __all__ = ["GRPOConfig", "LocalGRPO"]
 
 logger = logging.getLogger(__name__)
 
 LLM_RESOURCE = "main_llm"
-
-
-@runtime_checkable
-class ServingProxy(SupportsLLMProxy, Protocol):
-    """What :class:`LocalGRPO` needs of an LLM proxy beyond :class:`SupportsLLMProxy`: to point it at the
-    model server and to publish it as a resource (``agl.proxy.LLMProxy`` does both)."""
-
-    def update_model_list(self, model_list: Sequence[dict[str, Any]], /) -> None: ...
-
-    def as_resource(
-        self,
-        rollout_id: str | None = None,
-        attempt_id: str | None = None,
-        model: str | None = None,
-        sampling_parameters: dict[str, Any] | None = None,
-    ) -> LLM: ...
 
 
 _ENGINE_COUNTERS = (
@@ -108,6 +102,11 @@ class GRPOConfig:
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
     """Also save every this many steps (0: only at the end); needs ``checkpoint_dir``."""
+    keep_last: int = 2
+    """How many of the newest step checkpoints to keep (older ones are removed; ``final`` always stays)."""
+    resume: bool = False
+    """Continue from the newest checkpoint in ``checkpoint_dir`` (weights, optimizer, task sampler, step,
+    metrics history; see :mod:`agl.algorithms.local.checkpoint`); starts afresh when there is none yet."""
     rollout_timeout_s: float = 600.0
     served_model_name: str = "local-model"
     device: str = "cpu"
@@ -169,7 +168,9 @@ class LocalGRPO(Algorithm):
         self.startup: dict[str, float] = {}
         """``time.time()`` at each start-up milestone of :meth:`run`, in order: ``run`` (called),
         ``torch`` (imported), ``model`` (loaded), ``server`` (model server up), ``proxy`` (LLM proxy up)."""
-        self._update_threads = _ThreadChoice(os.cpu_count() or 1)
+        self._update_threads = ThreadChoice(os.cpu_count() or 1)
+        self._resume_step: int | None = None
+        """The first step of a resumed run: its rollouts noted before the kill are taken, not rerun."""
 
     # -- main loop -----------------------------------------------------------------------------
 
@@ -186,6 +187,7 @@ class LocalGRPO(Algorithm):
             )
         if cfg.model_server not in ("process", "thread"):
             raise ValueError(f"model_server must be 'process' or 'thread', got {cfg.model_server!r}")
+        resumed = self._resume_point()
         self.server = None
         starting: asyncio.Future[Any] | None = None
         if cfg.model_server == "process":  # it imports torch and loads the model while this process does
@@ -219,7 +221,7 @@ class LocalGRPO(Algorithm):
                 await asyncio.to_thread(self.server.stop)
             raise
         self.startup["server"] = time.time()
-        rng = random.Random(cfg.seed)
+        rng = resumed.sampler() if resumed is not None else random.Random(cfg.seed)
         store = self.get_store()
         proxy = await self._prepare_proxy()
         proxy_lifetime = contextlib.AsyncExitStack()
@@ -228,13 +230,19 @@ class LocalGRPO(Algorithm):
         import torch
 
         optimizer = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        if resumed is not None:
+            restore_optimizer(resumed, optimizer)
+            self.history, self.validations = resumed.history, resumed.validations
         try:
             self.first_step_at = None
-            for step in range(1, cfg.steps + 1):
+            for step in range((resumed.step if resumed is not None else 0) + 1, cfg.steps + 1):
                 # Validating the current weights overlaps the next step's rollouts (same weights) and update;
                 # the weight swap waits for it. So validation before training does not delay the first step.
                 previous = step - 1
-                validate_now = previous == 0 or (cfg.val_every and previous % cfg.val_every == 0)
+                validate_now = (previous == 0 or (cfg.val_every and previous % cfg.val_every == 0)) and all(
+                    v["step"] != previous
+                    for v in self.validations  # (done before a resume)
+                )
                 validation = (
                     functools.partial(self._validate, store, proxy, val_dataset, step=previous)
                     if validate_now
@@ -248,7 +256,15 @@ class LocalGRPO(Algorithm):
                 if self.on_step is not None:
                     self.on_step(metrics)
                 if cfg.checkpoint_dir and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                    await asyncio.to_thread(self.save, Path(cfg.checkpoint_dir) / f"step-{step}")
+                    checkpoint = Checkpoint(step, rng.getstate(), self.history, self.validations)
+                    await asyncio.to_thread(
+                        write_checkpoint,
+                        Path(cfg.checkpoint_dir),
+                        checkpoint,
+                        self.save,
+                        optimizer,
+                        cfg.keep_last,
+                    )
             await self._validate(store, proxy, val_dataset, step=cfg.steps)
             if cfg.checkpoint_dir:
                 await asyncio.to_thread(self.save, Path(cfg.checkpoint_dir) / "final")
@@ -281,6 +297,26 @@ class LocalGRPO(Algorithm):
         self.policy, self.tokenizer = await asyncio.to_thread(load_model, self.model_path, device=cfg.device)
         self.startup["model"] = time.time()
 
+    def _resume_point(self) -> Checkpoint | None:
+        """With ``resume``, the newest checkpoint, whose weights the run then starts from."""
+        cfg = self.config
+        if not cfg.resume:
+            return None
+        if not cfg.checkpoint_dir:
+            raise ValueError("resume=True needs the checkpoint_dir of the run to continue")
+        resumed = latest_checkpoint(Path(cfg.checkpoint_dir))
+        if resumed is None:
+            logger.warning("resume: no checkpoint in %s yet; starting from step 1", cfg.checkpoint_dir)
+            return None
+        if resumed.step >= cfg.steps:
+            raise ValueError(
+                f"the checkpoint in {cfg.checkpoint_dir} is at step {resumed.step} of {cfg.steps}"
+            )
+        logger.warning("resume: continuing after step %d from %s", resumed.step, resumed.path)
+        self.model_path = str(resumed.path)
+        self._resume_step = resumed.step + 1
+        return resumed
+
     def save(self, directory: Path) -> Path:
         """Save the current policy and tokenizer with ``save_pretrained``."""
         directory.mkdir(parents=True, exist_ok=True)
@@ -291,34 +327,11 @@ class LocalGRPO(Algorithm):
     # -- pieces --------------------------------------------------------------------------------
 
     async def _prepare_proxy(self) -> ServingProxy:
-        """Point the LLM proxy at the model server, creating one when none was given.
-
-        A given proxy that is running is restarted so that it serves the new model list (and stays running
-        afterwards); any other is started and stopped around the run by :func:`running_proxy`.
-        """
-        name = self.config.served_model_name
-        model_list = [
-            {
-                "model_name": name,
-                "litellm_params": {"model": f"hosted_vllm/{name}", "api_base": self._serving.url},
-            }
-        ]
-        proxy = self.get_llm_proxy()
-        if proxy is None:
-            from agl.proxy import LLMProxy
-
-            return LLMProxy(model_list=model_list, store=self.get_store())
-        if not isinstance(proxy, ServingProxy):
-            raise TypeError(
-                f"LocalGRPO points the LLM proxy at its model server and publishes it as a resource; "
-                f"{type(proxy).__name__} lacks update_model_list() or as_resource(): give an agl.proxy.LLMProxy"
-            )
-        proxy.update_model_list(model_list)
-        proxy.set_store(self.get_store())
-        if proxy.is_running():
-            await proxy.stop()
-            await proxy.start()
-        return proxy
+        """The LLM proxy pointed at the model server (see :func:`serving_proxy`)."""
+        store = self.get_store()
+        return await serving_proxy(
+            self.get_llm_proxy(), store, self.config.served_model_name, self._serving.url
+        )
 
     async def _publish(self, store: LightningStore, proxy: ServingProxy, temperature: float, tag: str) -> str:
         llm = proxy.as_resource(
@@ -344,6 +357,21 @@ class LocalGRPO(Algorithm):
         requests = [EnqueueRolloutRequest(input=t, mode=mode, resources_id=resources_id) for t in tasks]  # pyright: ignore[reportArgumentType]
         enqueued = await store.enqueue_many_rollouts(requests)
         return [r.rollout_id for r in enqueued]
+
+    async def _enqueue_step(
+        self, store: LightningStore, tasks: Sequence[Any], resources_id: str, step: int
+    ) -> list[str]:
+        """Enqueue a training step's tasks (after a resume: take the step's finished rollouts from before
+        the kill), and note their ids with the checkpoints."""
+        root = Path(self.config.checkpoint_dir) if self.config.checkpoint_dir else None
+        ids = None
+        if root is not None and step == self._resume_step:
+            ids = await take_pending(store, root, step, tasks, resources_id)
+        if ids is None:
+            ids = await self._enqueue(store, tasks, "train", resources_id)
+        if root is not None:
+            await asyncio.to_thread(write_pending, root, step, ids)
+        return ids
 
     async def _collect_rollouts(
         self, store: LightningStore, ids: list[str]
@@ -438,7 +466,7 @@ class LocalGRPO(Algorithm):
         tasks = [train_dataset[i] for i in picked for _ in range(cfg.n)]
         groups = [i for i in range(cfg.prompts_per_step) for _ in range(cfg.n)]
         engine_before = await asyncio.to_thread(lambda: self._serving.stats)
-        ids = await self._enqueue(store, tasks, "train", resources_id)
+        ids = await self._enqueue_step(store, tasks, resources_id, step)
         validating = asyncio.ensure_future(validation()) if validation is not None else None
         try:
             rollouts, spans = await self._collect_rollouts(store, ids)
@@ -487,7 +515,7 @@ class LocalGRPO(Algorithm):
         threads = cfg.update_threads or self._update_threads.pick(step)
         update_started = time.perf_counter()
         stats = await asyncio.to_thread(
-            _with_threads,
+            with_threads,
             threads,
             grpo_update,
             self.policy,
@@ -539,48 +567,6 @@ class LocalGRPO(Algorithm):
             "step_cpu_s": cpu2 - cpu0,
             "model_version": self._serving.version,
         }
-
-
-class _ThreadChoice:
-    """Picks the torch thread count of the update from measured seconds per token: 1 or every core."""
-
-    def __init__(self, cores: int, every: int = 10) -> None:
-        self.options = sorted({1, max(1, cores)})
-        self.every = every
-        self.cost: dict[int, float] = {}
-
-    def pick(self, step: int) -> int:
-        if self._busy():
-            return 1  # more threads than idle cores: OpenMP's barriers wait for descheduled threads
-        untried = [n for n in self.options if n not in self.cost]
-        if untried:
-            return untried[0]
-        best = min(self.options, key=lambda n: self.cost[n])
-        if len(self.options) > 1 and step % self.every == 0:
-            return next(n for n in self.options if n != best)  # look again: the machine's load changes
-        return best
-
-    def _busy(self) -> bool:
-        """Whether the machine runs more than one job per core besides this one (load average)."""
-        try:
-            return os.getloadavg()[0] > max(self.options) + 1
-        except OSError:  # not available on this platform
-            return False
-
-    def record(self, threads: int, seconds_per_token: float) -> None:
-        self.cost[threads] = seconds_per_token
-
-
-def _with_threads(threads: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run ``fn`` with ``threads`` torch threads, then restore the previous number."""
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _pad_id(tokenizer: Any) -> int:

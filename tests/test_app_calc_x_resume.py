@@ -1,0 +1,86 @@
+"""A killed `apps/train_calc_x.py` run resumes (issue 31): kill -9 the whole run after a checkpoint, start it
+again with `--resume RUN_DIR`, and it finishes the planned steps, each counted once, without rerunning the
+rollouts that had finished."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from agl.testing.processes import wait_until
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = ROOT / "apps" / "train_calc_x.py"
+MODEL = ROOT / "apps" / "calc_tiny" / "model"
+STEPS, PROMPTS, N, VAL = 4, 4, 4, 8
+FLAGS = ["--steps", str(STEPS), "--prompts-per-step", str(PROMPTS), "--n", str(N), "--val-size", str(VAL)]
+FLAGS += ["--val-every", "2", "--checkpoint-every", "1", "--seed", "3"]
+
+
+def _checkpoint_step(run: Path) -> int:
+    latest = run / "checkpoint" / "latest"
+    return int(latest.read_text().strip()[5:]) if latest.is_file() else 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (MODEL / "config.json").exists(), reason="apps/calc_tiny/model not built")
+def test_a_run_killed_after_a_checkpoint_resumes_and_counts_every_step_once(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    first = subprocess.Popen(
+        [sys.executable, str(APP), *FLAGS, "--output-dir", str(run)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its runners and model server too: the kill takes the whole run
+    )
+    try:
+        assert wait_until(lambda: _checkpoint_step(run) >= 2 or first.poll() is not None, 300), (
+            "no checkpoint"
+        )
+        assert first.poll() is None, first.stderr.read() if first.stderr else ""
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        if first.stderr is not None:
+            first.stderr.close()
+    killed_at = _checkpoint_step(run)
+    assert 2 <= killed_at < STEPS
+
+    second = subprocess.run(
+        [sys.executable, str(APP), *FLAGS, "--resume", str(run)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert f"continuing after step {killed_at}" in second.stderr
+
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in records if m["kind"] == "train"] == list(range(1, STEPS + 1))
+    assert sorted(m["step"] for m in records if m["kind"] == "validation") == [0, 2, 4]
+
+    from agl.store import SqlLightningStore
+
+    async def train_rollouts() -> list[str]:
+        store = SqlLightningStore(f"sqlite:///{run / 'store.sqlite'}")
+        try:
+            return [r.status for r in (await store.query_rollouts(mode_in=["train"])).items]
+        finally:
+            await store.close()
+
+    statuses = asyncio.run(train_rollouts())
+    # every step trained on PROMPTS * N finished rollouts; the only others are those the kill interrupted
+    assert statuses.count("succeeded") + statuses.count("failed") == STEPS * PROMPTS * N
+    assert set(statuses) <= {"succeeded", "failed", "cancelled"}
