@@ -164,6 +164,7 @@ class StandinBackend:
         call_tools_on: when tools are offered and the last user message starts with this text, the default
             answer calls the first tool with ``{"q": <message>}``.
         fail_model: requests for this model get an HTTP 400 error (a failed LLM call).
+        token_ids_supported: ``False``: never report token ids, even when asked (as OpenAI's own API).
     """
 
     def __init__(
@@ -177,6 +178,7 @@ class StandinBackend:
         always_return_token_ids: bool = False,
         call_tools_on: str | None = None,
         fail_model: str | None = None,
+        token_ids_supported: bool = True,
     ) -> None:
         self.script = script
         self.delay_s = delay_s
@@ -186,6 +188,7 @@ class StandinBackend:
         self.always_return_token_ids = always_return_token_ids
         self.call_tools_on = call_tools_on
         self.fail_model = fail_model
+        self.token_ids_supported = token_ids_supported
         self.requests: list[dict[str, Any]] = []
         self.streams_started = 0
         self.streams_finished = 0
@@ -228,7 +231,9 @@ class StandinBackend:
         return Reply(tool_calls=[ToolCall(name, {"q": text})])
 
     def _wants_ids(self, body: dict[str, Any]) -> bool:
-        return self.always_return_token_ids or bool(body.get("return_token_ids"))
+        return self.token_ids_supported and (
+            self.always_return_token_ids or bool(body.get("return_token_ids"))
+        )
 
     # -- HTTP handlers --------------------------------------------------------------------------
 

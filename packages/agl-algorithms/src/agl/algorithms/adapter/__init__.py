@@ -2,6 +2,7 @@
 
 from ._llm_call import LLMCall, extract_llm_call
 from .base import Adapter, OtelTraceAdapter, TraceAdapter, TraceToTripletBase
+from .diagnosis import NoDataReason, NoDataTally, diagnose
 from .messages import OpenAIMessages, TraceToMessages, group_genai_dict
 from .tree import RewardMatchPolicy, TraceTree
 from .triplet import LlmProxyTraceToTriplet, TracerTraceToTriplet, span_to_triplet
@@ -11,6 +12,8 @@ __all__ = [
     "Adapter",
     "LLMCall",
     "LlmProxyTraceToTriplet",
+    "NoDataReason",
+    "NoDataTally",
     "OpenAIMessages",
     "OtelTraceAdapter",
     "RewardMatchPolicy",
@@ -21,6 +24,7 @@ __all__ = [
     "TracerTraceToTriplet",
     "Turn",
     "TurnTrajectory",
+    "diagnose",
     "extract_llm_call",
     "group_genai_dict",
     "merge_turns",

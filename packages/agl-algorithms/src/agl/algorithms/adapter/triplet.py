@@ -13,10 +13,17 @@ from ._llm_call import extract_llm_call, image_urls, response_id_of
 from .base import TraceToTripletBase, as_spans
 from .tree import RewardMatchPolicy, TraceTree
 
-__all__ = ["LlmProxyTraceToTriplet", "TracerTraceToTriplet", "span_to_triplet"]
+__all__ = [
+    "DEFAULT_LLM_CALL_MATCH",
+    "PROXY_CALL_NAMES",
+    "LlmProxyTraceToTriplet",
+    "TracerTraceToTriplet",
+    "span_to_triplet",
+]
 
 DEFAULT_LLM_CALL_MATCH = r"openai\.chat\.completion|agentlightning\.llm_call"
-_PROXY_CALL_NAMES = (AGL_LLM_CALL, "raw_gen_ai_request", "litellm_request")
+PROXY_CALL_NAMES = (AGL_LLM_CALL, "raw_gen_ai_request", "litellm_request")
+"""Names of the spans the LLM proxy records for a call (agl's, and the reference proxy's)."""
 
 
 def span_to_triplet(span: Span, agent_name: str | None = None) -> Triplet:
@@ -194,7 +201,7 @@ class LlmProxyTraceToTriplet(TraceToTripletBase):
         seen: set[str] = set()
         rewards: list[Span] = []
         for span in spans:
-            if span.name in _PROXY_CALL_NAMES:
+            if span.name in PROXY_CALL_NAMES:
                 if span.status.status_code == "ERROR" and not self.include_errors:
                     continue
                 call = extract_llm_call(span.attributes)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agl.store import LightningStore
 from agl.types import Dataset, EnqueueRolloutRequest, NamedResources, Rollout, Span, Triplet
@@ -43,6 +43,9 @@ from .checkpoint import (
     write_checkpoint,
     write_pending,
 )
+
+if TYPE_CHECKING:
+    from ..adapter.diagnosis import NoDataTally
 
 __all__ = ["GRPOConfig", "LocalGRPO"]
 
@@ -415,6 +418,17 @@ class LocalGRPO(Algorithm):
             reward = 0.0
         return float(reward), triplets
 
+    def _no_data(self, rollouts: list[Rollout], spans: list[list[Span]], step: int) -> NoDataTally:
+        """Why the step's rollouts without training data have none (logged with the fixes)."""
+        from ..adapter.diagnosis import NoDataTally, diagnose
+
+        tally = NoDataTally()
+        for rollout, trace in zip(rollouts, spans, strict=True):
+            tally.add(diagnose(rollout.status, trace))
+        if (message := tally.message(with_fixes=True)) is not None:
+            logger.warning("step %d: %s", step, message)
+        return tally
+
     def _tool_used(self, triplets: list[Triplet]) -> bool:
         marker = self.config.tool_marker
         return any(marker in self.tokenizer.decode(t.response["token_ids"]) for t in triplets)
@@ -488,6 +502,7 @@ class LocalGRPO(Algorithm):
         )
 
         episodes = [self._episode(r, s) for r, s in zip(rollouts, spans, strict=False)]
+        no_data = self._no_data(rollouts, spans, step)
         # An episode without usable triplets (failed, or no token ids) cannot be trained on: leave it out of
         # its group rather than letting it skew the group's mean.
         usable = [i for i, (_, triplets) in enumerate(episodes) if triplets]
@@ -545,6 +560,7 @@ class LocalGRPO(Algorithm):
             "accuracy": sum(r >= cfg.success_threshold for r in all_rewards) / len(all_rewards),
             "tool_use": sum(self._tool_used(t) for _, t in episodes) / len(episodes),
             "failed": sum(r.status != "succeeded" for r in rollouts),
+            **no_data.as_metrics(),
             "groups_trained": kept_groups,
             "samples": len(samples),
             "loss": stats["loss"],

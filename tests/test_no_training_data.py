@@ -1,0 +1,132 @@
+"""A reason for every rollout that trains nothing (issue 31, item 4): each reason caused by a real agent run
+(runner, tracer, LLM proxy, stand-in model), recognised from the attempt's spans, with its fix in the message."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from agl.algorithms.adapter import LlmProxyTraceToTriplet, NoDataReason, NoDataTally, diagnose
+from agl.proxy import LLMProxy
+from agl.runner import LitAgentRunner, rollout
+from agl.store import InMemoryLightningStore
+from agl.testing.openai_standin import Reply, StandinBackend, serve_standin
+from agl.tracer import OtelTracer, emit_reward
+from agl.types import LLM, Span
+
+MODEL = "m"
+
+
+async def _ask(llm: LLM, text: str = "hi") -> None:
+    import openai
+
+    async with openai.AsyncOpenAI(base_url=llm.endpoint, api_key="x") as client:
+        await client.chat.completions.create(model=llm.model, messages=[{"role": "user", "content": text}])
+
+
+@rollout
+async def answers_and_rewards(task: Any, llm: LLM) -> None:
+    await _ask(llm)
+    emit_reward(1.0)
+
+
+@rollout
+async def answers_without_reward(task: Any, llm: LLM) -> None:
+    await _ask(llm)
+
+
+@rollout
+async def fails(task: Any, llm: LLM) -> None:
+    raise RuntimeError("the agent breaks")
+
+
+@rollout
+async def never_asks(task: Any, llm: LLM) -> None:
+    emit_reward(1.0)
+
+
+@asynccontextmanager
+async def _backend(**options: Any) -> AsyncIterator[tuple[str, InMemoryLightningStore, LLMProxy]]:
+    backend = StandinBackend(**options)
+    with serve_standin(backend) as server:
+        store = InMemoryLightningStore()
+        route = {
+            "model_name": MODEL,
+            "litellm_params": {"model": f"hosted_vllm/{MODEL}", "api_base": server.base_url},
+        }
+        proxy = LLMProxy([route], store=store)
+        await proxy.start()
+        try:
+            yield server.base_url, store, proxy
+        finally:
+            await proxy.stop()
+
+
+async def _spans_of_one_rollout(
+    agent: Any, *, direct: bool = False, **backend: Any
+) -> tuple[str, list[Span]]:
+    """Run ``agent`` once; its status and spans. ``direct``: its ``llm`` is the model itself, not the proxy."""
+    async with _backend(**backend) as (base_url, store, proxy):
+        llm = LLM(endpoint=base_url, model=MODEL) if direct else proxy.as_resource(model=MODEL)
+        runner = LitAgentRunner[Any](OtelTracer(), heartbeat_interval=0)
+        with runner.run_context(agent=agent, store=store), contextlib.suppress(RuntimeError):
+            await runner.step("task", resources={"main_llm": llm})  # (raises what a failing agent raised)
+        await proxy.flush()
+        [done] = (await store.query_rollouts()).items
+        return done.status, list((await store.query_spans(done.rollout_id, "latest")).items)
+
+
+def _cut(request: dict[str, Any]) -> Reply:
+    return Reply(content="an answer that goes on an", finish_reason="length")
+
+
+CASES: list[tuple[Callable[..., Any], dict[str, Any], NoDataReason | None, str]] = [
+    (answers_and_rewards, {}, None, ""),
+    (fails, {}, NoDataReason.FAILED, "error"),
+    (never_asks, {}, NoDataReason.NO_LLM_CALL, "call its model"),
+    (answers_and_rewards, {"direct": True}, NoDataReason.BYPASSED_PROXY, "base_url=llm.endpoint"),
+    (answers_and_rewards, {"token_ids_supported": False}, NoDataReason.NO_TOKEN_IDS, "return_token_ids"),
+    (answers_without_reward, {}, NoDataReason.NO_REWARD, "emit_reward"),
+    (answers_without_reward, {"script": _cut}, NoDataReason.TRUNCATED_NO_REWARD, "max_tokens"),
+]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("agent", "options", "reason", "fix"), CASES, ids=[c[2].name if c[2] else "trains" for c in CASES]
+)
+async def test_each_reason_comes_from_an_agent_that_causes_it(
+    agent: Any, options: dict[str, Any], reason: NoDataReason | None, fix: str
+) -> None:
+    status, spans = await _spans_of_one_rollout(agent, **options)
+    assert diagnose(status, spans) is reason
+    if reason is None:
+        assert LlmProxyTraceToTriplet().adapt(spans), "the healthy agent gives triplets"
+        return
+    tally = NoDataTally()
+    tally.add(reason)
+    message = tally.message(with_fixes=True)
+    assert message is not None and message.startswith(
+        f"1 of 1 rollouts gave no training data: 1 {reason.value}"
+    )
+    assert fix in message
+
+
+def test_the_tally_counts_by_reason_and_keeps_every_series() -> None:
+    tally = NoDataTally()
+    for reason in [None, NoDataReason.NO_REWARD, NoDataReason.NO_REWARD, NoDataReason.BYPASSED_PROXY, None]:
+        tally.add(reason)
+    assert (
+        tally.message()
+        == "3 of 5 rollouts gave no training data: 2 no reward emitted, 1 calls bypassed the LLM proxy"
+    )
+    metrics = tally.as_metrics()
+    assert metrics["no_data"] == 3 and metrics["no_data_no_reward"] == 2 and metrics["no_data_failed"] == 0
+    assert NoDataTally().message() is None
