@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -13,9 +14,10 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from agl.algorithms import Algorithm
 from agl.algorithms.adapter import LlmProxyTraceToTriplet, NoDataReason, NoDataTally, diagnose
 from agl.proxy import LLMProxy
-from agl.runner import LitAgentRunner, rollout
+from agl.runner import LitAgentRunner, Trainer, rollout
 from agl.store import InMemoryLightningStore
 from agl.testing.openai_standin import Reply, StandinBackend, serve_standin
 from agl.tracer import OtelTracer, emit_reward
@@ -130,3 +132,32 @@ def test_the_tally_counts_by_reason_and_keeps_every_series() -> None:
     metrics = tally.as_metrics()
     assert metrics["no_data"] == 3 and metrics["no_data_no_reward"] == 2 and metrics["no_data_failed"] == 0
     assert NoDataTally().message() is None
+
+
+class _Diagnosing(Algorithm):
+    """A user's algorithm: one rollout per task, each diagnosed, the tally reported at the end of ``fit``."""
+
+    def __init__(self) -> None:
+        self.tally = NoDataTally()
+
+    async def run(self, train_dataset: Any = None, val_dataset: Any = None) -> None:
+        store = self.get_store()
+        await store.add_resources({"main_llm": LLM(endpoint="http://127.0.0.1:9/v1", model=MODEL)})
+        ids = [(await store.enqueue_rollout(input=task)).rollout_id for task in train_dataset or []]
+        for finished in await store.wait_for_rollouts(rollout_ids=ids, timeout=60):
+            self.tally.add(
+                diagnose(finished.status, list(await store.query_spans(finished.rollout_id, "latest")))
+            )
+
+    def training_data_report(self) -> str | None:
+        return self.tally.message(with_fixes=True)
+
+
+def test_the_trainer_shows_the_algorithms_report_at_the_end_of_fit(caplog: pytest.LogCaptureFixture) -> None:
+    algorithm = _Diagnosing()
+    trainer = Trainer(algorithm=algorithm, n_runners=1, strategy="shm", progress=False)
+    with caplog.at_level(logging.WARNING, logger="agl.runner.trainer"):
+        trainer.fit(never_asks, train_dataset=["a", "b"])
+    assert algorithm.tally.rollouts == 2
+    assert "2 of 2 rollouts gave no training data: 2 made no LLM call" in caplog.text
+    assert NoDataReason.NO_LLM_CALL.fix in caplog.text

@@ -130,3 +130,9 @@ class Algorithm(ABC):
         self, train_dataset: Dataset[Any] | None = None, val_dataset: Dataset[Any] | None = None
     ) -> Awaitable[None] | None:
         return self.run(train_dataset=train_dataset, val_dataset=val_dataset)
+
+    def training_data_report(self) -> str | None:
+        """Why rollouts of the last run gave no training data, with the fixes
+        (:class:`agl.algorithms.adapter.NoDataTally`); ``None``: all gave some, or this algorithm does not say.
+        The :class:`~agl.runner.Trainer` shows it at the end of ``fit``."""
+        return None

@@ -247,6 +247,9 @@ class Trainer:
         algorithm_bundle = _AlgorithmBundle(self, algorithm, train_dataset, val_dataset)
         runner_bundle = _RunnerBundle(self.runner, agent, self.hooks)
         self.strategy.execute(algorithm_bundle, runner_bundle, self.store)
+        report = algorithm.training_data_report() if algorithm is not None else None
+        if report is not None:
+            logger.warning("%s", report)
 
 
 def _renamed(old_name: str, old: Any, new_name: str, new: Any) -> Any:

@@ -15,6 +15,7 @@ instead of rerunning them, and replaces only those that had not finished.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import shutil
@@ -29,12 +30,15 @@ from agl.types import EnqueueRolloutRequest
 if TYPE_CHECKING:
     from agl.store import LightningStore
 
+logger = logging.getLogger("agl.algorithms.local.grpo")  # (resume messages read as the run's)
+
 __all__ = [
     "Checkpoint",
     "PendingStep",
     "latest_checkpoint",
     "read_pending",
     "restore_optimizer",
+    "resume_point",
     "take_pending",
     "write_checkpoint",
     "write_pending",
@@ -148,6 +152,22 @@ def latest_checkpoint(root: Path) -> Checkpoint | None:
         validations=list(state["validations"]),
         path=path,
     )
+
+
+def resume_point(checkpoint_dir: str | None, steps: int) -> Checkpoint | None:
+    """The checkpoint a resumed run of ``steps`` steps continues from (``None``: none yet, start afresh)."""
+    if not checkpoint_dir:
+        raise ValueError("resume=True needs the checkpoint_dir of the run to continue")
+    resumed = latest_checkpoint(Path(checkpoint_dir))
+    if resumed is None:
+        logger.warning("resume: no checkpoint in %s yet; starting from step 1", checkpoint_dir)
+        return None
+    if resumed.step >= steps:
+        raise ValueError(
+            f"the checkpoint in {checkpoint_dir} is at step {resumed.step} of {steps}: nothing to resume"
+        )
+    logger.warning("resume: continuing after step %d from %s", resumed.step, resumed.path)
+    return resumed
 
 
 def restore_optimizer(checkpoint: Checkpoint, optimizer: Any) -> None:

@@ -37,8 +37,8 @@ from ._serving import ServedModel
 from ._threads import ThreadChoice, with_threads
 from .checkpoint import (
     Checkpoint,
-    latest_checkpoint,
     restore_optimizer,
+    resume_point,
     take_pending,
     write_checkpoint,
     write_pending,
@@ -173,6 +173,7 @@ class LocalGRPO(Algorithm):
         ``torch`` (imported), ``model`` (loaded), ``server`` (model server up), ``proxy`` (LLM proxy up)."""
         self._update_threads = ThreadChoice(os.cpu_count() or 1)
         self._resume_step: int | None = None
+        self._no_data_run: NoDataTally | None = None  # over the training steps of the run
         """The first step of a resumed run: its rollouts noted before the kill are taken, not rerun."""
 
     # -- main loop -----------------------------------------------------------------------------
@@ -303,21 +304,9 @@ class LocalGRPO(Algorithm):
     def _resume_point(self) -> Checkpoint | None:
         """With ``resume``, the newest checkpoint, whose weights the run then starts from."""
         cfg = self.config
-        if not cfg.resume:
-            return None
-        if not cfg.checkpoint_dir:
-            raise ValueError("resume=True needs the checkpoint_dir of the run to continue")
-        resumed = latest_checkpoint(Path(cfg.checkpoint_dir))
-        if resumed is None:
-            logger.warning("resume: no checkpoint in %s yet; starting from step 1", cfg.checkpoint_dir)
-            return None
-        if resumed.step >= cfg.steps:
-            raise ValueError(
-                f"the checkpoint in {cfg.checkpoint_dir} is at step {resumed.step} of {cfg.steps}"
-            )
-        logger.warning("resume: continuing after step %d from %s", resumed.step, resumed.path)
-        self.model_path = str(resumed.path)
-        self._resume_step = resumed.step + 1
+        resumed = resume_point(cfg.checkpoint_dir, cfg.steps) if cfg.resume else None
+        if resumed is not None:
+            self.model_path, self._resume_step = str(resumed.path), resumed.step + 1
         return resumed
 
     def save(self, directory: Path) -> Path:
@@ -423,11 +412,17 @@ class LocalGRPO(Algorithm):
         from ..adapter.diagnosis import NoDataTally, diagnose
 
         tally = NoDataTally()
+        self._no_data_run = self._no_data_run or NoDataTally()
         for rollout, trace in zip(rollouts, spans, strict=True):
-            tally.add(diagnose(rollout.status, trace))
+            reason = diagnose(rollout.status, trace)
+            tally.add(reason)
+            self._no_data_run.add(reason)
         if (message := tally.message(with_fixes=True)) is not None:
             logger.warning("step %d: %s", step, message)
         return tally
+
+    def training_data_report(self) -> str | None:
+        return None if self._no_data_run is None else self._no_data_run.message(with_fixes=True)
 
     def _tool_used(self, triplets: list[Triplet]) -> bool:
         marker = self.config.tool_marker
