@@ -1,6 +1,7 @@
 // Resources: every version, its prompt templates, and a line diff of a template between two versions.
 import { all, store } from "./api.js";
-import { h, json, table, time } from "./util.js";
+import { lineDiff } from "./diff.js";
+import { h, json, masked, table, time } from "./util.js";
 
 export async function render({ params, go }) {
   const { items, total } = await all(store.resources, { sort_by: "create_time", sort_order: "desc" }, 500, 5000);
@@ -51,13 +52,6 @@ function detail(update) {
   );
 }
 
-/** A resource with its secrets (API keys) hidden. */
-function masked(resource) {
-  const copy = { ...resource };
-  for (const key of Object.keys(copy)) if (/api_key|token|secret|password/i.test(key) && copy[key]) copy[key] = "••••••";
-  return copy;
-}
-
 function templates(update) {
   const out = {};
   for (const [name, res] of Object.entries(update.resources)) if (res.resource_type === "prompt_template") out[name] = res.template;
@@ -74,25 +68,4 @@ function diffs(a, b) {
     { id: "template-diff" },
     names.map((name) => h("div", { class: "diff", "data-template": name }, h("div", {}, h("b", {}, name)), lineDiff(ta[name] ?? "", tb[name] ?? "").map(([op, line]) => h("div", { class: op === "+" ? "add" : op === "-" ? "del" : "" }, `${op} ${line}`)))),
   );
-}
-
-/** Longest-common-subsequence line diff: [["=" | "-" | "+", line]]. */
-export function lineDiff(before, after) {
-  const x = before.split("\n");
-  const y = after.split("\n");
-  const n = x.length;
-  const m = y.length;
-  const L = Array.from({ length: n + 1 }, () => new Int32Array(m + 1));
-  for (let i = n - 1; i >= 0; i--) for (let j = m - 1; j >= 0; j--) L[i][j] = x[i] === y[j] ? L[i + 1][j + 1] + 1 : Math.max(L[i + 1][j], L[i][j + 1]);
-  const out = [];
-  let i = 0;
-  let j = 0;
-  while (i < n && j < m) {
-    if (x[i] === y[j]) out.push(["=", x[i++]]), j++;
-    else if (L[i + 1][j] >= L[i][j + 1]) out.push(["-", x[i++]]);
-    else out.push(["+", y[j++]]);
-  }
-  while (i < n) out.push(["-", x[i++]]);
-  while (j < m) out.push(["+", y[j++]]);
-  return out;
 }

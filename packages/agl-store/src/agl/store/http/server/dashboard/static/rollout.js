@@ -98,16 +98,37 @@ function timeline(spans) {
 function tree(spans) {
   if (!spans.length) return h("p", { class: "muted" }, "No spans.");
   const { roots, children } = spanTree(spans);
-  const item = (sp) => {
-    const details = h("details", { "data-span-id": sp.span_id }, h("summary", {}, h("span", { class: "mono" }, `#${sp.sequence_id} `), sp.name, h("span", { class: "muted" }, ` · ${seconds((sp.end_time ?? sp.start_time) - sp.start_time)}`)));
-    // Attributes are drawn when opened: a 200-span rollout opens without building 200 JSON blocks.
-    details.addEventListener("toggle", () => {
-      if (details.open && details.childElementCount === 1) details.append(json({ span_id: sp.span_id, parent_id: sp.parent_id, attempt_id: sp.attempt_id, status: sp.status, attributes: sp.attributes }));
-    });
-    const kids = children.get(sp.span_id) || [];
-    return h("li", {}, details, kids.length ? h("ul", {}, kids.map(item)) : null);
-  };
-  return h("div", { class: "tree", id: "span-tree" }, h("ul", {}, roots.map(item)));
+  const list = h("ul", {});
+  const drawn = new Set();
+  // Spans on a parent cycle hang from no root: each one not drawn yet starts a tree of its own (in sequence order).
+  for (const sp of [...roots, ...spans]) if (!drawn.has(sp)) drawSubtree(sp, list, children, drawn);
+  return h("div", { class: "tree", id: "span-tree" }, list);
+}
+
+/** Draws `root` and its descendants into `list`, each span once: iterative, so no parent chain overflows the stack. */
+function drawSubtree(root, list, children, drawn) {
+  const stack = [[root, list]];
+  while (stack.length) {
+    const [sp, into] = stack.pop();
+    if (drawn.has(sp)) continue; // a span id shared by two attempts lists its children twice
+    drawn.add(sp);
+    const li = h("li", {}, spanDetails(sp));
+    into.append(li);
+    const kids = (children.get(sp.span_id) || []).filter((kid) => !drawn.has(kid));
+    if (!kids.length) continue;
+    const sub = h("ul", {});
+    li.append(sub);
+    for (let k = kids.length - 1; k >= 0; k--) stack.push([kids[k], sub]);
+  }
+}
+
+function spanDetails(sp) {
+  const details = h("details", { "data-span-id": sp.span_id }, h("summary", {}, h("span", { class: "mono" }, `#${sp.sequence_id} `), sp.name, h("span", { class: "muted" }, ` · ${seconds((sp.end_time ?? sp.start_time) - sp.start_time)}`)));
+  // Attributes are drawn when opened: a 200-span rollout opens without building 200 JSON blocks.
+  details.addEventListener("toggle", () => {
+    if (details.open && details.childElementCount === 1) details.append(json({ span_id: sp.span_id, parent_id: sp.parent_id, attempt_id: sp.attempt_id, status: sp.status, attributes: sp.attributes }));
+  });
+  return details;
 }
 
 function message(m) {

@@ -88,3 +88,21 @@ export function parseHash(hash) {
   const [path, qs] = text.split("?", 2);
   return { path: path ? path.split("/").map(decodeURIComponent) : [], params: new URLSearchParams(qs || "") };
 }
+
+const SECRET_KEY = /api[-_]?key|token|secret|passw(or)?d|authorization|credential|(^|[-_.])key$/i;
+const HIDDEN = "••••••";
+const MASK_DEPTH = 32; // deeper than any real resource: what lies below is hidden, not walked
+
+/** A resource (or any JSON value) with its secrets hidden at every depth, in objects and arrays alike. */
+export function masked(value, depth = 0) {
+  if (value === null || typeof value !== "object") return value;
+  if (depth >= MASK_DEPTH) return HIDDEN;
+  if (Array.isArray(value)) return value.map((item) => masked(item, depth + 1));
+  // fromEntries defines own properties: a "__proto__" key stays a key.
+  return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, isSecret(key, item) ? HIDDEN : masked(item, depth + 1)]));
+}
+
+/** Numbers and flags are no secrets: max_tokens stays readable. */
+function isSecret(key, value) {
+  return SECRET_KEY.test(key) && Boolean(value) && typeof value !== "number" && typeof value !== "boolean";
+}
