@@ -40,7 +40,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--algorithm",
         choices=["local", "verl"],
         default="local",
-        help="local: LocalGRPO on CPU (or one GPU); verl: VERL on vLLM, needs CUDA and the verl extra (default: %(default)s)",
+        help="local: LocalGRPO on CPU (or one GPU); verl: VERL on vLLM, needs CUDA and the verl extra, or with "
+        "--device cpu verl's trainer on CPU (default: %(default)s)",
+    )
+    p.add_argument(
+        "--device",
+        choices=["cuda", "cpu"],
+        default="cuda",
+        help="VERL: cuda (vLLM rollouts) or cpu (verl's trainer on CPU, agl's model server as the rollout; "
+        "for debugging on a laptop) (default: %(default)s)",
     )
     p.add_argument("--n-runners", type=int, default=2, help="runner threads")
     p.add_argument(
@@ -120,6 +128,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )  # the GPU smoke's probe
     p.add_argument("--output-dir", type=Path, default=None, help="default: runs/<timestamp>")
     p.add_argument(
+        "--logger",
+        type=logger_names,
+        default="jsonl",
+        help="where the step metrics go: any of jsonl,tensorboard,mlflow,wandb, comma-separated, each writing "
+        "in the output directory (metrics.jsonl, tensorboard/, an MLflow file store mlruns/, an offline W&B "
+        "run wandb/; nothing is sent unless MLFLOW_TRACKING_URI or WANDB_MODE say so) (default: %(default)s)",
+    )
+    p.add_argument(
         "--checkpoint-every",
         type=int,
         default=5,
@@ -133,6 +149,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="continue a killed run from its last checkpoint and its store (give the same other flags)",
     )
     return p.parse_args(argv)
+
+
+def logger_names(spec: str) -> tuple[str, ...]:
+    """``--logger``: the tracker names (see :mod:`agl.algorithms.trackers`)."""
+    from agl.algorithms.trackers import parse_loggers
+
+    try:
+        return parse_loggers(spec)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def run_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags, as the trackers' run config (MLflow parameters, the W&B config)."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
 
 
 def load_tasks(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -211,10 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.algorithm == "verl":
         from agl.algorithms.verl.interface import check_requirements
 
-        problem = check_requirements(need_gpu=True)
+        problem = check_requirements(need_gpu=args.device != "cpu")
         if problem:
+            hint = "" if args.device == "cpu" else " --device cpu runs verl's trainer on CPU;"
             print(
-                f"--algorithm verl cannot run here: {problem}. --algorithm local runs on CPU.",
+                f"--algorithm verl cannot run here: {problem}.{hint} --algorithm local runs on CPU.",
                 file=sys.stderr,
             )
             return 2
@@ -247,7 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     done = keep_metrics_until_checkpoint(out_dir) if args.resume else 0
     if not args.resume:
         (out_dir / "metrics.jsonl").unlink(missing_ok=True)
-    metrics = AlgorithmMetrics("local_grpo", out_dir / "metrics.jsonl")
+    try:
+        metrics = AlgorithmMetrics.for_run("local_grpo", out_dir, args.logger, config=run_settings(args))
+    except ImportError as exc:  # a tracker's library is missing: the message names the extra
+        print(f"--logger: {exc}", file=sys.stderr)
+        return 2
     bar = tqdm(total=args.steps, initial=done, desc="GRPO", unit="step", dynamic_ncols=True)
 
     def on_step(m: dict[str, Any]) -> None:

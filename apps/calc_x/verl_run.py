@@ -18,9 +18,28 @@ from typing import Any
 TRAIN_REWARD_KEYS = ("critic/score/mean", "critic/rewards/mean")
 
 
+def model_lengths(model: str) -> tuple[int, int, int]:
+    """``(max_model_len, max_prompt_length, max_response_length)`` for the model: 1024 (512 + 256) where
+    the model has the positions, else its ``max_position_embeddings`` split 3:1 (the embedded model: 512 =
+    384 + 128). vLLM refuses a ``max_model_len`` over the model's positions."""
+    from agl.algorithms.verl.config import max_position_embeddings
+
+    limit = max_position_embeddings(model)
+    if limit is None or limit >= 1024:
+        return 1024, 512, 256
+    prompt = limit * 3 // 4
+    return limit, prompt, limit - prompt
+
+
 def verl_config(args: Any, out_dir: Path) -> dict[str, Any]:
     """The VERL overrides of the app's flags (batch = prompts per step, n = GRPO group size)."""
     batch = args.prompts_per_step
+    max_model_len, max_prompt, max_response = model_lengths(str(args.model))
+    ray_init: dict[str, Any] = {
+        "runtime_env": {"env_vars": {"VERL_FILE_LOGGER_PATH": str(out_dir / "verl_metrics.jsonl")}}
+    }
+    if getattr(args, "device", "cuda") != "cpu":  # on CPU, VERL sets Ray's (logical) CPUs itself
+        ray_init["num_cpus"] = max(2, (os.cpu_count() or 4) - 2)
     return {
         "trainer": {
             "total_training_steps": args.steps,
@@ -35,8 +54,8 @@ def verl_config(args: Any, out_dir: Path) -> dict[str, Any]:
         "data": {
             "train_batch_size": batch,
             "val_batch_size": None,
-            "max_prompt_length": 512,
-            "max_response_length": 256,
+            "max_prompt_length": max_prompt,
+            "max_response_length": max_response,
             "seed": args.seed,
         },
         "actor_rollout_ref": {
@@ -55,7 +74,7 @@ def verl_config(args: Any, out_dir: Path) -> dict[str, Any]:
                     "n": 1,
                 },
                 "gpu_memory_utilization": args.gpu_memory_utilization,
-                "max_model_len": 1024,
+                "max_model_len": max_model_len,
                 "enforce_eager": args.enforce_eager,
                 "free_cache_engine": True,
             },
@@ -66,12 +85,7 @@ def verl_config(args: Any, out_dir: Path) -> dict[str, Any]:
             "trace_aggregator": {"level": args.trace_level},
             "probe_file": str(args.verl_probe_file) if getattr(args, "verl_probe_file", None) else None,
         },
-        "ray_kwargs": {
-            "ray_init": {
-                "num_cpus": max(2, (os.cpu_count() or 4) - 2),
-                "runtime_env": {"env_vars": {"VERL_FILE_LOGGER_PATH": str(out_dir / "verl_metrics.jsonl")}},
-            }
-        },
+        "ray_kwargs": {"ray_init": ray_init},
     }
 
 
@@ -152,25 +166,28 @@ def run_verl(
     started = time.time()
     history: list[dict[str, Any]] = []
     validations: list[dict[str, Any]] = []
-    metrics_file = (out_dir / "metrics.jsonl").open("w")
+    from agl.algorithms.metrics import AlgorithmMetrics
+
+    (out_dir / "metrics.jsonl").unlink(missing_ok=True)
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    # The app's records (verl's own figures under "verl") go to metrics.jsonl and the --logger trackers.
+    metrics = AlgorithmMetrics.for_run("verl", out_dir, getattr(args, "logger", "jsonl"), config=settings)
     bar = tqdm(total=args.steps, desc="VERL GRPO", unit="step", dynamic_ncols=True)
 
     def on_train(m: dict[str, Any]) -> None:
         history.append(m)
-        metrics_file.write(json.dumps({"kind": "train", **m}) + "\n")
-        metrics_file.flush()
+        metrics.log("train", m)
         bar.set_postfix(reward=f"{m['reward']:.2f}", s=f"{m['step_s']:.1f}")
         bar.update(1)
 
     def on_validation(m: dict[str, Any]) -> None:
         validations.append(m)
-        metrics_file.write(json.dumps({"kind": "validation", **m}) + "\n")
-        metrics_file.flush()
+        metrics.log("validation", m)
         bar.write(f"validation at step {m['step']}: accuracy {m['accuracy']:.1%}")
 
     follower = MetricsFollower(out_dir / "verl_metrics.jsonl", on_train, on_validation)
     follower.start()
-    algorithm = VERL(verl_config(args, out_dir))
+    algorithm = VERL(verl_config(args, out_dir), device=getattr(args, "device", "cuda"))
     trainer = Trainer(
         algorithm=algorithm,
         n_runners=args.n_runners,
@@ -185,7 +202,7 @@ def run_verl(
         follower.stop_event.set()
         follower.join(timeout=10)
         bar.close()
-        metrics_file.close()
+        metrics.close()
     if len(validations) < 1:
         print("no validation ran; nothing to summarise", file=sys.stderr)
         return 1

@@ -1,10 +1,15 @@
-"""One small interface for an algorithm's own figures: Prometheus gauges and, optionally, ``metrics.jsonl``.
+"""One small interface for an algorithm's own figures: Prometheus gauges, ``metrics.jsonl`` and experiment trackers.
 
 An algorithm calls :meth:`AlgorithmMetrics.log` with a kind (``"train"``, ``"validation"``, ``"round"``...)
 and a dict of figures. Every number becomes the gauge ``agl_algorithm_<name>{algorithm, kind}`` (the latest
 value; a figure named like the counter, such as ``records``, becomes ``agl_algorithm_records_value``) and
 the counter ``agl_algorithm_records_total{algorithm, kind}`` counts the calls; with a
 ``jsonl_path`` each call also appends ``{"kind": kind, **figures}`` as one line.
+
+Every call also goes to the :class:`~agl.algorithms.trackers.MetricsSink` s it was given: the experiment
+trackers of :mod:`agl.algorithms.trackers` (TensorBoard, MLflow, W&B; the ``jsonl`` file is one of them).
+:meth:`AlgorithmMetrics.for_run` builds them from names, as the apps' ``--logger jsonl,tensorboard,mlflow,wandb``
+does. A tracker's step is the figures' ``step`` (or an APO ``round``), else the count of events of that kind.
 
 The gauges live in ``prometheus_client``'s default registry, which the store server's ``/metrics`` includes
 when it runs in the same process (the Trainer's managed store); :meth:`serve` starts a separate metrics
@@ -14,19 +19,24 @@ in multi-process mode (``mostrecent``).
 
 from __future__ import annotations
 
-import json
+import logging
 import math
 import re
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from agl.types.env import PROMETHEUS_MULTIPROC_DIR
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
+from .trackers import MetricsSink, make_sink, parse_loggers
+from .trackers.jsonl import JsonlSink
+
 __all__ = ["AlgorithmMetrics"]
+
+logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"[^a-zA-Z0-9_]")
 _RECORDS = "records"
@@ -41,14 +51,28 @@ def _metric_name(key: str) -> str:
     return f"{name}_value" if name in _RESERVED else name
 
 
+def _step_of(figures: Mapping[str, Any]) -> int | None:
+    """The event's own step: its ``step`` figure, else its ``round`` (APO), when a whole number."""
+    for key in ("step", "round"):
+        value = figures.get(key)
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    return None
+
+
 class AlgorithmMetrics:
-    """Reports an algorithm's figures to Prometheus and, when ``jsonl_path`` is given, to a JSON-lines file.
+    """Reports an algorithm's figures to Prometheus, a JSON-lines file and experiment trackers.
 
     Args:
         algorithm: The ``algorithm`` label (``"local_grpo"``, ``"apo"``...).
         jsonl_path: Append one JSON line per :meth:`log` call here (the file is created; ``None``: no file).
         registry: Where the gauges go (default: ``prometheus_client``'s global registry).
         namespace: Prefix of every metric name.
+        sinks: More receivers of every call (see :mod:`agl.algorithms.trackers`); :meth:`close` closes them.
 
     Thread-safe. Gauges are shared by every ``AlgorithmMetrics`` on the same registry.
     """
@@ -64,16 +88,17 @@ class AlgorithmMetrics:
         *,
         registry: CollectorRegistry | None = None,
         namespace: str = "agl_algorithm",
+        sinks: Iterable[MetricsSink] = (),
     ) -> None:
         self.algorithm = algorithm
         self.registry = registry if registry is not None else REGISTRY
         self.namespace = namespace
         self.jsonl_path = Path(jsonl_path) if jsonl_path is not None else None
-        self._file: IO[str] | None = None
         self._lock = threading.Lock()
-        if self.jsonl_path is not None:
-            self.jsonl_path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.jsonl_path.open("a", encoding="utf-8")
+        self._counts: dict[str, int] = {}
+        self.sinks: list[MetricsSink] = [JsonlSink(self.jsonl_path)] if self.jsonl_path is not None else []
+        """Where every :meth:`log` call goes besides the gauges (emptied by :meth:`close`)."""
+        self.sinks.extend(sinks)
         self._records = self._metric(
             Counter,
             _RECORDS,
@@ -98,12 +123,61 @@ class AlgorithmMetrics:
                 shared[key] = metric
             return metric
 
-    def log(self, kind: str, figures: Mapping[str, Any]) -> None:
-        """Record ``figures`` of one event (a training step, a validation, an APO round...)."""
+    @classmethod
+    def for_run(
+        cls,
+        algorithm: str,
+        run_dir: str | Path,
+        loggers: str | Iterable[str] = "jsonl",
+        *,
+        run_name: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> AlgorithmMetrics:
+        """The metrics of a run writing to ``run_dir`` through the trackers named in ``loggers``.
+
+        Args:
+            algorithm: The ``algorithm`` label.
+            run_dir: The run's output directory: ``metrics.jsonl``, ``tensorboard/``, ``mlruns/``, ``wandb/``.
+            loggers: ``"jsonl,tensorboard,mlflow,wandb"``, any combination (or a sequence of names).
+            run_name: The MLflow / W&B run name (default: ``run_dir``'s name).
+            config: The run's settings (MLflow parameters, W&B config).
+            registry: As in the constructor.
+
+        Raises:
+            TrackerUnavailable: A chosen tracker's library is missing (the message names the extra).
+        """
+        names = parse_loggers(loggers)
+        sinks: list[MetricsSink] = []
+        try:
+            for name in names:
+                if name != "jsonl":  # the constructor's own file (``jsonl_path``)
+                    sinks.append(
+                        make_sink(name, run_dir, algorithm=algorithm, run_name=run_name, config=config)
+                    )
+        except BaseException:
+            for sink in sinks:
+                sink.close()
+            raise
+        jsonl_path = Path(run_dir) / "metrics.jsonl" if "jsonl" in names else None
+        return cls(algorithm, jsonl_path, registry=registry, sinks=sinks)
+
+    def log(self, kind: str, figures: Mapping[str, Any], *, step: int | None = None) -> None:
+        """Record ``figures`` of one event (a training step, a validation, an APO round...).
+
+        ``step`` is the trackers' x axis (default: the figures' ``step`` or ``round``, else the number of
+        ``kind`` events so far). A tracker that fails is logged and skipped; the others still get the event.
+        """
         with self._lock:
-            if self._file is not None:
-                self._file.write(json.dumps({"kind": kind, **figures}, default=str) + "\n")
-                self._file.flush()
+            count = self._counts[kind] = self._counts.get(kind, 0) + 1
+            if step is None:
+                found = _step_of(figures)
+                step = found if found is not None else count
+            for sink in self.sinks:
+                try:
+                    sink.log(kind, step, figures)
+                except Exception:
+                    logger.warning("%s could not record a %r event", type(sink).__name__, kind, exc_info=True)
         self._records.labels(self.algorithm, kind).inc()
         for key, value in figures.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -125,8 +199,11 @@ class AlgorithmMetrics:
             start_http_server(port, addr=addr, registry=self.registry)
 
     def close(self) -> None:
-        """Close the JSON-lines file (the gauges stay)."""
+        """Close the JSON-lines file and the trackers (the gauges stay); later calls reach only the gauges."""
         with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            sinks, self.sinks = self.sinks, []
+            for sink in sinks:
+                try:
+                    sink.close()
+                except Exception:
+                    logger.warning("%s did not close cleanly", type(sink).__name__, exc_info=True)

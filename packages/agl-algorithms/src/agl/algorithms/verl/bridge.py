@@ -4,9 +4,18 @@ verl's V1 agent-loop worker calls :meth:`AglBridgeAgentLoop.run` once per (task,
 enqueues the task (the row's ``agl_task``) as a rollout, waits until a runner has executed the agent
 (whose LLM calls went through the LLM proxy to vLLM, recording token ids), reads the spans of the latest
 attempt, adapts them to triplets and converts those (:mod:`.convert`) to verl ``AgentLoopOutput`` s:
-one per triplet (``transition``) or per merged trajectory (``trajectory``). A rollout without usable
-triplets returns ``[]`` (verl skips the session; ``trainer.v1.sampler.sync_refill_failed_groups`` refills
-an empty group) and is logged with why.
+one per triplet (``transition``) or per merged trajectory (``trajectory``).
+
+A training rollout without a usable sample raises :class:`NoTrainingSample` (logged with why): verl then
+marks the group ``failure`` and, with ``trainer.v1.sampler.sync_refill_failed_groups`` (on by default),
+replaces a group left without any trajectory by a fresh prompt. An empty ``[]`` would instead be a
+"finished" group verl samples (and a whole batch of them stops the run). A validation rollout without a
+sample gives one placeholder output (nothing generated, the fill-in reward), so it counts as a miss.
+
+Every output carries ``min_global_steps`` / ``max_global_steps`` (the weight version that generated it,
+as verl's own ``LLMServerClient`` sets them; verl's staleness control and metrics read them) and, when
+``rollout.calculate_log_probs`` is on, ``response_logprobs`` (zeros where the server gave none, counted as
+``agl/samples_without_logprobs``: verl refuses a batch where only some rows have them).
 
 ``sampling_params`` from verl are not used: the agent samples with the ``main_llm`` resource's
 parameters, which the trainer publishes (training or validation ones).
@@ -27,7 +36,15 @@ from .convert import ConversionStats, LoopSample, convert_rollout, turns_from_tr
 from .dataset import read_task
 from .runtime import get_runtime
 
-__all__ = ["BRIDGE_STATS", "AglAgentLoopOutput", "AglBridgeAgentLoop", "to_agent_loop_output"]
+__all__ = [
+    "BRIDGE_STATS",
+    "AglAgentLoopOutput",
+    "AglBridgeAgentLoop",
+    "NoTrainingSample",
+    "placeholder_output",
+    "to_agent_loop_output",
+    "weight_version",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +52,16 @@ BRIDGE_STATS = ConversionStats()
 """Counters of every conversion this process made (rollouts, drops, truncations, empty rollouts)."""
 
 TOKEN_RETURNS_KEY = "agl_token_returns"
+
+
+class NoTrainingSample(RuntimeError):
+    """A training rollout gave no sample: verl marks its session failed (and refills an empty group)."""
+
+
+def weight_version(global_steps: int, mode: str) -> int:
+    """The weight version that served a rollout in verl's sync trainer: a training step ``k`` samples with
+    the weights of step ``k - 1`` (updated at its end); validation at step ``k`` with those of step ``k``."""
+    return max(0, int(global_steps) - (1 if mode == "train" else 0))
 
 
 class AglAgentLoopOutput(AgentLoopOutput):
@@ -53,14 +80,27 @@ class AglAgentLoopOutput(AgentLoopOutput):
 
 
 def to_agent_loop_output(
-    sample: LoopSample, rollout_id: str, num_turns: int, stats: ConversionStats | None = None
+    sample: LoopSample,
+    rollout_id: str,
+    num_turns: int,
+    stats: ConversionStats | None = None,
+    *,
+    version: int = 0,
+    logprobs: bool = True,
 ) -> AglAgentLoopOutput:
-    """verl's output for one sample (the final reward as ``reward_score``, on the last response token)."""
+    """verl's output for one sample (the final reward as ``reward_score``, on the last response token).
+
+    ``version``: the weight version that generated it (``min_global_steps`` / ``max_global_steps``).
+    ``logprobs``: always carry ``response_logprobs`` (zeros when the sample has none).
+    """
+    response_logprobs = sample.response_logprobs
+    if logprobs and response_logprobs is None:
+        response_logprobs = [0.0] * len(sample.response_ids)
     return AglAgentLoopOutput(
         prompt_ids=sample.prompt_ids,
         response_ids=sample.response_ids,
         response_mask=sample.response_mask,
-        response_logprobs=sample.response_logprobs,
+        response_logprobs=response_logprobs,
         reward_score=sample.reward,
         num_turns=num_turns,
         metrics=AgentLoopMetrics(),
@@ -70,10 +110,28 @@ def to_agent_loop_output(
             "agl_rollout_id": rollout_id,
             "agl_turns": sample.turns,
             "agl_truncated": int(sample.truncated),
+            "min_global_steps": version,
+            "max_global_steps": version,
             # the rollout's conversion counters ride on its last output (see trainer.conversion_metrics)
             **({"agl_rollout_stats": asdict(stats)} if stats is not None else {}),
         },
     )
+
+
+def placeholder_output(
+    prompt_ids: list[int], eos_id: int, reward: float, rollout_id: str, version: int
+) -> AglAgentLoopOutput:
+    """A validation rollout without a sample: nothing generated (one masked token), the fill-in reward."""
+    sample = LoopSample(
+        prompt_ids=prompt_ids or [eos_id],
+        response_ids=[eos_id],
+        response_mask=[0],
+        response_logprobs=[0.0],
+        reward=reward,
+        token_returns=[0.0],
+        turns=[],
+    )
+    return to_agent_loop_output(sample, rollout_id, num_turns=0, version=version)
 
 
 @register("agl_bridge")
@@ -83,8 +141,50 @@ class AglBridgeAgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:  # pyright: ignore[reportIncompatibleMethodOverride]
         agl = self.config.get("agentlightning", {})
         runtime = get_runtime(agl)
-        store = runtime.store
         task, mode = read_task(kwargs)
+        finished = await self._execute(runtime.store, agl, task, mode, kwargs)
+        rid = finished.rollout_id
+        spans = list((await runtime.store.query_spans(rid, "latest")).items)
+        from agl.tracer import find_final_reward
+
+        triplets = list(runtime.get_adapter().adapt(spans)) if spans else []
+        turns, skipped = turns_from_triplets(triplets)
+        fillna = float(agl.get("reward_fillna_value", 0.0))
+        final = find_final_reward(spans) if finished.status == "succeeded" else fillna
+        samples, stats, max_prompt = self._convert(agl, turns, final, fillna)
+        stats.triplets_without_tokens = skipped
+        stats.triplets += skipped
+        logprobs = bool(self.rollout_config.get("calculate_log_probs", False))
+        if logprobs:
+            stats.samples_without_logprobs = sum(s.response_logprobs is None for s in samples)
+        BRIDGE_STATS.__iadd__(stats)
+        version = weight_version(int(kwargs.get("global_steps", 0)), mode)
+        if not samples:
+            why = (
+                f"rollout {rid} (task uid {kwargs.get('uid')}) gave no sample: status {finished.status}, "
+                f"{len(spans)} spans, {len(triplets)} triplets ({skipped} without token ids), "
+                f"{stats.dropped_prompt_too_long} dropped for a prompt over {max_prompt} tokens"
+            )
+            logger.warning("%s", why)
+            if mode == "train":
+                raise NoTrainingSample(why)
+            reward = fillna if final is None else float(final)
+            return [placeholder_output(self._prompt_ids(kwargs), self._eos_id(), reward, rid, version)]
+        last = len(samples) - 1
+        return [
+            to_agent_loop_output(
+                s,
+                rid,
+                num_turns=len(turns),
+                stats=stats if i == last else None,
+                version=version,
+                logprobs=logprobs,
+            )
+            for i, s in enumerate(samples)
+        ]
+
+    async def _execute(self, store: Any, agl: Any, task: Any, mode: Any, kwargs: dict[str, Any]) -> Any:
+        """Enqueue the task as a rollout and wait until it is finished; the finished rollout."""
         timeout = float(agl.get("rollout_timeout_seconds", 1200.0))
         rollout = await store.enqueue_rollout(
             input=task,
@@ -98,24 +198,20 @@ class AglBridgeAgentLoop(AgentLoopBase):
         )
         rid = rollout.rollout_id
         deadline = time.monotonic() + timeout + 60.0
-        finished = None
-        while finished is None:
+        while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(
                     f"rollout {rid} did not finish within {timeout + 60:.0f}s: are runners running?"
                 )
             done = await store.wait_for_rollouts(rollout_ids=[rid], timeout=min(left, 10.0))
-            finished = done[0] if done else None
-        spans = list((await store.query_spans(rid, "latest")).items)
-        from agl.tracer import find_final_reward
+            if done:
+                return done[0]
 
-        triplets = list(runtime.get_adapter().adapt(spans)) if spans else []
-        turns, skipped = turns_from_triplets(triplets)
-        final = find_final_reward(spans)
-        fillna = float(agl.get("reward_fillna_value", 0.0))
-        if finished.status != "succeeded":
-            final = fillna
+    def _convert(
+        self, agl: Any, turns: list[Any], final: float | None, fillna: float
+    ) -> tuple[list[LoopSample], ConversionStats, int]:
+        """The rollout's samples under the configured level, lengths and credit; the prompt limit used."""
         aggregator = agl.get("trace_aggregator", {})
         level = str(aggregator.get("level", "transition"))
         data = self.config.data
@@ -141,21 +237,22 @@ class AglBridgeAgentLoop(AgentLoopBase):
             final_reward=final,
             credit=credit,
         )
-        stats.triplets_without_tokens = skipped
-        stats.triplets += skipped
-        BRIDGE_STATS.__iadd__(stats)
-        if not samples:
-            why = (
-                f"status {finished.status}, {len(spans)} spans, {len(triplets)} triplets "
-                f"({skipped} without token ids), {stats.dropped_prompt_too_long} dropped for a prompt over "
-                f"{max_prompt} tokens"
-            )
-            logger.warning(
-                "rollout %s (task uid %s) gave no training sample: %s", rid, kwargs.get("uid"), why
-            )
+        return samples, stats, max_prompt
+
+    def _eos_id(self) -> int:
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        return int(eos) if isinstance(eos, int) else 0
+
+    def _prompt_ids(self, kwargs: dict[str, Any]) -> list[int]:
+        """The row's chat prompt as token ids (empty when it cannot be rendered)."""
+        raw = kwargs.get("raw_prompt")
+        if not raw:
             return []
-        last = len(samples) - 1
-        return [
-            to_agent_loop_output(s, rid, num_turns=len(turns), stats=stats if i == last else None)
-            for i, s in enumerate(samples)
-        ]
+        tokenizer: Any = self.tokenizer
+        try:
+            ids: Any = tokenizer.apply_chat_template(list(raw), add_generation_prompt=True, tokenize=True)
+        except Exception:  # a placeholder needs no exact prompt
+            return []
+        if not isinstance(ids, list):  # transformers 5 returns a BatchEncoding
+            ids = ids["input_ids"]
+        return [int(i) for i in ids]  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]

@@ -15,7 +15,14 @@ from typing import Any
 
 from .._json import is_mapping
 
-__all__ = ["AGENT_LOOP_CONFIG", "AGL_DEFAULTS", "compose_config", "validate"]
+__all__ = [
+    "AGENT_LOOP_CONFIG",
+    "AGL_DEFAULTS",
+    "compose_config",
+    "max_position_embeddings",
+    "merge",
+    "validate",
+]
 
 AGENT_LOOP_CONFIG = Path(__file__).resolve().parent / "agent_loops.yaml"
 """The agent-loop registry file verl's workers load (``agl_bridge`` → :class:`AglBridgeAgentLoop`)."""
@@ -85,11 +92,12 @@ AGL_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+def merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``top`` merged in, nested mappings key by key (copies; ``top`` wins)."""
     out = copy.deepcopy(base)
     for key, value in top.items():
         if is_mapping(value) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+            out[key] = merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)
     return out
@@ -109,7 +117,7 @@ def compose_config(user: Mapping[str, Any] | Any | None = None) -> Any:
     user_dict: Any = (
         OmegaConf.to_container(user, resolve=False) if OmegaConf.is_config(user) else (user or {})
     )
-    merged = OmegaConf.merge(base, OmegaConf.create(_merge(AGL_DEFAULTS, user_dict)))
+    merged = OmegaConf.merge(base, OmegaConf.create(merge(AGL_DEFAULTS, user_dict)))
     OmegaConf.set_struct(merged, False)
     return merged
 
@@ -130,6 +138,7 @@ def validate(config: Any) -> None:
     CreditAssignment.parse(agl.credit.mode, turn_discount=float(agl.credit.turn_discount))
     if config.actor_rollout_ref.rollout.mode != "async":
         raise ValueError("VERL needs actor_rollout_ref.rollout.mode=async (agents call vLLM's HTTP server)")
+    _check_lengths(config)
     checked = config
     if config.actor_rollout_ref.rollout.name == "vllm" and not _vllm_importable():
         # verl's LoRA-rank check imports vLLM; without it (CPU machines) check the rank against vLLM's
@@ -144,6 +153,40 @@ def validate(config: Any) -> None:
     validate_config(
         config=checked, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
     )
+
+
+def max_position_embeddings(model_path: str | Path) -> int | None:
+    """The model's ``max_position_embeddings`` from its local ``config.json`` (``None`` when unknown, e.g.
+    a hub id): the most tokens vLLM (and verl's check before it) accepts as ``max_model_len``."""
+    import json
+
+    path = Path(str(model_path)) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        data: Any = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not is_mapping(data):
+        return None
+    value: Any = data.get("max_position_embeddings")
+    text: Any = data.get("text_config")
+    if value is None and is_mapping(text):
+        value = text.get("max_position_embeddings")
+    return int(value) if isinstance(value, int) else None
+
+
+def _check_lengths(config: Any) -> None:
+    """``rollout.max_model_len`` within the model's positions (verl's vLLM server checks it only once the
+    GPU machine is up)."""
+    rollout = config.actor_rollout_ref.rollout
+    limit = max_position_embeddings(config.actor_rollout_ref.model.path)
+    max_model_len = rollout.get("max_model_len")
+    if limit is not None and max_model_len is not None and int(max_model_len) > limit:
+        raise ValueError(
+            f"actor_rollout_ref.rollout.max_model_len ({max_model_len}) is larger than the model's "
+            f"max_position_embeddings ({limit}): vLLM refuses it; set it to at most {limit}"
+        )
 
 
 def _vllm_importable() -> bool:

@@ -61,6 +61,7 @@ class ConversionStats:
     dropped_prompt_too_long: int = 0
     truncated_responses: int = 0
     prefix_mismatches: int = 0
+    samples_without_logprobs: int = 0
 
     def __iadd__(self, other: ConversionStats) -> ConversionStats:
         for name in self.__dataclass_fields__:

@@ -1,7 +1,9 @@
 """``VERL``: GRPO/PPO of a Hugging Face model with verl 0.9 (FSDP + vLLM, Ray) on any agent the Trainer runs.
 
 Constructing it needs nothing beyond this package; :meth:`VERL.run` needs the ``verl`` extra, vLLM and a
-CUDA GPU, and says which is missing.
+CUDA GPU, and says which is missing. With ``device="cpu"`` it runs verl's real trainer on CPU (FSDP on
+gloo, agl's own model server as the rollout; :mod:`.cpu`): for debugging an agent, its config and rewards
+on a laptop before renting GPUs.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ INSTALL_HINT = (
     "install the `verl` extra (`uv sync --extra verl`, or `pip install 'agl-algorithms[verl]'`) and, on the "
     "GPU machine, `vllm==0.24.0`"
 )
+
+
+DEVICES = ("cuda", "cpu")
 
 
 def check_requirements(need_gpu: bool = True) -> str | None:
@@ -61,6 +66,40 @@ def make_task_runner() -> Any:
     return ray.remote(num_cpus=1)(AglTaskRunner)
 
 
+def _driver_main(config_yaml: str) -> None:
+    """verl's ``run_ppo`` (Ray's driver) with the config given as YAML: the body of the driver process."""
+    from omegaconf import OmegaConf
+    from verl.trainer.main_ppo import run_ppo  # pyright: ignore[reportUnknownVariableType]  # verl leaves its parameters unannotated
+
+    run_ppo(OmegaConf.create(config_yaml), task_runner_class=make_task_runner())
+
+
+def run_driver(config: Any) -> None:
+    """Run verl (``run_ppo``) in a fresh process started with ``spawn``, and wait for it.
+
+    ``ray.init`` starts Ray's head processes with ``subprocess.Popen(preexec_fn=...)``, a plain fork that
+    runs every ``os.register_at_fork`` handler in the child; in a process that already runs threads (the
+    runners, the LLM proxy, OpenTelemetry's tracer provider, whose fork handler submits to a thread pool)
+    that child can deadlock before it execs, and ``ray.init`` then waits forever. A spawned process has
+    none of them.
+    """
+    import multiprocessing
+
+    from omegaconf import OmegaConf
+
+    context = multiprocessing.get_context("spawn")
+    process = context.Process(target=_driver_main, args=(OmegaConf.to_yaml(config),), name="agl-verl-driver")
+    process.start()
+    try:
+        process.join()
+    finally:
+        if process.is_alive():
+            process.terminate()
+            process.join(30)
+    if process.exitcode != 0:
+        raise RuntimeError(f"verl's driver process (run_ppo) failed with exit code {process.exitcode}")
+
+
 class VERL(Algorithm):
     """verl's V1 synchronous trainer with the agent loop bridged to the store (package README).
 
@@ -71,12 +110,18 @@ class VERL(Algorithm):
             The ``agentlightning`` block takes the reference's keys (``trace_aggregator.level`` ...) and
             ``credit.{mode, turn_discount}``.
 
+        device: ``"cuda"`` (vLLM rollouts, the default) or ``"cpu"``: verl's trainer on CPU, FSDP on gloo
+            and agl's model server as the rollout (:mod:`agl.algorithms.verl.cpu`); small models only.
+
     Datasets are sequences of JSON-serialisable task inputs. The served model is published to the store as
     ``main_llm`` (a ``ProxyLLM``); agents must call it (only one LLM is optimised).
     """
 
-    def __init__(self, config: Mapping[str, Any] | Any | None = None) -> None:
+    def __init__(self, config: Mapping[str, Any] | Any | None = None, *, device: str = "cuda") -> None:
+        if device not in DEVICES:
+            raise ValueError(f"VERL device must be one of {', '.join(DEVICES)}, got {device!r}")
         self.config: Mapping[str, Any] | Any = config if config is not None else {}
+        self.device = device
         self.composed: Any = None
         self._server: Any = None
 
@@ -85,9 +130,19 @@ class VERL(Algorithm):
         problem = check_requirements(need_gpu=False)
         if problem:
             raise ImportError(problem)
-        from .config import compose_config, validate
+        from omegaconf import OmegaConf
 
-        config = compose_config(self.config)
+        from .config import compose_config, merge, validate
+        from .cpu import cpu_config, verl_runtime_env
+
+        given: Any = self.config
+        given = OmegaConf.to_container(given, resolve=False) if OmegaConf.is_config(given) else given
+        device: dict[str, Any] = (
+            cpu_config()
+            if self.device == "cpu"
+            else {"ray_kwargs": {"ray_init": {"runtime_env": {"env_vars": verl_runtime_env()}}}}
+        )
+        config = compose_config(merge(device, given or {}))
         if train_files is not None:
             config.data.train_files = train_files
         if val_files is not None:
@@ -110,13 +165,11 @@ class VERL(Algorithm):
         return self._server.endpoint
 
     def run(self, train_dataset: Dataset[Any] | None = None, val_dataset: Dataset[Any] | None = None) -> None:
-        problem = check_requirements(need_gpu=True)
+        problem = check_requirements(need_gpu=self.device != "cpu")
         if problem:
             raise RuntimeError(problem)
         if train_dataset is None or len(train_dataset) == 0:
             raise ValueError("VERL needs a non-empty train_dataset")
-        from verl.trainer.main_ppo import run_ppo  # pyright: ignore[reportUnknownVariableType]  # verl leaves its parameters unannotated
-
         from .dataset import write_tasks
 
         workdir = Path(tempfile.mkdtemp(prefix="agl-verl-"))
@@ -132,7 +185,7 @@ class VERL(Algorithm):
                 config.trainer.val_before_train = False
                 config.trainer.test_freq = -1
             self.composed = config
-            run_ppo(config, task_runner_class=make_task_runner())
+            run_driver(config)
         finally:
             if self._server is not None:
                 self._server.stop()

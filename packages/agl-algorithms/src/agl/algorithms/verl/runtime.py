@@ -48,7 +48,8 @@ class BackendPublisher:
 
     Args:
         store: the store the runners read resources from.
-        proxy: the LLM proxy (an ``agl.proxy.LLMProxy``); created on first use when ``None``.
+        proxy: the LLM proxy (an ``agl.proxy.LLMProxy``); created on first use when ``None`` (asking the
+            backends for logprobs, which verl's ``calculate_log_probs`` needs).
         sampling: sampling parameters of the training resource (``temperature``, ``max_tokens``).
         val_sampling: those of the validation resource.
     """
@@ -68,10 +69,16 @@ class BackendPublisher:
         if self.proxy is None:
             from agl.proxy import LLMProxy
 
+            # verl trains with calculate_log_probs: the spans must carry the sampled tokens' logprobs
             self.proxy = LLMProxy(
-                model_list=model_list, store=self.store, host=self.proxy_host, port=self.proxy_port
+                model_list=model_list,
+                store=self.store,
+                host=self.proxy_host,
+                port=self.proxy_port,
+                request_logprobs=True,
             )
         else:
+            self.proxy.settings.request_logprobs = True
             self.proxy.update_model_list(model_list)
             if self.proxy.get_store() is None:
                 self.proxy.set_store(self.store)

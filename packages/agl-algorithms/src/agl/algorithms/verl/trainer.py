@@ -1,6 +1,8 @@
 """``AglPPOTrainerSync``: verl's V1 synchronous PPO trainer, wired to the store and the LLM proxy.
 
-Registered as ``trainer.v1.trainer_mode=agl_sync``. What it adds to ``PPOTrainerSync``:
+Registered as ``trainer.v1.trainer_mode=agl_sync``; it then runs as verl's ``sync`` mode (verl compares
+``trainer_mode == "sync"`` literally: any other name would get the asynchronous replay buffer and the
+async-only checkpoint paths). What it adds to ``PPOTrainerSync``:
 
 - ``on_init_end``: after verl's first weight sync, point the LLM proxy at vLLM's OpenAI servers
   (``llm_server_manager.get_addresses()``, served under the model's local path) and publish ``main_llm``
@@ -78,28 +80,68 @@ def credit_advantages(
     return advantages * response_mask.float()
 
 
-def conversion_metrics(extra_fields: Sequence[Any]) -> dict[str, float]:
+ROLLOUT_COUNTERS = (
+    "rollouts",
+    "triplets",
+    "triplets_without_tokens",
+    "dropped_prompt_too_long",
+    "prefix_mismatches",
+    "samples_without_logprobs",
+)
+
+
+def conversion_metrics(
+    extra_fields: Sequence[Any], padding: Sequence[bool] | None = None
+) -> dict[str, float]:
     """``agl/*`` metrics of one batch from its outputs' ``extra_fields``: samples, truncated responses, and the
-    summed conversion counters of the rollouts (dropped prompts, prefix mismatches, triplets without ids)."""
+    summed conversion counters of the rollouts (dropped prompts, prefix mismatches, triplets without ids).
+
+    ``padding``: per row, whether verl added it to pad the batch (a copy of a real row, tag ``is_padding``):
+    those rows are not counted."""
     metrics: dict[str, float] = {"agl/samples": 0, "agl/truncated_responses": 0}
-    for fields in extra_fields:
-        if not is_dict(fields):
+    for row, fields in enumerate(extra_fields):
+        if not is_dict(fields) or (padding is not None and row < len(padding) and padding[row]):
             continue
         metrics["agl/samples"] += 1
         metrics["agl/truncated_responses"] += int(fields.get("agl_truncated", 0))
         stats = fields.get("agl_rollout_stats")
         if is_dict(stats):
-            for key in ("rollouts", "triplets", "triplets_without_tokens", "dropped_prompt_too_long"):
+            for key in ROLLOUT_COUNTERS:
                 metrics[f"agl/{key}"] = metrics.get(f"agl/{key}", 0) + int(stats.get(key, 0))
-            metrics["agl/prefix_mismatches"] = metrics.get("agl/prefix_mismatches", 0) + int(
-                stats.get("prefix_mismatches", 0)
-            )
     return metrics
+
+
+def probe_replica(base: str, model: str, prompt: str, *, chat: bool = False) -> dict[str, float]:
+    """The greedy next-token top-5 logprobs of ``prompt`` from one inference server at ``base``
+    (vLLM's ``/v1/completions``, or with ``chat`` the chat endpoint, which agl's model server has)."""
+    import httpx
+
+    url = base.rstrip("/")
+    if not chat:
+        body = {"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0, "logprobs": 5}
+        answer: Any = httpx.post(f"{url}/v1/completions", json=body, timeout=60).json()
+        return dict(answer["choices"][0]["logprobs"]["top_logprobs"][0])
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "logprobs": True,
+        "top_logprobs": 5,
+    }
+    answer = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60).json()
+    top: Any = answer["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+    return {str(t["token"]): float(t["logprob"]) for t in top}
 
 
 @register_trainer("agl_sync")
 class AglPPOTrainerSync(PPOTrainerSync):
     """See the module docstring."""
+
+    def _build_replay_buffer(self) -> Any:
+        # verl picks its replay buffer and async-only paths by comparing trainer_mode with "sync"
+        self.trainer_mode = "sync"
+        return super()._build_replay_buffer()
 
     def _agl(self) -> Any:
         return self.config.get("agentlightning", {})
@@ -127,12 +169,14 @@ class AglPPOTrainerSync(PPOTrainerSync):
         return publisher
 
     def served_model_name(self) -> str:
-        """The name vLLM serves the model under in verl 0.9: the model's local path (or the prometheus override)."""
+        """The name vLLM serves the model under in verl 0.9: the model's local path; with
+        ``rollout.prometheus.enable`` and a ``served_model_name``, that name's last path component
+        (``vllm_async_server.py``)."""
         rollout = self.config.actor_rollout_ref.rollout
         prometheus: Any = rollout.get("prometheus") or {}
         name = prometheus.get("served_model_name")
-        if name:
-            return str(name)
+        if prometheus.get("enable") and name:
+            return str(name).split("/")[-1]
         model = self.config.actor_rollout_ref.model
         return str(model.get("local_path") or model.path)
 
@@ -157,22 +201,14 @@ class AglPPOTrainerSync(PPOTrainerSync):
             return
         import json
 
-        import httpx
-
         replicas: list[Any] = []
         out = {"step": int(getattr(self, "global_steps", 0)), "replicas": replicas}
+        prompt = str(self._agl().get("probe_prompt") or "What is 19 + 17?")
+        chat = str(self.config.actor_rollout_ref.rollout.name) != "vllm"  # agl's model server: chat only
         for address in self.llm_server_manager.get_addresses():
             base = address if address.startswith("http") else f"http://{address}"
-            body = {
-                "model": self.served_model_name(),
-                "prompt": str(self._agl().get("probe_prompt") or "What is 19 + 17?"),
-                "max_tokens": 1,
-                "temperature": 0.0,
-                "logprobs": 5,
-            }
             try:
-                answer = httpx.post(f"{base.rstrip('/')}/v1/completions", json=body, timeout=60).json()
-                replicas.append(answer["choices"][0]["logprobs"]["top_logprobs"][0])
+                replicas.append(probe_replica(base, self.served_model_name(), prompt, chat=chat))
             except Exception as exc:  # a diagnostic must not stop training
                 replicas.append({"error": repr(exc)})
         with open(path, "a") as f:
@@ -187,7 +223,8 @@ class AglPPOTrainerSync(PPOTrainerSync):
             data = tq.kv_batch_get(
                 keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"]
             )
-            metrics.update(conversion_metrics(list(data.pop("extra_fields").tolist())))
+            padding = [bool(tag.get("is_padding", False)) for tag in batch.tags]
+            metrics.update(conversion_metrics(list(data.pop("extra_fields").tolist()), padding))
         except Exception as exc:  # metrics must not stop training
             logger.warning("agl conversion metrics unavailable: %r", exc)
         return result
