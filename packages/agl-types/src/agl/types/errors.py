@@ -27,7 +27,8 @@ class AglError(Exception):
         ├── ConflictError [ValueError]                  agl.types: conflicts with the state (HTTP 409)
         │   └── StoreConflictError [StoreClientError]
         ├── InvalidRequestError [ValueError]            agl.types: malformed request (HTTP 400)
-        │   └── StoreInvalidRequestError [StoreClientError]
+        │   ├── StoreInvalidRequestError [StoreClientError]
+        │   └── WeightsMismatch                         agl.algorithms.local: weights unlike the served model
         ├── StoreClientError                            agl.store.errors: a store call over HTTP failed
         │   ├── StoreNotFoundError, StoreConflictError, StoreInvalidRequestError (above)
         │   ├── StoreAuthenticationError                missing or wrong bearer token (401/403)

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+from agl.types.errors import InvalidRequestError
 
 __all__ = ["WeightsMismatch", "check_weights", "refuse_non_regular_file"]
 
@@ -22,7 +23,7 @@ SHOWN = 3
 """How many names a refusal lists of each kind of problem (it counts them all)."""
 
 
-class WeightsMismatch(ValueError):
+class WeightsMismatch(InvalidRequestError):
     """New weights that do not fully and finitely match the served model; nothing was loaded."""
 
 
