@@ -155,3 +155,49 @@ def test_malformed_payloads_raise_clear_errors() -> None:
             [make({L.REQUEST_MESSAGES.value: json.dumps({"role": "user"})}, name=AGL_LLM_CALL)]
         )
     assert TraceToMessages().adapt([make({"unrelated": 1})]) == []
+
+
+def test_json_looking_string_content_stays_a_string() -> None:
+    """A tool result or answer that is JSON text is still text: OpenAI content is a string or a list of parts,
+    never an object (issue 28). Both span layouts keep it as the model saw it."""
+    rooms = json.dumps({"rooms": [{"id": "A1", "capacity": 4}]})
+    genai = make(
+        {
+            "gen_ai.prompt.0.role": "user",
+            "gen_ai.prompt.0.content": "[1, 2]",
+            "gen_ai.prompt.1.role": "tool",
+            "gen_ai.prompt.1.content": rooms,
+            "gen_ai.prompt.1.tool_call_id": "c0",
+            "gen_ai.completion.0.role": "assistant",
+            "gen_ai.completion.0.content": '{"room": "A1"}',
+        }
+    )
+    proxy = make(
+        {
+            L.REQUEST_MESSAGES.value: json.dumps(
+                [
+                    {"role": "user", "content": "[1, 2]"},
+                    {"role": "tool", "content": rooms, "tool_call_id": "c0"},
+                ]
+            ),
+            L.RESPONSE_MESSAGES.value: json.dumps([{"role": "assistant", "content": '{"room": "A1"}'}]),
+        },
+        name=AGL_LLM_CALL,
+        span_id="s2",
+    )
+    for record in TraceToMessages().adapt([genai, proxy]):
+        assert [m["content"] for m in record["messages"]] == ["[1, 2]", rooms, '{"room": "A1"}']
+
+
+def test_content_parts_recorded_as_json_text_come_back_as_parts() -> None:
+    parts = [{"type": "text", "text": "describe"}, {"type": "image_url", "image_url": {"url": "data:x"}}]
+    span = make(
+        {
+            "gen_ai.prompt.0.role": "user",
+            "gen_ai.prompt.0.content": json.dumps(parts),
+            "gen_ai.completion.0.role": "assistant",
+            "gen_ai.completion.0.content": "a cat",
+        }
+    )
+    [record] = TraceToMessages().adapt([span])
+    assert record["messages"][0]["content"] == parts

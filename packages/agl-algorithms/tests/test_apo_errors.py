@@ -121,6 +121,17 @@ def test_defaults_follow_the_reference() -> None:
     assert (apo.rollout_batch_timeout, apo.run_initial_validation) == (3600.0, True)
 
 
+def test_the_references_poml_trace_flag_is_a_deprecated_alias() -> None:
+    """``APO(_poml_trace=True)`` traced POML into ``pomltrace``: here ``poml_trace_dir="pomltrace"``, with a warning."""
+    with pytest.warns(DeprecationWarning, match=r"poml_trace_dir='pomltrace'"):
+        apo: APO[Any] = APO(None, _poml_trace=True)
+    assert apo.poml_trace_dir == "pomltrace"
+    with pytest.warns(DeprecationWarning, match="_poml_trace"):
+        assert APO(None, _poml_trace=False).poml_trace_dir is None
+    with pytest.raises(ValueError, match="not both"):
+        APO(None, _poml_trace=True, poml_trace_dir="elsewhere")
+
+
 def test_importing_apo_loads_neither_poml_nor_openai() -> None:
     code = (
         "import sys\n"

@@ -330,7 +330,7 @@ async def test_configuration_errors_are_clear(store: InMemoryLightningStore) -> 
     with pytest.raises(ValueError, match="litellm_params"):
         LLMProxy([{"model_name": "m"}])
     with pytest.raises(ValueError, match="launch_mode"):
-        LLMProxy([], launch_mode="mp")  # type: ignore[arg-type]
+        LLMProxy([], launch_mode="bogus")  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match="store"):
         await LLMProxy([{"model_name": "m", "litellm_params": {"model": "openai/x"}}]).start()
     with pytest.raises(RuntimeError, match="model_list"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import threading
 import time
 from typing import Any
@@ -146,6 +147,52 @@ def test_shm_runner_on_the_main_thread() -> None:
     strategy = SharedMemoryExecutionStrategy(main_thread="runner", graceful_delay=1.0)
     Trainer(algorithm=one, strategy=strategy, store=store, progress=False).fit(hang_or_succeed)
     assert done == ["succeeded"]
+
+
+RAN_IN: list[tuple[str, int]] = []
+
+
+@rollout
+def record_process(task: str, llm: LLM) -> float:
+    RAN_IN.append((task, os.getpid()))
+    return 1.0
+
+
+@pytest.mark.timeout(120)
+def test_cs_runner_on_the_main_process() -> None:
+    """The reference's ``main_process="runner"``: the runner here, the algorithm and the server in a child."""
+    RAN_IN.clear()
+
+    @algo
+    async def one(store: Any) -> None:
+        await store.add_resources(RESOURCES)
+        queued = await store.enqueue_rollout(input=str(os.getpid()))  # the algorithm's process
+        finished = await store.wait_for_rollouts(rollout_ids=[queued.rollout_id], timeout=30)
+        assert [r.status for r in finished] == ["succeeded"]
+
+    strategy = ClientServerExecutionStrategy(main_process="runner", server_port=0, graceful_timeout=2.0)
+    Trainer(algorithm=one, strategy=strategy, progress=False).fit(record_process)
+    [(algorithm_pid, runner_pid)] = RAN_IN
+    assert runner_pid == os.getpid() and int(algorithm_pid) != os.getpid()
+    assert _no_children_left()
+
+
+@pytest.mark.timeout(120)
+def test_cs_runner_on_the_main_process_reraises_the_algorithms_exception() -> None:
+    strategy = ClientServerExecutionStrategy(main_process="runner", server_port=0, graceful_timeout=2.0)
+    trainer = Trainer(algorithm=explode, strategy=strategy, initial_resources=RESOURCES, progress=False)
+    with pytest.raises(ValueError, match="algorithm exploded on purpose"):
+        trainer.fit(hang_or_succeed)
+    assert _no_children_left()
+
+
+def test_cs_main_process_runner_needs_one_runner_and_both_roles() -> None:
+    with pytest.raises(ValueError, match="n_runners=1"):
+        ClientServerExecutionStrategy(main_process="runner", n_runners=2)
+    with pytest.raises(ValueError, match="role='both'"):
+        ClientServerExecutionStrategy(main_process="runner", role="algorithm")
+    with pytest.raises(ValueError, match="main_process must be"):
+        ClientServerExecutionStrategy(main_process="neither")  # type: ignore[arg-type]
 
 
 async def test_progress_monitor_counts_and_renders() -> None:

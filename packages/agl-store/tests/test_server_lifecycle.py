@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from agl.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer, StoreConnectionError
+from agl.testing.child import run_python
 from agl.testing.store.http import child_uses_store, running_server
 from agl.testing.threads import run_in_threads
 
@@ -167,6 +168,79 @@ async def test_stop_ends_pending_long_polls_promptly() -> None:
             await asyncio.wait_for(waiting, 5)
     finally:
         await client.close()
+
+
+async def test_start_and_stop_can_be_awaited_as_in_the_reference() -> None:
+    """``await server.start()`` / ``await server.stop()`` (the reference's spelling) do what the plain calls do."""
+    store = InMemoryLightningStore()
+    server = LightningStoreServer(store, port=0)
+    await server.start()
+    try:
+        assert server.is_running
+        client = LightningStoreClient(server.endpoint)
+        try:
+            assert (await client.enqueue_rollout({"q": 1})).status == "queuing"
+        finally:
+            await client.close()
+    finally:
+        await server.stop()
+    assert not server.is_running
+    assert (await store.query_rollouts()).total == 1
+    server.start()  # the plain calls are done when they return: nothing left to await
+    assert server.is_running
+    server.stop()
+    assert not server.is_running
+
+
+async def test_awaited_run_forever_serves_until_cancelled_or_stopped() -> None:
+    store = InMemoryLightningStore()
+    server = LightningStoreServer(store, port=0)
+    started = asyncio.Event()
+    serving = asyncio.ensure_future(server.run_forever(on_started=started.set))
+    await asyncio.wait_for(started.wait(), 30)
+    client = LightningStoreClient(server.endpoint, retry_delays=())
+    try:
+        await client.enqueue_rollout({"q": 1})
+    finally:
+        await client.close()
+    serving.cancel()  # Ctrl+C under asyncio.run cancels the main task: the server stops
+    with pytest.raises(asyncio.CancelledError):
+        await serving
+    assert not server.is_running and (await store.query_rollouts()).total == 1
+    with socket.socket() as sock:  # its port was released
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", server.port))
+
+    started.clear()
+    serving = asyncio.ensure_future(server.run_forever(on_started=started.set))
+    await asyncio.wait_for(started.wait(), 30)
+    await asyncio.to_thread(server.stop)  # stop() from elsewhere ends it too
+    await asyncio.wait_for(serving, 30)
+    assert not server.is_running
+
+
+def test_run_forever_as_the_reference_runs_it_returns_on_sigterm() -> None:
+    """``asyncio.run(server.run_forever())`` (the reference's ``agl store``) and ``await server.run_forever()`` in a
+    coroutine both serve until SIGTERM, then return with the server stopped and SIGTERM's handler put back."""
+    out = run_python(
+        """
+        import asyncio, os, signal
+        from agl.store import InMemoryLightningStore, LightningStoreServer
+
+        server = LightningStoreServer(InMemoryLightningStore(), port=0)
+        sigterm = lambda: os.kill(os.getpid(), signal.SIGTERM)
+        asyncio.run(server.run_forever(on_started=sigterm))
+        print("run", server.is_running, signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)
+
+        async def main():
+            await server.run_forever(on_started=sigterm)
+
+        asyncio.run(main())
+        print("awaited", server.is_running, signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)
+        """,
+        timeout=60,
+    )
+    assert out.split() == ["run", "False", "True", "awaited", "False", "True"]
 
 
 def test_readme_http_example_runs() -> None:

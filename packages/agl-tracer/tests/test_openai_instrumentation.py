@@ -182,6 +182,27 @@ def test_async_stream_with_a_tool_call(base_url: str, tracer: OtelTracer) -> Non
     assert attrs["gen_ai.request.stream"] is True
 
 
+def test_request_type_streaming_and_total_tokens_as_the_reference_writes_them(
+    client: openai.OpenAI, tracer: OtelTracer
+) -> None:
+    """The attribute names of the reference's AgentOps spans, which its programs assert on (issue 28)."""
+
+    def body() -> None:
+        client.chat.completions.create(model="tiny", messages=MESSAGES)
+        stream = client.chat.completions.create(
+            model="tiny", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+        )
+        for _ in stream:
+            pass
+
+    plain, streamed = [s.attributes for s in run(tracer, body) if s.name == "openai.chat.completion"]
+    assert plain["gen_ai.request.type"] == streamed["gen_ai.request.type"] == "chat"
+    assert plain["gen_ai.request.streaming"] is False and streamed["gen_ai.request.streaming"] is True
+    for attrs in (plain, streamed):
+        total = attrs["gen_ai.usage.prompt_tokens"] + attrs["gen_ai.usage.completion_tokens"]
+        assert attrs["gen_ai.usage.total_tokens"] == total
+
+
 def test_a_failed_call_is_an_error_span_and_the_error_reaches_the_agent(
     client: openai.OpenAI, tracer: OtelTracer
 ) -> None:
@@ -227,10 +248,29 @@ def test_llm_spans_reach_the_store_of_the_attempt(base_url: str) -> None:
     tracer.teardown_worker(0)
 
 
-def test_parse_is_recorded_too(client: openai.OpenAI, tracer: OtelTracer) -> None:
-    attrs = only_llm_span(
-        run(tracer, lambda: client.chat.completions.parse(model="tiny", messages=MESSAGES))
-    ).attributes
+def test_parse_is_not_recorded_by_default(client: openai.OpenAI, tracer: OtelTracer) -> None:
+    """As the reference's default tracer: a judge called with ``parse`` (its prompt holds the expected answer)
+    must not become one more LLM call of the rollout (issue 28)."""
+
+    def body() -> None:
+        client.chat.completions.create(model="tiny", messages=MESSAGES)
+        client.chat.completions.parse(model="tiny", messages=[{"role": "user", "content": "judge"}])
+
+    spans = run(tracer, body)
+    assert [s.attributes["gen_ai.prompt.1.content"] for s in spans if s.name == "openai.chat.completion"] == [
+        "hello there"
+    ]
+
+
+def test_parse_is_recorded_when_asked(client: openai.OpenAI) -> None:
+    tracer = OtelTracer(record_openai_parse=True)
+    tracer.init_worker(0, new_store())
+    try:
+        attrs = only_llm_span(
+            run(tracer, lambda: client.chat.completions.parse(model="tiny", messages=MESSAGES))
+        ).attributes
+    finally:
+        tracer.teardown_worker(0)
     assert attrs["gen_ai.completion.0.content"] == "echo: hello there"
     assert attrs["response_token_ids"] == token_ids("echo: hello there")
 

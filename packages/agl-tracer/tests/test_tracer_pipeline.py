@@ -573,3 +573,24 @@ async def test_a_retry_after_a_lost_answer_keeps_the_spans_in_the_trace_and_stor
     assert len(stored) == 1  # stored once, though sent twice
     assert names(tracer.get_last_trace()) == names(stored)  # and the trace still has it
     tracer.teardown_worker(0)
+
+
+async def test_stored_spans_name_their_rollout_and_attempt_in_the_resource(tracer_cls: type[Tracer]) -> None:
+    """As the reference's exported spans: ``agentlightning.rollout_id/attempt_id`` resource attributes (issue 28),
+    next to the tracer's own."""
+    store = new_store()
+    tracer = make(tracer_cls)
+    tracer.init_worker(0, store)
+    rid, aid = await new_attempt(store)
+    async with tracer.trace_context(rid, rollout_id=rid, attempt_id=aid):
+        emit_reward(1.0)
+        with operation(name="step"):
+            emit_message("hi")
+    stored = await spans_of(store, rid, aid)
+    assert len(stored) == 3
+    for span in stored:
+        assert span.resource.attributes["agentlightning.rollout_id"] == rid
+        assert span.resource.attributes["agentlightning.attempt_id"] == aid
+    if tracer_cls is OtelTracer:
+        assert {s.resource.attributes["agentlightning.tracer.name"] for s in stored} == {"otel"}
+    tracer.teardown_worker(0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
 from typing import Any
 
@@ -124,6 +125,19 @@ def test_paginated_result_is_a_sequence() -> None:
     assert len(page) == 3 and list(page) == [1, 2, 3] and page[1] == 2 and page[1:] == [2, 3]
     assert "6:9 of 10" in repr(page)
     assert "6:end of 10" in repr(PaginatedResult[int](items=[], limit=-1, offset=6, total=10))
+
+
+def test_paginated_result_is_a_collections_abc_sequence() -> None:
+    """The reference's ``PaginatedResult`` derives from ``Sequence``: ``isinstance`` checks and its mixins hold."""
+    page = PaginatedResult[str](items=["a", "b", "a"], limit=-1, offset=0, total=3)
+    assert isinstance(page, collections.abc.Sequence)
+    assert page.index("b") == 1 and page.count("a") == 2
+    assert "b" in page and "z" not in page
+    assert list(reversed(page)) == ["a", "b", "a"]
+    with pytest.raises(ValueError):
+        page.index("z")
+    assert page == PaginatedResult[str](items=["a", "b", "a"], limit=-1, offset=0, total=3)  # still a model
+    assert PaginatedResult[str].model_validate_json(page.model_dump_json()) == page
 
 
 def test_timestamps_are_normalised_to_seconds() -> None:

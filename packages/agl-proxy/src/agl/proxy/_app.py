@@ -22,6 +22,7 @@ from ._call_record import CallRecord, parse_traceparent
 from ._checks import check_litellm_kwargs, check_request
 from ._router import DIRECT_PROVIDERS, Deployment, ModelRouter
 from ._span_recorder import SpanRecorder
+from ._wire import mirror_token_ids, mirrored_body
 
 __all__ = ["ProxyApp", "ProxySettings"]
 
@@ -344,6 +345,8 @@ class ProxyApp:
                     problem = await self._commit(call)
                     if problem is not None:
                         raise problem
+                if response.status < 400:
+                    data = mirrored_body(data)
                 await send(
                     {
                         "type": "http.response.start",
@@ -447,6 +450,7 @@ class ProxyApp:
             call.http_status = 200
         if not stream:
             payload = result.model_dump()
+            mirror_token_ids(payload)
             data = json.dumps(payload, default=str).encode()
             if call is not None:
                 assembler = ResponseAssembler(endpoint)
@@ -460,7 +464,9 @@ class ProxyApp:
 
         async def chunks() -> Any:
             async for chunk in result:
-                yield chunk.model_dump(exclude_none=True)
+                payload = chunk.model_dump(exclude_none=True)
+                mirror_token_ids(payload)
+                yield payload
 
         await self._stream(receive, send, endpoint, chunks(), call, raw=False)
 

@@ -6,7 +6,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from agl.types import OtelResource, Span, SpanContext, TraceStatus, new_span_id, new_trace_id
+from agl.types import (
+    OtelResource,
+    Span,
+    SpanContext,
+    TraceStatus,
+    attempt_resource,
+    new_span_id,
+    new_trace_id,
+)
 from agl.types.semconv import AGL_LLM_CALL, LLMCall, LLMChoice, LLMUsage
 
 from ._assemble import ResponseAssembler
@@ -98,7 +106,7 @@ class CallRecord:
             end_time=self.end_time or time.time(),
             context=SpanContext(trace_id=trace_id, span_id=span_id),
             parent=SpanContext(trace_id=trace_id, span_id=parent_id, is_remote=True) if parent_id else None,
-            resource=_RESOURCE,
+            resource=attempt_resource(_RESOURCE, self.rollout_id, self.attempt_id, sequence_id),
         )
 
     def attributes(self, max_span_bytes: int = DEFAULT_MAX_SPAN_BYTES) -> dict[str, Any]:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import sys
 import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from agl.store.serving import (
     ConnectionLimits,
@@ -22,7 +24,13 @@ from agl.types.env import PROXY_TOKEN
 
 from ._app import ProxyApp, ProxySettings
 from ._bound import DEFAULT_MAX_SPAN_BYTES, SPAN_HEADROOM
-from ._router import ModelRouter, close_litellm_loop_resources, validate_model_list
+from ._reference import (
+    apply_litellm_settings,
+    reference_launch,
+    reference_options,
+    reference_positional,
+)
+from ._router import ModelRouter, close_litellm_loop_resources, import_litellm, validate_model_list
 from ._span_recorder import SpanRecorder
 
 if TYPE_CHECKING:
@@ -50,23 +58,47 @@ class LLMProxy:
     Args:
         model_list: LiteLLM model entries ``{"model_name": ..., "litellm_params": {"model": ..., "api_base": ...}}``.
         store: where spans go. A store that is not thread-safe is called on the loop that ran :meth:`start`.
-        host: interface to bind (``127.0.0.1`` unless told otherwise).
+        host: interface to bind (``None``: ``127.0.0.1``; the reference bound every interface).
         port: port to bind; ``None`` picks a free one at start.
-        return_token_ids: ask backends for prompt and completion token ids (vLLM's ``return_token_ids``).
-        request_logprobs: also ask for per-token logprobs when the client did not.
+        return_token_ids: ask backends for prompt and completion token ids (vLLM's ``return_token_ids``;
+            ``None``: yes, unless ``callbacks`` leaves out ``"return_token_ids"``).
+        request_logprobs: also ask for per-token logprobs when the client did not (``None``: no, unless
+            ``callbacks`` names ``"logprobs"``).
         direct_forwarding: forward OpenAI-compatible backends directly (``False``: everything through LiteLLM).
+            ``None``: directly, unless an option that acts inside LiteLLM is given (``num_retries`` above 0,
+            ``litellm_config``'s settings, callback classes); ``True`` with one of those warns that it only
+            reaches the backends LiteLLM serves.
         auth_token: bearer token required on every route but ``/health`` (default ``AGL_PROXY_TOKEN``).
         metrics_public: serve Prometheus metrics at ``/metrics`` without the token (default: the token is
             needed there too).
         router_kwargs: extra arguments for ``litellm.Router`` (routing strategy, retries...).
         launch_mode: ``"thread"`` serves on a private event loop in a daemon thread (the default: the proxy
-            keeps answering while the caller's loop is busy); ``"asyncio"`` serves on the caller's loop.
+            keeps answering while the caller's loop is busy); ``"asyncio"`` serves on the caller's loop. The
+            reference's ``"mp"`` means ``"thread"`` here (with a warning).
         connection_limits: how long a client may leave a connection idle (default 60 s) or a request's head
             or body half-sent before the proxy closes it (:class:`agl.store.ConnectionLimits`).
         max_span_bytes: the largest span to record, as JSON: the store server's request cap (its
             ``max_body_bytes``; default ``agl.store.http.server.DEFAULT_MAX_BODY_BYTES``, 64 MiB). A larger call
             is recorded with its longest message texts cut, each ending in ``…[truncated N bytes]`` (token ids,
             logprobs and usage are kept whole). Pass the store server's value when it was started with another.
+
+    The reference's (agentlightning 0.3) arguments are accepted too:
+
+    - ``num_retries``: retries of a failed backend call, by LiteLLM's ``Router`` (calls then go through LiteLLM).
+    - ``litellm_config``: LiteLLM proxy configuration; its ``litellm_settings`` are set on the ``litellm`` module
+      when the proxy starts, its ``router_settings`` are ``router_kwargs`` defaults, its ``model_list`` is the
+      model list (other sections are ignored, with a warning).
+    - ``callbacks``: the aliases ``"return_token_ids"`` and ``"logprobs"`` switch ``return_token_ids`` and
+      ``request_logprobs`` (a list without ``"return_token_ids"`` asks for no token ids, as in the reference);
+      ``"opentelemetry"`` is what the proxy always does (every call becomes a span); LiteLLM ``CustomLogger``
+      classes (instantiated) or objects are added to ``litellm.callbacks`` while the proxy runs.
+    - ``middlewares``: ASGI middleware classes (a starlette ``BaseHTTPMiddleware``...) wrapped around the
+      proxy's app, the last one outermost; the aliases ``"rollout_attempt"`` and ``"stream_conversion"`` are
+      what the proxy always does, ``"message_inspection"`` is not offered (a warning).
+    - ``num_workers``, ``launcher_args``: no meaning here (one server in this process); a warning says so
+      (``launcher_args``' host, port and launch mode are used).
+    - ``LLMProxy(port, model_list, store, host)``: the reference's positional order, recognised by a port (or
+      ``None``) before a model list, with a ``DeprecationWarning``.
 
     A call whose span the store still does not take (it refuses it, say for an unknown rollout, or keeps failing
     through the retries) is answered with an error instead of the backend's answer: 422 (store refused) or 503
@@ -78,25 +110,54 @@ class LLMProxy:
         self,
         model_list: Sequence[dict[str, Any]] | None = None,
         store: LightningStore | None = None,
-        host: str = "127.0.0.1",
+        host: str | None = None,
         port: int | None = None,
         *,
-        return_token_ids: bool = True,
-        request_logprobs: bool = False,
-        direct_forwarding: bool = True,
+        return_token_ids: bool | None = None,
+        request_logprobs: bool | None = None,
+        direct_forwarding: bool | None = None,
         auth_token: str | None = None,
         max_request_bytes: int = 32 * 1024 * 1024,
         request_timeout_s: float = 600.0,
         router_kwargs: dict[str, Any] | None = None,
-        launch_mode: Literal["thread", "asyncio"] = "thread",
+        launch_mode: Literal["thread", "asyncio", "mp"] = "thread",
         metrics_public: bool = False,
         connection_limits: ConnectionLimits | None = None,
         max_span_bytes: int = DEFAULT_MAX_SPAN_BYTES,
+        num_retries: int | None = None,
+        litellm_config: Mapping[str, Any] | None = None,
+        callbacks: Sequence[Any] | None = None,
+        middlewares: Sequence[Any] | None = None,
+        num_workers: int | None = None,
+        launcher_args: Any = None,
     ) -> None:
+        model_list, store, host, port = reference_positional(model_list, store, host, port)
+        mode, host, port = reference_launch(launch_mode, num_workers, launcher_args, host, port)
+        reference = reference_options(
+            litellm_config=litellm_config,
+            num_retries=num_retries,
+            callbacks=callbacks,
+            middlewares=middlewares,
+        )
+        if model_list is None:
+            model_list = reference.model_list
         if model_list is not None:
             validate_model_list(model_list)
-        if launch_mode not in ("thread", "asyncio"):
-            raise ValueError(f"launch_mode must be 'thread' or 'asyncio', got {launch_mode!r}")
+        if mode not in ("thread", "asyncio"):
+            raise ValueError(
+                f"launch_mode must be 'thread' or 'asyncio' (or the reference's 'mp'), got {mode!r}"
+            )
+        if direct_forwarding and reference.through_litellm:
+            warnings.warn(
+                "LLMProxy(direct_forwarding=True) with num_retries, litellm_config settings or callback classes: "
+                "those act only on the backends LiteLLM serves, not on the ones forwarded to directly",
+                UserWarning,
+                stacklevel=2,
+            )
+        host = host if host is not None else "127.0.0.1"
+        self.litellm_settings = reference.litellm_settings
+        self.callbacks = reference.callbacks
+        self.middlewares = reference.middlewares
         if max_span_bytes < 4 * SPAN_HEADROOM:
             raise ValueError(f"max_span_bytes must be at least {4 * SPAN_HEADROOM}, got {max_span_bytes}")
         self.max_span_bytes = max_span_bytes
@@ -104,12 +165,12 @@ class LLMProxy:
         self.store = store
         self.host = host
         self.port = port
-        self.launch_mode = launch_mode
-        self.router_kwargs = dict(router_kwargs or {})
+        self.launch_mode: Literal["thread", "asyncio"] = "asyncio" if mode == "asyncio" else "thread"
+        self.router_kwargs = {**reference.router_kwargs, **(router_kwargs or {})}
         self.settings = ProxySettings(
-            return_token_ids=return_token_ids,
-            request_logprobs=request_logprobs,
-            direct_forwarding=direct_forwarding,
+            return_token_ids=_first(return_token_ids, reference.return_token_ids, True),
+            request_logprobs=_first(request_logprobs, reference.request_logprobs, False),
+            direct_forwarding=_first(direct_forwarding, not reference.through_litellm),
             auth_token=PROXY_TOKEN.get(auth_token),
             host_names=local_host_names(host, PROXY_TOKEN.get(auth_token)),
             max_request_bytes=max_request_bytes,
@@ -220,6 +281,8 @@ class LLMProxy:
             self.router_kwargs,
             direct_forwarding=self.settings.direct_forwarding,
         )
+        if self.litellm_settings or self.callbacks:
+            await asyncio.to_thread(self._install_litellm_options)
         try:
             sock = bind_listener(self.host, self.port, what="LLMProxy", backlog=4096, nodelay=True)
         except OSError as exc:
@@ -231,6 +294,20 @@ class LLMProxy:
         else:
             await self._start_in_thread(router, sock, home_loop)
         logger.info("LLM proxy serving %s at %s", ", ".join(router.model_names), self.endpoint)
+
+    def _install_litellm_options(self) -> None:
+        """The reference's ``litellm_config`` settings and callbacks, on the ``litellm`` module (process-wide)."""
+        litellm = import_litellm()
+        apply_litellm_settings(litellm, self.litellm_settings)
+        registered: list[Any] = litellm.callbacks
+        registered.extend(c for c in self.callbacks if not any(c is r for r in registered))
+
+    def _remove_litellm_callbacks(self) -> None:
+        litellm: Any = sys.modules.get("litellm")
+        registered: Any = getattr(litellm, "callbacks", None)
+        if isinstance(registered, list):
+            kept = [r for r in cast("list[Any]", registered) if not any(r is c for c in self.callbacks)]
+            registered[:] = kept
 
     def _make_server(self, router: ModelRouter, home_loop: asyncio.AbstractEventLoop) -> Any:
         import uvicorn
@@ -247,8 +324,11 @@ class LLMProxy:
         recorder: Any = MeteredRecorder(self._recorder, self._llm_metrics)
         self._app = ProxyApp(router, recorder, self.settings)
         token, public = self.settings.auth_token, self.metrics_public
+        app: Any = wrap_app(self._app, token=token, public=public, llm=self._llm_metrics)
+        for middleware in self.middlewares:  # the reference's middlewares: the last one outermost
+            app = middleware(app)
         config = uvicorn.Config(
-            wrap_app(self._app, token=token, public=public, llm=self._llm_metrics),
+            app,
             http=server_protocol_class("httptools", coalesce=False, limits=self.connection_limits),
             lifespan="off",
             log_level="warning",
@@ -325,6 +405,8 @@ class LLMProxy:
             await task
         self._server = self._thread = self._serve_task = self._loop = None
         self._bound_port = None
+        if self.callbacks:
+            self._remove_litellm_callbacks()
 
     async def restart(self) -> None:
         """Stop (if running) and start again, picking up a new model list or store."""
@@ -348,3 +430,8 @@ async def _wait_started(server: Any, task: asyncio.Task[None]) -> None:
         if asyncio.get_running_loop().time() > deadline:
             raise RuntimeError("the LLM proxy did not start within 30 s")
         await asyncio.sleep(0.005)
+
+
+def _first(*values: bool | None) -> bool:
+    """The first of ``values`` that is not ``None`` (the last is never ``None``)."""
+    return next(v for v in values if v is not None)

@@ -88,7 +88,8 @@ class AgentOpsTracer(OtelTracer):
         agentops_managed: initialise AgentOps in :meth:`init_worker` unless the application already did.
         instrument_managed: record OpenAI calls with agl's instrumentation.
         enable_agentops_service: let AgentOps talk to its hosted service (off: everything stays local).
-        **kwargs: pipeline options of :class:`~agl.tracer.Tracer`.
+        **kwargs: ``record_openai_parse`` (see :class:`~agl.tracer.OtelTracer`) and the pipeline options of
+            :class:`~agl.tracer.Tracer`.
     """
 
     tracer_name = "agentops"

@@ -22,6 +22,7 @@ from agl.types import (
     TraceStatus,
     normalize_timestamp,
 )
+from agl.types.extras import requires_extra
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
@@ -147,7 +148,11 @@ class OtelTracer(Tracer):
         use_global_provider: also install the provider as OpenTelemetry's global one, so spans created by any
             library through the global API are captured (OpenTelemetry refuses to replace an existing global
             provider; that is logged and only this tracer's own spans are captured then).
-        instrument_openai: record the agent's OpenAI client calls (applied when ``openai`` gets imported).
+        instrument_openai: record the agent's OpenAI client calls (applied when ``openai`` gets imported):
+            ``chat.completions.create``, as the reference's default tracer (AgentOps) does.
+        record_openai_parse: also record ``chat.completions.parse`` (structured outputs). Off by default, as
+            in the reference: a judge or grader called with ``parse`` would otherwise become one more LLM call
+            of the rollout, which adapters (and APO's critic) read.
         **kwargs: pipeline options of :class:`Tracer`.
     """
 
@@ -155,11 +160,17 @@ class OtelTracer(Tracer):
     _transient_attributes = (*Tracer._transient_attributes, "_provider", "_processor", "_otel_tracer")
 
     def __init__(
-        self, *, use_global_provider: bool = False, instrument_openai: bool = True, **kwargs: Any
+        self,
+        *,
+        use_global_provider: bool = False,
+        instrument_openai: bool = True,
+        record_openai_parse: bool = False,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.use_global_provider = use_global_provider
         self.instrument_openai = instrument_openai
+        self.record_openai_parse = record_openai_parse
         self._provider: TracerProvider | None = None
         self._processor: LightningSpanProcessor | None = None
         self._otel_tracer: trace_api.Tracer | None = None
@@ -223,6 +234,16 @@ class OtelTracer(Tracer):
 
     def _on_session_start(self, session: TraceSession) -> Any:
         return self._otel_tracer
+
+    def get_langchain_handler(self, tags: list[str] | None = None) -> Any:
+        """A LangChain callback handler recording chain and tool runs as spans of this tracer (extra
+        ``langchain``; see :mod:`agl.tracer.langchain`): ``agent.invoke(inputs, {"callbacks": [handler]})``."""
+        with requires_extra("agl-tracer", "OtelTracer.get_langchain_handler"):
+            from .langchain import LangChainSpanHandler
+
+        return LangChainSpanHandler(self, tags)
+
+    get_langchain_callback_handler = get_langchain_handler
 
     def teardown(self, *args: Any, **kwargs: Any) -> None:
         """Shut the provider down unless it is the global one (OpenTelemetry cannot uninstall that)."""

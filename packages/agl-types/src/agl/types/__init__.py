@@ -59,6 +59,7 @@ from .spans import (
     SpanRecordingContext,
     StatusCode,
     TraceStatus,
+    attempt_resource,
     normalize_timestamp,
 )
 from .statuses import (
@@ -148,6 +149,7 @@ __all__ = [
     "Worker",
     "WorkerQuery",
     "WorkerStatus",
+    "attempt_resource",
     "generate_id",
     "is_finished",
     "is_queued",

@@ -83,8 +83,9 @@ class SortOptions(TypedDict):
     order: SortOrder
 
 
-class PaginatedResult(BaseModel, Generic[T]):
-    """One page of a query; behaves as a sequence of its items. ``total`` counts all matches."""
+class PaginatedResult(BaseModel, Sequence[T], Generic[T]):
+    """One page of a query: a :class:`~collections.abc.Sequence` of its items (``index``, ``count``, ``in``,
+    ``reversed`` included). ``total`` counts all matches."""
 
     items: list[T]
     limit: int = -1

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, Union, cast
 from pydantic import BaseModel, ConfigDict, Field
 
 from .ids import new_span_id, new_trace_id
-from .semconv import AGL_VIRTUAL
+from .semconv import AGL_VIRTUAL, LightningResourceAttributes
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -27,6 +27,7 @@ __all__ = [
     "SpanRecordingContext",
     "StatusCode",
     "TraceStatus",
+    "attempt_resource",
     "normalize_timestamp",
 ]
 
@@ -200,17 +201,22 @@ class Span(BaseModel):
 
         A ``Span`` is copied with the new ids; :class:`SpanCoreFields` go through :meth:`from_core_fields`;
         anything else is taken for an OpenTelemetry ``ReadableSpan``. ``sequence_id=0`` is the placeholder
-        for spans whose id the store assigns (``LightningStore.add_spans_in_order``).
+        for spans whose id the store assigns (``LightningStore.add_spans_in_order``). The resource names the
+        rollout and attempt (and a given sequence id), as the reference's exported spans do
+        (:class:`~agl.types.semconv.LightningResourceAttributes`).
         """
         if isinstance(item, Span):
-            return item.model_copy(
+            span = item.model_copy(
                 update={"rollout_id": rollout_id, "attempt_id": attempt_id, "sequence_id": sequence_id}
             )
-        if isinstance(item, SpanCoreFields):
-            return cls.from_core_fields(
+        elif isinstance(item, SpanCoreFields):
+            span = cls.from_core_fields(
                 item, rollout_id=rollout_id, attempt_id=attempt_id, sequence_id=sequence_id
             )
-        return cls.from_opentelemetry(item, rollout_id, attempt_id, sequence_id)
+        else:
+            span = cls.from_opentelemetry(item, rollout_id, attempt_id, sequence_id)
+        span.resource = attempt_resource(span.resource, rollout_id, attempt_id, sequence_id)
+        return span
 
     @classmethod
     def from_opentelemetry(
@@ -259,6 +265,19 @@ class Span(BaseModel):
                 schema_url=src.resource.schema_url or "",
             ),
         )
+
+
+def attempt_resource(
+    resource: OtelResource, rollout_id: str, attempt_id: str, sequence_id: int = 0
+) -> OtelResource:
+    """``resource`` (a copy) with the ``agentlightning.rollout_id/attempt_id`` attributes (and
+    ``agentlightning.span_sequence_id`` when ``sequence_id`` is set) that attribute a span to its attempt."""
+    attributes = dict(resource.attributes)
+    attributes[LightningResourceAttributes.ROLLOUT_ID.value] = rollout_id
+    attributes[LightningResourceAttributes.ATTEMPT_ID.value] = attempt_id
+    if sequence_id:
+        attributes[LightningResourceAttributes.SPAN_SEQUENCE_ID.value] = sequence_id
+    return OtelResource(attributes=attributes, schema_url=resource.schema_url)
 
 
 def _otel_context(ctx: Any) -> SpanContext:

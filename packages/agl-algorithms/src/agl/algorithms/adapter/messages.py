@@ -18,6 +18,7 @@ __all__ = ["OpenAIMessages", "TraceToMessages", "group_genai_dict"]
 
 _PROXY_KEYS = (LLMCallAttributes.REQUEST_MESSAGES.value, LLMCallAttributes.RESPONSE_MESSAGES.value)
 _GENAI_PREFIXES = ("gen_ai.prompt", "gen_ai.completion", "gen_ai.request", "gen_ai.response")
+_PART_TYPES = frozenset({"text", "image_url", "input_audio", "file", "refusal"})
 
 
 class OpenAIMessages(TypedDict):
@@ -68,17 +69,26 @@ def _tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _message(entry: Any, where: str) -> dict[str, Any]:
+def _content(content: Any, decode_parts: bool) -> Any:
+    """Message content as the model saw it: text stays text, even when it looks like JSON (a tool result
+    ``'{"rooms": ...}'``), as in the reference. With ``decode_parts``, JSON text holding a list of OpenAI content
+    parts (which the GenAI layout can only record as text) becomes that list again."""
+    if not decode_parts or not isinstance(content, str) or content[:1] != "[":
+        return content
+    parts = parse_json_text(content)
+    if is_list(parts) and parts and all(is_mapping(p) and p.get("type") in _PART_TYPES for p in parts):
+        return parts
+    return content
+
+
+def _message(entry: Any, where: str, *, decode_parts: bool = False) -> dict[str, Any]:
     if not is_mapping(entry):
         raise ValueError(f"{where} must be a message object, got {type(entry).__name__}")
     role = entry.get("role")
     if role not in ("system", "user", "assistant", "tool", "developer", "function"):
         raise ValueError(f"{where} has no valid role (got {role!r})")
     message: dict[str, Any] = {"role": role}
-    content = entry.get("content")
-    message["content"] = (
-        parse_json_text(content) if isinstance(content, str) and content[:1] in "[{" else content
-    )
+    message["content"] = _content(entry.get("content"), decode_parts)
     calls = entry.get("tool_calls")
     if role == "assistant" and calls:
         if is_mapping(calls):
@@ -118,7 +128,8 @@ class TraceToMessages(TraceAdapter[list[OpenAIMessages]]):
     Reads the LLM proxy's spans and GenAI-instrumented spans (``gen_ai.prompt/completion/request``); an
     answer whose tool calls were recorded as child ``tool.*`` spans gets them attached (first in, first out).
     A call recorded twice (the traced client's span and the proxy's span, same response id) gives one record.
-    Malformed payloads raise ``ValueError`` saying what is wrong.
+    Text content stays text, JSON-looking or not (as in the reference). Malformed payloads raise
+    ``ValueError`` saying what is wrong.
     """
 
     def adapt(self, source: Sequence[Any], /) -> list[OpenAIMessages]:
@@ -170,7 +181,10 @@ class TraceToMessages(TraceAdapter[list[OpenAIMessages]]):
         prompt: Any = group_genai_dict(a, "gen_ai.prompt") or []
         if not is_list(prompt):
             raise ValueError(f"span {span.span_id}: gen_ai.prompt must be a list of messages")
-        messages = [_message(m, f"span {span.span_id} gen_ai.prompt.{i}") for i, m in enumerate(prompt)]
+        messages = [
+            _message(m, f"span {span.span_id} gen_ai.prompt.{i}", decode_parts=True)
+            for i, m in enumerate(prompt)
+        ]
         completion: Any = group_genai_dict(a, "gen_ai.completion") or []
         if not is_list(completion):
             raise ValueError(f"span {span.span_id}: gen_ai.completion must be a list")
@@ -180,7 +194,11 @@ class TraceToMessages(TraceAdapter[list[OpenAIMessages]]):
         for i, entry in enumerate(completion):
             if not is_mapping(entry) or entry.get("role", "assistant") != "assistant":
                 continue
-            message = _message({"role": "assistant", **entry}, f"span {span.span_id} gen_ai.completion.{i}")
+            message = _message(
+                {"role": "assistant", **entry},
+                f"span {span.span_id} gen_ai.completion.{i}",
+                decode_parts=True,
+            )
             if "tool_calls" not in message and tool_spans:
                 message["tool_calls"] = [
                     _tool_call(

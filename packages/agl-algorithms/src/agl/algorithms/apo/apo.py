@@ -18,6 +18,7 @@ import json
 import logging
 import random
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -75,6 +76,7 @@ class APO(PromptEditing, Generic[T_task]):
         metrics: where each round's scores are reported (Prometheus, and a JSON-lines file when it has a path);
             default: an :class:`~agl.algorithms.metrics.AlgorithmMetrics` without a file.
         poml_trace_dir: write POML's traces of the rendered critique and edit prompts here.
+        _poml_trace: the reference's debugging flag, deprecated: ``True`` means ``poml_trace_dir="pomltrace"``.
     """
 
     def __init__(
@@ -100,6 +102,7 @@ class APO(PromptEditing, Generic[T_task]):
         on_round_end: Callable[[APORoundSummary], None] | None = None,
         poml_trace_dir: str | Path | None = None,
         metrics: AlgorithmMetrics | None = None,
+        _poml_trace: bool | None = None,
     ) -> None:
         for name, value in [
             ("gradient_batch_size", gradient_batch_size),
@@ -133,7 +136,7 @@ class APO(PromptEditing, Generic[T_task]):
         self.seed = seed
         self.history_path = Path(history_path) if history_path is not None else None
         self.on_round_end = on_round_end
-        self.poml_trace_dir = poml_trace_dir
+        self.poml_trace_dir = _poml_trace_dir(poml_trace_dir, _poml_trace)
         self.metrics = metrics if metrics is not None else AlgorithmMetrics("apo")
 
         self.history: list[dict[str, Any]] = []
@@ -441,3 +444,22 @@ class APO(PromptEditing, Generic[T_task]):
             if best.full_val_score is None or leader_score > best.full_val_score:
                 self._best = replace(leader)  # a snapshot: the leader's scores change in later rounds
             self._end_round(round_no, candidates, beam, leader_score, started)
+
+
+def _poml_trace_dir(poml_trace_dir: str | Path | None, poml_trace: bool | None) -> str | Path | None:
+    """``poml_trace_dir``, or what the reference's ``_poml_trace`` flag meant (tracing into ``pomltrace``)."""
+    if poml_trace is None:
+        return poml_trace_dir
+    if poml_trace and poml_trace_dir is not None:
+        raise ValueError("APO takes poml_trace_dir=... or the deprecated _poml_trace=True, not both")
+    spelling = (
+        "poml_trace_dir='pomltrace'"
+        if poml_trace
+        else "nothing (tracing is off unless poml_trace_dir is given)"
+    )
+    warnings.warn(
+        f"APO(_poml_trace=...) is deprecated: pass {spelling} (same meaning)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return "pomltrace" if poml_trace else poml_trace_dir

@@ -75,6 +75,11 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
             most 30 s).
         in_process_runner: Role ``runner`` with one runner: run it in this process (default; handy under a
             debugger). ``False``: in a child process, supervised and replaced like the others.
+        main_process: Role ``both``: what runs in this process. ``algorithm`` (default): the algorithm and the
+            store server, the runners in child processes. ``runner`` (one runner only; handy under a
+            debugger): the runner, the algorithm and the store server in a child process, as in the
+            reference (whose caveat holds too: the store object given to :meth:`execute` is not updated, the
+            child's copy of it is served).
 
     Failures: an exception raised out of a runner stops everything and is raised from :meth:`execute` with
     the runner's traceback; an exception in the algorithm stops the runners and is re-raised. A runner
@@ -95,7 +100,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         n_runners: int = 1,
         graceful_timeout: float = 10.0,
         terminate_timeout: float = 5.0,
-        main_process: Literal["algorithm"] = "algorithm",
+        main_process: Literal["algorithm", "runner"] = "algorithm",
         managed_store: bool | None = None,
         start_method: Literal["fork", "forkserver", "spawn"] | None = None,
         token: str | None = None,
@@ -107,8 +112,7 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         if resolved_role not in ("algorithm", "runner", "both"):
             raise ValueError(f"role must be 'algorithm', 'runner' or 'both', got {resolved_role!r}")
         check_at_least("n_runners", n_runners, 1)
-        if main_process != "algorithm":
-            raise ValueError(f"main_process must be 'algorithm', got {main_process!r}")
+        _check_main_process(main_process, resolved_role, n_runners)
         if start_method is None:
             # fork is safe and fast on Linux; elsewhere (macOS system frameworks) spawn is the safe default.
             start_method = "fork" if sys.platform.startswith("linux") else "spawn"
@@ -147,6 +151,19 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
         self._supervisor = RunnerSupervisor(self.restart_policy, self.lost_runners, self.token)
         if self.role == "runner":
             self._execute_runners_only(runner, store)
+        elif self.main_process == "runner":
+            from ._algorithm_process import AlgorithmProcessOptions, run_with_runner_on_main
+
+            options = AlgorithmProcessOptions(
+                host=self.server_host,
+                port=self.server_port,
+                token=self.token,
+                managed_store=self.managed_store,
+                start_method=self.start_method,
+                graceful_timeout=self.graceful_timeout,
+                terminate_timeout=self.terminate_timeout,
+            )
+            run_with_runner_on_main(algorithm, runner, store, options)
         else:
             self._execute_algorithm(algorithm, runner, store, with_runners=self.role == "both")
 
@@ -314,3 +331,12 @@ class ClientServerExecutionStrategy(ExecutionStrategy):
             raise StrategyError(
                 "runner processes failed: " + "; ".join(f"{name}: {text}" for name, text in reports.items())
             )
+
+
+def _check_main_process(main_process: str, role: str, n_runners: int) -> None:
+    if main_process not in ("algorithm", "runner"):
+        raise ValueError(f"main_process must be 'algorithm' or 'runner', got {main_process!r}")
+    if main_process == "runner" and role != "both":
+        raise ValueError(f"main_process='runner' is only supported with role='both', not {role!r}")
+    if main_process == "runner" and n_runners != 1:
+        raise ValueError("main_process='runner' needs n_runners=1 (only one runner can own the main process)")

@@ -3,11 +3,12 @@
 Each call made while a tracer is active becomes one span ``openai.chat.completion`` of that tracer, with
 GenAI attributes in the shape agl's adapters read:
 
-- request: ``gen_ai.request.model`` and the other scalar parameters, ``gen_ai.prompt.<i>.role/content``
+- request: ``gen_ai.request.model``, ``.type`` (``chat``), ``.streaming`` and the other scalar parameters,
+  ``gen_ai.prompt.<i>.role/content``
   (plus ``tool_calls``/``tool_call_id``), tools as ``gen_ai.request.functions.<i>.name/description/parameters``;
 - response: ``gen_ai.response.id/model/finish_reasons``, ``gen_ai.completion.<i>.role/content/finish_reason``
-  (plus ``tool_calls``), usage as ``gen_ai.usage.prompt_tokens/completion_tokens`` (and the newer
-  ``input_tokens/output_tokens``);
+  (plus ``tool_calls``), usage as ``gen_ai.usage.prompt_tokens/completion_tokens/total_tokens`` (and the
+  newer ``input_tokens/output_tokens``);
 - token ids when the backend returns them (vLLM-style ``prompt_token_ids`` on the response and
   ``token_ids`` on each choice): ``prompt_token_ids`` and ``response_token_ids`` (first choice), and
   ``logprobs.content`` (JSON) when logprobs were returned.
@@ -139,23 +140,25 @@ def _patch() -> None:
             "cannot instrument openai (%s: %s); its calls will not be traced", type(exc).__name__, exc
         )
         return
-    for method in ("create", "parse"):  # parse: structured outputs, a ChatCompletion as well
+    for method in ("create", "parse"):  # parse: structured outputs, a ChatCompletion as well (opt-in)
         for owner, wrap in ((Completions, _wrap_sync), (AsyncCompletions, _wrap_async)):
             original = getattr(owner, method, None)
             if original is None:
                 continue
             _originals[(owner, method)] = original
-            setattr(owner, method, wrap(original))
+            setattr(owner, method, wrap(original, method))
     logger.debug("openai chat completions instrumented")
 
 
 # -- wrappers -------------------------------------------------------------------------------------
 
 
-def _start(resource: Any, kwargs: Mapping[str, Any]) -> OpenSpan | None:
+def _start(resource: Any, kwargs: Mapping[str, Any], method: str) -> OpenSpan | None:
     tracer = get_active_tracer()
     if tracer is None:
         return None
+    if method == "parse" and not getattr(tracer, "record_openai_parse", False):
+        return None  # like the reference's AgentOps instrumentation, which records ``create`` only
     try:
         return tracer.start_span(SPAN_NAME, request_attributes(kwargs, _base_url(resource)))
     except Exception:
@@ -200,10 +203,10 @@ def _traced(span: Any, result: Any, streaming: bool, stream: Callable[[Any, Any]
     return result
 
 
-def _wrap_sync(original: Any) -> Any:
+def _wrap_sync(original: Any, method: str) -> Any:
     @functools.wraps(original)
     def create(self: Any, *args: Any, **kwargs: Any) -> Any:
-        span = _start(self, kwargs)
+        span = _start(self, kwargs, method)
         if span is None:
             return original(self, *args, **kwargs)
         with _failing(span):
@@ -215,10 +218,10 @@ def _wrap_sync(original: Any) -> Any:
     return create
 
 
-def _wrap_async(original: Any) -> Any:
+def _wrap_async(original: Any, method: str) -> Any:
     @functools.wraps(original)
     async def create(self: Any, *args: Any, **kwargs: Any) -> Any:
-        span = _start(self, kwargs)
+        span = _start(self, kwargs, method)
         if span is None:
             return await original(self, *args, **kwargs)
         with _failing(span):
@@ -468,7 +471,7 @@ def request_call(kwargs: Mapping[str, Any], base_url: str | None = None) -> LLMC
     return LLMCall(
         system="openai",
         model=model if isinstance(model, str) else None,
-        stream=stream if isinstance(stream, bool) else None,
+        stream=stream if isinstance(stream, bool) else False,  # not given: not streamed
         params=params,
         messages=[_plain_message(m) for m in kwargs.get("messages") or ()] or None,
         tools=[_plain_tool(t) for t in kwargs.get("tools") or ()] or None,

@@ -19,6 +19,9 @@ __all__ = ["genai_request", "genai_response", "read_genai"]
 
 CallT = TypeVar("CallT", bound=LLMCallFields)
 
+_NOT_PARAMS = ("model", "type")
+"""Keys under ``gen_ai.request`` that are not request parameters."""
+
 _REQUEST_FIELDS = (
     Field("system", G.SYSTEM.value, AttributeReader.text, skip_empty=True),
     Field("api_base", G.OPENAI_API_BASE.value, AttributeReader.text, skip_empty=True),
@@ -75,9 +78,11 @@ def _tool_calls(prefix: str, tool_calls: Sequence[Any]) -> dict[str, Any]:
 
 def genai_request(call: LLMCallFields) -> dict[str, Any]:
     """The attributes of ``call`` known when the request is sent."""
+    request_type = "chat" if call.endpoint == CHAT else "completion"
     attrs: dict[str, Any] = {
         G.OPERATION_NAME.value: call.operation_name,
-        I.REQUEST_TYPE.value: "chat" if call.endpoint == CHAT else "completion",
+        I.REQUEST_TYPE.value: request_type,
+        G.REQUEST_TYPE.value: request_type,
     }
     write_fields(call, _REQUEST_FIELDS, attrs)
     request = G.REQUEST.value
@@ -90,6 +95,7 @@ def genai_request(call: LLMCallFields) -> dict[str, Any]:
                 attrs[f"{request}.{key}"] = strings
     if call.stream is not None:
         attrs[f"{request}.stream"] = call.stream
+        attrs[G.REQUEST_STREAMING.value] = call.stream
     for i, item in enumerate(call.messages or []):
         message = as_mapping(item)
         if message is None:
@@ -139,6 +145,7 @@ def genai_response(call: LLMCallFields) -> dict[str, Any]:
             attrs[G.USAGE_OUTPUT_TOKENS.value] = usage.output_tokens
         if usage.total_tokens is not None:
             attrs[I.USAGE_TOTAL_TOKENS.value] = usage.total_tokens
+            attrs[G.USAGE_TOTAL_TOKENS.value] = usage.total_tokens
     return attrs
 
 
@@ -172,10 +179,10 @@ def read_genai(r: AttributeReader, record: type[CallT]) -> CallT:
     )
     functions = G.REQUEST_FUNCTIONS.value.removeprefix(G.REQUEST.value + ".") + "."
     for key, value in r.under(G.REQUEST.value).items():
-        if key == "model" or key.startswith(functions):
+        if key in _NOT_PARAMS or key.startswith(functions):
             continue
-        if key == "stream":
-            call.stream = value if isinstance(value, bool) else None
+        if key in ("stream", "streaming"):
+            call.stream = value if isinstance(value, bool) else call.stream
         else:
             call.params[key] = value
     prompt = indexed(r.under(G.PROMPT.value))
@@ -207,14 +214,14 @@ def read_genai(r: AttributeReader, record: type[CallT]) -> CallT:
     usage = LLMUsage(
         input_tokens=_first_int(r, G.USAGE_INPUT_TOKENS, G.USAGE_PROMPT_TOKENS),
         output_tokens=_first_int(r, G.USAGE_OUTPUT_TOKENS, G.USAGE_COMPLETION_TOKENS),
-        total_tokens=r.integer(I.USAGE_TOTAL_TOKENS.value),
+        total_tokens=_first_int(r, G.USAGE_TOTAL_TOKENS, I.USAGE_TOTAL_TOKENS),
     )
     if usage != LLMUsage():
         call.usage = usage
     return call
 
 
-def _first_int(r: AttributeReader, *keys: G) -> int | None:
+def _first_int(r: AttributeReader, *keys: G | I) -> int | None:
     for key in keys:
         value = r.integer(key.value)
         if value is not None:

@@ -31,6 +31,7 @@ from ...base import LightningStore, LightningStoreCapabilities
 from ...loop_bound import as_thread_safe
 from .._models import API_PREFIX
 from ._background import ServerThread, bind_listener, quiet_server
+from ._done import COMPLETED, ServerCall, loop_running_here
 from ._gc import serving_gc
 from ._hosts import local_host_names
 from ._loop import new_event_loop as _new_event_loop
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from ._options import AppOptions
     from ._stack import LazyApp
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_PORT", "LightningStoreServer"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_PORT", "LightningStoreServer", "ServerCall"]
 
 logger = logging.getLogger("agl.store.server")
 
@@ -91,6 +92,12 @@ class LightningStoreServer(ForwardingStore):
             faster protocol relies on (see ``tests/test_server_uvicorn_internals.py``).
 
     The dashboard is served at ``/`` and ``/dashboard`` (its page asks for the token).
+
+    :meth:`start`, :meth:`stop` and :meth:`run_forever` are plain calls whose result may also be awaited (or given
+    to ``asyncio.run``), as the reference's coroutines were (``await server.start()``): start and stop have done
+    their work when the call returns (under a second to start, the caller's loop blocked meanwhile) and return a
+    finished :class:`~agl.store.http.server._done.ServerCall`; ``run_forever`` called on a thread whose event loop
+    runs returns the serving still to do, to await.
     """
 
     def __init__(
@@ -305,8 +312,8 @@ class LightningStoreServer(ForwardingStore):
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def start(self, timeout: float = 10.0) -> None:
-        """Serve in a background thread; return once ``/v1/agl/health`` answers."""
+    def start(self, timeout: float = 10.0) -> ServerCall:
+        """Serve in a background thread; return once ``/v1/agl/health`` answers (``await`` optional)."""
         self._check_owner("start")
         if self._thread is not None and self._thread.is_alive():
             raise RuntimeError(f"the store server is already running at {self.endpoint}")
@@ -332,6 +339,7 @@ class LightningStoreServer(ForwardingStore):
                 f"the store server did not answer {API_PREFIX}/health within {timeout} s"
             ) from None
         logger.info("store server listening at %s", self.endpoint)
+        return COMPLETED
 
     def _health_ok(self) -> bool:
         try:
@@ -340,11 +348,11 @@ class LightningStoreServer(ForwardingStore):
         except (OSError, urllib.error.URLError):
             return False
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop serving (in-flight long polls end early); the wrapped store stays open."""
+    def stop(self, timeout: float = 10.0) -> ServerCall:
+        """Stop serving (in-flight long polls end early); the wrapped store stays open (``await`` optional)."""
         thread = self._thread
         if thread is None:
-            return
+            return COMPLETED
         self._request_exit()
         thread.join(timeout)
         if thread.is_alive() and self._uvicorn is not None:
@@ -352,13 +360,39 @@ class LightningStoreServer(ForwardingStore):
             thread.join(timeout)
         self._thread = None
         self._uvicorn = None
+        return COMPLETED
 
-    def run_forever(self, on_started: Callable[[], None] | None = None) -> None:
+    def run_forever(self, on_started: Callable[[], None] | None = None) -> ServerCall:
         """Serve in this thread until SIGINT/SIGTERM (or :meth:`stop` from another thread); then return.
 
         ``on_started`` is called (in the server's loop) once the server accepts requests.
+
+        Called on a thread whose event loop runs (``await server.run_forever()`` in a coroutine, the
+        reference's spelling), it returns the serving to await instead: from a background thread until it is
+        cancelled (Ctrl+C under ``asyncio.run``), SIGTERM or :meth:`stop`, then the server stops;
+        ``on_started`` is then called on the caller's loop. (``asyncio.run(server.run_forever())`` serves in
+        the plain way: the argument is evaluated before any loop runs.)
         """
         self._check_owner("run_forever")
+        if loop_running_here():
+            return ServerCall(self._serve_until_stopped(on_started))
+        self._run_here(on_started)
+        return COMPLETED
+
+    async def _serve_until_stopped(self, on_started: Callable[[], None] | None) -> None:
+        await asyncio.to_thread(self.start)
+        thread = self._thread
+        restore = _exit_on_sigterm(self._request_exit)
+        try:
+            if on_started is not None:
+                on_started()
+            if thread is not None:
+                await asyncio.to_thread(thread.join)  # until stop() or SIGTERM (cancelled: stopped below)
+        finally:
+            restore()
+            await asyncio.to_thread(self.stop)
+
+    def _run_here(self, on_started: Callable[[], None] | None) -> None:
         _ = self._lazy_app()
         sock = self._bind()
         self._uvicorn = self._make_uvicorn(on_started)
@@ -450,3 +484,22 @@ class LightningStoreServer(ForwardingStore):
         # While serving, a store made for one loop is only ever used from the server's loop.
         local = self._local if self._local is not None else store
         return await getattr(local, method)(*args, **kwargs)
+
+
+def _exit_on_sigterm(request_exit: Callable[[], None]) -> Callable[[], None]:
+    """On the main thread's running loop, make SIGTERM call ``request_exit``; returns what undoes it."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTERM"):
+        return lambda: None
+    loop = asyncio.get_running_loop()
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        loop.add_signal_handler(signal.SIGTERM, request_exit)
+    except (NotImplementedError, RuntimeError, ValueError):  # no signal handlers on this loop (Windows)
+        return lambda: None
+
+    def restore() -> None:
+        loop.remove_signal_handler(signal.SIGTERM)
+        if previous is not None:  # (None: a handler not set from Python, which cannot be put back)
+            signal.signal(signal.SIGTERM, previous)
+
+    return restore
