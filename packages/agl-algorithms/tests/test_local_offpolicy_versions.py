@@ -127,3 +127,45 @@ def test_rollout_version_is_its_oldest_call() -> None:
     assert span_weights_versions(spans) == {spans[0].span_id: 5, spans[1].span_id: 4}
     assert rollout_weights_version(spans[2:]) is None
     assert rollout_weights_version([]) is None
+
+
+async def test_the_proxy_records_which_weights_answered_each_call(tmp_path: Any) -> None:
+    """A real model server behind a real LLM proxy: each call's span names the weights version that answered,
+    before and after a weight swap (issue 30: every sample knows its weights)."""
+    pytest.importorskip("torch")
+    import asyncio
+
+    import openai
+    import torch
+    from agl.algorithms.local import ModelServer
+    from agl.proxy import LLMProxy
+    from agl.store import InMemoryLightningStore
+    from agl.testing.tiny_model import build_tiny_model
+
+    torch.set_num_threads(1)
+    store = InMemoryLightningStore()
+    with ModelServer(build_tiny_model(tmp_path / "tiny"), served_model_name="tiny") as server:
+        route = {
+            "model_name": "tiny",
+            "litellm_params": {"model": "hosted_vllm/tiny", "api_base": server.url},
+        }
+        proxy = LLMProxy([route], store=store)
+        await proxy.start()
+        try:
+            seen: list[int | None] = []
+            for swap in (False, True):
+                if swap:
+                    state = {k: v.clone() for k, v in server.engine.model.state_dict().items()}
+                    await asyncio.to_thread(server.update_weights, state)
+                attempted = await store.start_rollout(input=None)
+                llm = proxy.as_resource(attempted.rollout_id, attempted.attempt.attempt_id, model="tiny")
+                async with openai.AsyncOpenAI(base_url=llm.endpoint, api_key="x") as client:
+                    await client.chat.completions.create(
+                        model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=3
+                    )
+                await proxy.flush()
+                spans = list(await store.query_spans(attempted.rollout_id))
+                seen.append(rollout_weights_version([s for s in spans if s.name == AGL_LLM_CALL]))
+        finally:
+            await proxy.stop()
+    assert seen == [0, 1]

@@ -82,6 +82,7 @@ class ResponseAssembler:
         self.endpoint = endpoint
         self.id: str | None = None
         self.model: str | None = None
+        self.system_fingerprint: str | None = None
         self.prompt_token_ids: list[int] | None = None
         self.usage: dict[str, Any] | None = None
         self.choices: dict[int, ChoiceState] = {}
@@ -98,6 +99,8 @@ class ResponseAssembler:
             self.id = payload["id"]
         if self.model is None and isinstance(payload.get("model"), str):
             self.model = payload["model"]
+        if isinstance(payload.get("system_fingerprint"), str):  # the last one seen: a stream's final version
+            self.system_fingerprint = payload["system_fingerprint"]
         prompt_ids = list_of_any(payload.get("prompt_token_ids"))
         if prompt_ids is not None and self.prompt_token_ids is None:
             self.prompt_token_ids = [int(i) for i in prompt_ids]

@@ -142,6 +142,7 @@ class CallRecord:
     def _add_response(self, call: LLMCall, result: ResponseAssembler) -> None:
         call.response_id = result.id or None
         call.response_model = result.model or None
+        call.system_fingerprint = result.system_fingerprint or None
         choices = result.ordered_choices()
         if not choices and result.prompt_token_ids is None:
             return

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agl.types import Span
+from agl.types.semconv import LLMCallAttributes
 
 __all__ = [
     "SYSTEM_FINGERPRINT_ATTRIBUTE",
@@ -30,7 +31,7 @@ __all__ = [
 WEIGHTS_FINGERPRINT_PREFIX = "agl-local-v"
 """The local model server's ``system_fingerprint`` is this prefix and the weights version."""
 
-SYSTEM_FINGERPRINT_ATTRIBUTE = "agentlightning.llm.response.system_fingerprint"
+SYSTEM_FINGERPRINT_ATTRIBUTE = LLMCallAttributes.RESPONSE_SYSTEM_FINGERPRINT.value
 """Where the agl proxy records the response's ``system_fingerprint`` (its ``agentlightning.llm.*`` layout)."""
 
 SYSTEM_FINGERPRINT_KEYS = (

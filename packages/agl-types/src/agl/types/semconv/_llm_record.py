@@ -92,6 +92,8 @@ class LLMCallFields:
     error_message: str | None = None
     response_id: str | None = None
     response_model: str | None = None
+    system_fingerprint: str | None = None
+    """The backend's ``system_fingerprint`` (the proxy layout only)."""
     choices: list[LLMChoice] = field(default_factory=list[LLMChoice])
     prompt_token_ids: list[int] | None = None
     response_token_ids: list[int] | None = None

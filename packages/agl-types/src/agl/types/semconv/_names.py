@@ -152,6 +152,9 @@ class LLMCallAttributes(str, Enum):
     """Token ids of the first choice's completion."""
     RESPONSE_LOGPROBS = "agentlightning.llm.response_logprobs"
     """Per-token log-probabilities of the first choice's completion."""
+    RESPONSE_SYSTEM_FINGERPRINT = "agentlightning.llm.response.system_fingerprint"
+    """The backend's ``system_fingerprint``: for agl's local model server, the weights version that answered
+    (``agl-local-v<N>``), so each sample knows its weights."""
     DEPLOYMENT_MODEL = "agentlightning.llm.deployment.model"
     """The backend model as configured in the proxy's model list (e.g. ``hosted_vllm/qwen``)."""
     DEPLOYMENT_API_BASE = "agentlightning.llm.deployment.api_base"

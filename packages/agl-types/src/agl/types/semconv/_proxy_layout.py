@@ -73,6 +73,7 @@ _RESPONSE_FIELDS = (
     Field("error_message", L.ERROR_MESSAGE.value, AttributeReader.text, skip_empty=True),
     Field("response_id", G.RESPONSE_ID.value, AttributeReader.text, skip_empty=True),
     Field("response_model", G.RESPONSE_MODEL.value, AttributeReader.text, skip_empty=True),
+    Field("system_fingerprint", L.RESPONSE_SYSTEM_FINGERPRINT.value, AttributeReader.text, skip_empty=True),
     Field("prompt_token_ids", L.PROMPT_TOKEN_IDS.value, AttributeReader.ints),
     Field("response_token_ids", L.RESPONSE_TOKEN_IDS.value, AttributeReader.ints),
 )
