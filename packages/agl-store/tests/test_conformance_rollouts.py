@@ -154,10 +154,10 @@ client's long polls last 25 s), so a waiter back by then was notified."""
 @pytest.fixture
 def only_notifications(monkeypatch: pytest.MonkeyPatch) -> None:
     """Slow the SQL stores' poll for other processes' writes to once an hour: only a notification wakes."""
-    import agl.store.sql.store as sql_store
+    import agl.store.sql._waiting as sql_waiting
 
-    monkeypatch.setattr(sql_store, "_FIRST_POLL_INTERVAL", 3600.0)
-    monkeypatch.setattr(sql_store, "_MAX_POLL_INTERVAL", 3600.0)
+    monkeypatch.setattr(sql_waiting, "_FIRST_POLL_INTERVAL", 3600.0)
+    monkeypatch.setattr(sql_waiting, "_MAX_POLL_INTERVAL", 3600.0)
 
 
 async def test_dequeue_with_timeout_wakes_up_when_work_arrives(

@@ -63,13 +63,13 @@ def test_two_processes_with_threads_never_share_a_rollout(backend: str, tmp_path
 def test_waiting_dequeue_wakes_for_another_thread_and_another_store(
     backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """In-process writes wake a waiting dequeue (notified); another store's writes are found by polling."""
-    import agl.store.sql.store as sql_store
+    """In-process writes wake a waiting dequeue (notified), those of another store of the process too."""
+    import agl.store.sql._waiting as sql_waiting
 
     with fresh_database(backend, tmp_path) as (url, kwargs):
         with monkeypatch.context() as patched:  # polling an hour apart: only a notification wakes the waiter
-            patched.setattr(sql_store, "_FIRST_POLL_INTERVAL", 3600.0)
-            patched.setattr(sql_store, "_MAX_POLL_INTERVAL", 3600.0)
+            patched.setattr(sql_waiting, "_FIRST_POLL_INTERVAL", 3600.0)
+            patched.setattr(sql_waiting, "_MAX_POLL_INTERVAL", 3600.0)
             asyncio.run(_wait_for_a_late_rollout(url, kwargs, same_store=True))
         asyncio.run(_wait_for_a_late_rollout(url, kwargs, same_store=False))
 

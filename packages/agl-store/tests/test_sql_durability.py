@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from agl.store import SqlLightningStore
 from agl.testing.spans import make_span
+from agl.testing.store.cli import launch, stop
 from agl.testing.store.sql import SQL_BACKENDS, fresh_database
 from agl.testing.store.sql_workers import kill_writer_after, stored_rollouts
 from agl.types import LLM, PromptTemplate, RolloutConfig
@@ -83,3 +92,110 @@ def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
     found, everything = stored_rollouts(url, acknowledged)
     assert found == len(acknowledged)
     assert everything >= len(acknowledged)  # maybe a few more: committed, not yet printed
+
+
+# -- kill -9 under load: nothing lost, nothing applied twice, no rollout stranded ----------------------------
+
+_KILLS = 10
+_WRITERS = 4
+_WRITER = Path(__file__).with_name("kill9_writer.py")
+
+
+@contextlib.contextmanager
+def _server_database(backend: str, tmp_path: Path) -> Iterator[str]:
+    """A new database for ``agl store`` in another process: a SQLite file, or a PostgreSQL database."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'killed.db'}"
+        return
+    from agl.testing.postgres import fresh_postgres_database, require_postgres
+
+    with fresh_postgres_database(require_postgres(), prefix="agl_kill9_") as url:
+        yield url
+
+
+def _acknowledged(logs: list[Path]) -> int:
+    return sum(log.read_text().count("\n") for log in logs)
+
+
+def _wait_for_progress(logs: list[Path], calls: int, deadline: float) -> None:
+    """Wait until the writers had ``calls`` more calls acknowledged (they reach the server again)."""
+    target = _acknowledged(logs) + calls
+    while _acknowledged(logs) < target:
+        assert time.monotonic() < deadline, "the writers made no progress"
+        time.sleep(0.01)
+
+
+async def _audit(url: str, logs: list[Path]) -> dict[str, int]:
+    """Count what the writers were told against what the database holds."""
+    enqueued: dict[tuple[int, int], str] = {}
+    for log in logs:
+        lines = log.read_text().splitlines()
+        assert lines and lines[-1] == "done", f"a writer did not finish: {lines[-3:]}"
+        for line in lines:
+            if line.startswith("E "):
+                _, writer, i, rollout_id = line.split()
+                enqueued[(int(writer), int(i))] = rollout_id
+    store = SqlLightningStore(url)
+    try:
+        rollouts = (await store.query_rollouts()).items
+    finally:
+        await store.close()
+    by_input = collections.Counter((r.input["writer"], r.input["i"]) for r in rollouts)  # type: ignore[index]
+    ids = {r.rollout_id for r in rollouts}
+    statuses = collections.Counter(r.status for r in rollouts)
+    return {
+        "acknowledged": len(enqueued),
+        "lost": sum(1 for rid in enqueued.values() if rid not in ids),
+        "duplicated": sum(n - 1 for n in by_input.values()),
+        "stuck": statuses["preparing"] + statuses["running"],
+        "unclaimed": statuses["queuing"],
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_kill_9_under_four_writers_loses_duplicates_and_strands_nothing(backend: str, tmp_path: Path) -> None:
+    """Issue 27, defect 3: ``agl store`` (one process) killed with SIGKILL ten times while four writer
+    processes enqueue, claim and finish rollouts through clients that retry across the restarts. Every
+    acknowledged enqueue is there once, and every claim reached its writer (which finished it): a write
+    whose answer a kill lost is replayed to the retry, not applied again, and a lost dequeue answer does
+    not strand its rollout in ``preparing``."""
+    rng = random.Random(27)
+    stop_file = tmp_path / "stop"
+    logs = [tmp_path / f"writer-{n}.log" for n in range(_WRITERS)]
+    with _server_database(backend, tmp_path) as url:
+        args = ("--backend", url, "--watchdog-interval", "0")
+        proc, address, _ = launch("--port", "0", *args)
+        port = address.rsplit(":", 1)[1]
+        writers: list[subprocess.Popen[bytes]] = []
+        try:
+            for n, log in enumerate(logs):
+                with log.open("w") as out:
+                    command = [sys.executable, str(_WRITER), address, str(n), str(stop_file)]
+                    writers.append(subprocess.Popen(command, stdout=out))
+            deadline = time.monotonic() + 240
+            for _ in range(_KILLS):
+                _wait_for_progress(logs, 20, deadline)
+                time.sleep(rng.uniform(0.0, 0.2))  # mid-workload: requests are in flight right now
+                proc.send_signal(signal.SIGKILL)
+                proc.communicate(timeout=30)
+                assert proc.returncode == -signal.SIGKILL
+                proc, _, _ = launch("--port", port, *args)
+            _wait_for_progress(logs, 20, deadline)
+            stop_file.touch()
+            for writer in writers:
+                assert writer.wait(timeout=120) == 0
+        finally:
+            stop_file.touch()
+            for writer in writers:
+                if writer.poll() is None:
+                    writer.kill()
+                    writer.wait(timeout=30)
+            code, _, err = stop(proc)
+        assert code == 0, err
+        counts = asyncio.run(_audit(url, logs))
+    print(f"{backend}: {_KILLS} kills under {_WRITERS} writers:", counts)  # (shown with pytest -s)
+    assert counts["acknowledged"] >= 100, counts
+    assert (counts["lost"], counts["duplicated"], counts["stuck"], counts["unclaimed"]) == (0, 0, 0, 0), (
+        counts
+    )

@@ -59,6 +59,7 @@ from ._sqlite import (
     is_busy_error,
 )
 from ._steps import sqlite_cursor
+from ._writelog import logged
 
 __all__ = ["Database", "Dialect", "parse_url"]
 
@@ -158,11 +159,22 @@ class Database:
 
     # -- public -------------------------------------------------------------------------------
 
-    async def write(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(conn, *args)`` in a write transaction; committed when it returns, rolled back if it raises."""
+    async def write(self, fn: Callable[..., T], *args: Any, write_of: Callable[..., Any] | None = None) -> T:
+        """Run ``fn(conn, *args)`` in a write transaction; committed when it returns, rolled back if it raises.
+
+        A store operation's write made for a request answered under an idempotency key logs its result
+        under the key in the same transaction, or returns the result an earlier try of the request logged
+        (:class:`._writelog.LoggedWrite`); ``write_of`` names the operation where ``fn`` wraps it."""
         if not self._schema_ready:
             await self.ensure_schema()
-        return await self._run(fn, args, write=True)
+        step = logged(fn, args, write_of or fn)
+        if step is None:
+            return await self._run(fn, args, write=True)
+        found, result = step.replayed(args)
+        if not found:
+            result = await self._run(step, args, write=True)
+            step.committed()
+        return result
 
     async def read(self, fn: Callable[..., T], *args: Any, snapshot: bool = False) -> T:
         """Run ``fn(conn, *args)`` for reading; with ``snapshot``, its statements see one consistent state."""

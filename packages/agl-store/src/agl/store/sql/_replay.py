@@ -15,8 +15,12 @@ is forgotten, polled by a retry that waits; it is stale, and taken over by the n
 to an earlier run or is older than ``hold_seconds`` (its worker died). Either way the newest
 ``max_entries`` answers, none older than ``ttl_seconds``, are replayed.
 
-One gap remains: a write and the recording of its answer are two transactions; a server killed between
-them has applied the write but recorded nothing, and the retry applies it again.
+Each write the request makes logs its result under the key in its own transaction (:mod:`._writelog`):
+the claim of a retry whose answer a crash lost (the row is ``running`` from a dead run, or ``applied``:
+released after a fault) finds those results and hands them to the retry (a :class:`WriteLog` with
+entries), whose writes return them instead of writing again.
+
+The body's fingerprint is kept with the key: a claim with another body raises :class:`KeyReused`.
 """
 
 from __future__ import annotations
@@ -26,13 +30,16 @@ import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import sqlalchemy as sa
 
-from ..http.server._replay import KeyHolds, RecordedAnswer
+from ..http.server._replay import KeyHolds, KeyReused, RecordedAnswer, WriteLog
 from . import schema
 from ._steps import execute, prepared
+from ._writelog import ROW as _ROW
+from ._writelog import Entries
+from ._writelog import log_entries as _log_entries
 
 if TYPE_CHECKING:
     from .store import SqlLightningStore
@@ -42,7 +49,7 @@ __all__ = ["SqlReplayCache"]
 T = schema.replays
 T_ = TypeVar("T_")
 _HELD = "held"
-_CLAIMED = "claimed"
+_REUSED = "reused"
 _PRUNE_EVERY = 60.0
 
 
@@ -58,11 +65,14 @@ _ASYNC_COMMIT = sa.text("SET LOCAL synchronous_commit TO OFF")
 
 
 def _no_flush_wait(conn: sa.Connection) -> None:
-    """PostgreSQL: commit without waiting for the WAL flush. Nothing is lost by it: the write that follows
-    a claim commits synchronously, which flushes the WAL up to it, the claim included; and an answer lost
-    in a PostgreSQL crash is the gap the module docstring describes anyway."""
+    """PostgreSQL: commit without waiting for the WAL flush. Nothing is lost by it: a claim records no
+    result (the writes that follow it record theirs, in their own, synchronous, commits; which flush the
+    WAL up to them, the claim included)."""
     if conn.dialect.name == "postgresql":
         conn.execute(_ASYNC_COMMIT)
+
+
+# -- claims and answers ----------------------------------------------------------------------------
 
 
 def _answer(row: dict[str, Any]) -> RecordedAnswer:
@@ -71,7 +81,13 @@ def _answer(row: dict[str, Any]) -> RecordedAnswer:
     return RecordedAnswer(int(row["status"]), headers, bytes(row["body"] or b""))
 
 
-def _try_claim(conn: sa.Connection, key: str, run_id: str, now: float) -> bool:
+def _reused(row: dict[str, Any], fingerprint: str) -> bool:
+    """Whether the key's row is another request's (a row of an older store has no fingerprint)."""
+    first = row["request_hash"]
+    return bool(fingerprint and first and first != fingerprint)
+
+
+def _try_claim(conn: sa.Connection, key: str, run_id: str, fingerprint: str, now: float) -> bool:
     """Hold ``key`` if nobody has it yet (one statement: on PostgreSQL it runs without a transaction)."""
     dialect = conn.dialect.name
     inserted = execute(
@@ -85,39 +101,43 @@ def _try_claim(conn: sa.Connection, key: str, run_id: str, now: float) -> bool:
                     state="running",
                     run_id=sa.bindparam("b_run_id"),
                     claimed=sa.bindparam("b_now"),
+                    request_hash=sa.bindparam("b_hash"),
                 )
                 .on_conflict_do_nothing()
                 .returning(T.c.seq)
             ),
         ),
-        {"b_key": key, "b_run_id": run_id, "b_now": now},
+        {"b_key": key, "b_run_id": run_id, "b_now": now, "b_hash": fingerprint},
     )
     return bool(inserted)
 
 
-def _claim(conn: sa.Connection, key: str, run_id: str, now: float, hold: float, ttl: float) -> Any:
-    """``_CLAIMED`` (the caller holds ``key`` now), the recorded answer, or ``_HELD`` (another request has it)."""
+def _claim(
+    conn: sa.Connection, key: str, run_id: str, fingerprint: str, now: float, hold: float, ttl: float
+) -> Any:
+    """The entries of an earlier try's log (a list: the caller holds ``key`` now), the recorded answer,
+    ``_HELD`` (another request has it) or ``_REUSED`` (another body's key)."""
     dialect = conn.dialect.name
     _no_flush_wait(conn)
-    if _try_claim(conn, key, run_id, now):
-        return _CLAIMED
+    if _try_claim(conn, key, run_id, fingerprint, now):
+        return []
     select = prepared(
         ("replay_find", dialect),
-        lambda: (
-            sa.select(T.c.state, T.c.run_id, T.c.claimed, T.c.status, T.c.headers, T.c.body)
-            .where(T.c.key == sa.bindparam("b_key"))
-            .with_for_update()
-        ),
+        lambda: sa.select(*(T.c[c] for c in _ROW)).where(T.c.key == sa.bindparam("b_key")).with_for_update(),
     )
     rows = execute(conn, select, {"b_key": key})
     if not rows:
         return _HELD  # deleted meanwhile (a fault): claim again
     row = rows[0]
-    if row["state"] == "done" and now - row["claimed"] <= ttl:
+    fresh = now - row["claimed"] <= ttl
+    if fresh and _reused(row, fingerprint):
+        return _REUSED
+    if row["state"] == "done" and fresh:
         return _answer(row)
     if row["state"] == "running" and row["run_id"] == run_id and now - row["claimed"] <= hold:
         return _HELD
-    # an expired answer, or a stale hold: take the key over
+    # an expired answer, a stale hold or a released log: take the key over, with the log if still fresh
+    kept = row["writes"] if fresh and row["state"] != "done" else None
     _update_row(
         conn,
         "replay_take",
@@ -128,10 +148,12 @@ def _claim(conn: sa.Connection, key: str, run_id: str, now: float, hold: float, 
             "status": None,
             "headers": None,
             "body": None,
+            "request_hash": sa.bindparam("b_hash"),
+            "writes": sa.bindparam("b_writes"),
         },
-        {"b_key": key, "b_run_id": run_id, "b_now": now},
+        {"b_key": key, "b_run_id": run_id, "b_now": now, "b_hash": fingerprint, "b_writes": kept},
     )
-    return _CLAIMED
+    return _log_entries(kept)
 
 
 def _update_row(
@@ -148,8 +170,11 @@ def _update_row(
     )
 
 
-def _record(conn: sa.Connection, key: str, run_id: str, now: float, answer: RecordedAnswer) -> None:
-    """Keep ``answer`` under ``key``: the claim's row becomes ``done``, or (holds in memory) a new row."""
+def _record(
+    conn: sa.Connection, key: str, run_id: str, now: float, answer: RecordedAnswer, fingerprint: str
+) -> None:
+    """Keep ``answer`` under ``key``: the claim's row becomes ``done`` (its log is no longer needed), or
+    (holds in memory, no write logged) a new row."""
     dialect = conn.dialect.name
 
     def build() -> Any:
@@ -161,15 +186,19 @@ def _record(conn: sa.Connection, key: str, run_id: str, now: float, answer: Reco
             status=sa.bindparam("b_status"),
             headers=sa.bindparam("b_headers", type_=T.c.headers.type),
             body=sa.bindparam("b_body", type_=sa.LargeBinary()),
+            request_hash=sa.bindparam("b_hash"),
         )
         done = insert.excluded
-        return insert.on_conflict_do_update(
-            index_elements=[T.c.key],
-            set_={c: done[c] for c in ("state", "run_id", "claimed", "status", "headers", "body")},
-        )
+        return insert.on_conflict_do_update(index_elements=[T.c.key], set_={c: done[c] for c in _ROW})
 
     headers = [[k.decode("latin-1"), v.decode("latin-1")] for k, v in answer.headers]
-    params = {"b_key": key, "b_run_id": run_id, "b_now": now, "b_status": answer.status}
+    params = {
+        "b_key": key,
+        "b_run_id": run_id,
+        "b_now": now,
+        "b_status": answer.status,
+        "b_hash": fingerprint,
+    }
     execute(
         conn,
         prepared(("replay_record", dialect), build),
@@ -177,23 +206,34 @@ def _record(conn: sa.Connection, key: str, run_id: str, now: float, answer: Reco
     )
 
 
-def _find_answer(conn: sa.Connection, key: str, newer_than: float) -> RecordedAnswer | None:
-    """The answer recorded under ``key`` after ``newer_than``, if any (one read)."""
+def _find_row(conn: sa.Connection, key: str, newer_than: float) -> dict[str, Any] | None:
+    """The row of ``key`` if it was claimed after ``newer_than`` (one read)."""
     select = prepared(
-        ("replay_answer", conn.dialect.name),
-        lambda: sa.select(T.c.status, T.c.headers, T.c.body).where(
-            T.c.key == sa.bindparam("b_key"), T.c.state == "done", T.c.claimed >= sa.bindparam("b_since")
+        ("replay_row", conn.dialect.name),
+        lambda: sa.select(*(T.c[c] for c in _ROW)).where(
+            T.c.key == sa.bindparam("b_key"), T.c.claimed >= sa.bindparam("b_since")
         ),
     )
     rows = execute(conn, select, {"b_key": key, "b_since": newer_than})
-    return _answer(rows[0]) if rows else None
+    return rows[0] if rows else None
+
+
+def _found(row: dict[str, Any] | None, fingerprint: str) -> RecordedAnswer | Entries | None:
+    """What a claim (holds in memory) finds in the key's row: its answer, an earlier try's log, or nothing."""
+    if row is None:
+        return None
+    if _reused(row, fingerprint):
+        raise KeyReused
+    if row["state"] == "done":
+        return _answer(row)
+    return _log_entries(row["writes"]) or None
 
 
 def _answered_keys(conn: sa.Connection, newer_than: float, limit: int) -> list[tuple[str, float]]:
-    """The newest ``limit`` keys with an answer recorded after ``newer_than``, oldest first."""
+    """The newest ``limit`` keys with an answer or a write log recorded after ``newer_than``, oldest first."""
     select = (
         sa.select(T.c.key, T.c.claimed)
-        .where(T.c.state == "done", T.c.claimed >= newer_than)
+        .where(sa.or_(T.c.state == "done", T.c.writes.is_not(None)), T.c.claimed >= newer_than)
         .order_by(T.c.seq.desc())
         .limit(limit)
     )
@@ -206,6 +246,22 @@ def _forget(conn: sa.Connection, key: str) -> None:
         prepared(
             ("replay_forget", conn.dialect.name),
             lambda: sa.delete(T).where(T.c.key == sa.bindparam("b_key"), T.c.state == "running"),
+        ),
+        {"b_key": key},
+    )
+
+
+def _keep_log(conn: sa.Connection, key: str) -> None:
+    """A request that logged writes ended without an answer (a fault): its log stays for the retry."""
+    execute(
+        conn,
+        prepared(
+            ("replay_keep", conn.dialect.name),
+            lambda: (
+                sa.update(T)
+                .where(T.c.key == sa.bindparam("b_key"), T.c.state == "running")
+                .values(state="applied")
+            ),
         ),
         {"b_key": key},
     )
@@ -255,35 +311,38 @@ class SqlReplayCache:
         self._holds: KeyHolds[str] = KeyHolds()
         self._answered: OrderedDict[str, float] | None = None  # key -> recorded at, oldest first
         self._answered_loaded: asyncio.Lock | None = None
+        self._logs: dict[str, WriteLog] = {}  # of the keys claimed here, until released
 
     @staticmethod
     def _key(key: bytes) -> str:
         return hashlib.sha256(key).hexdigest()
 
-    async def claim(self, key: bytes) -> RecordedAnswer | None:
+    async def claim(self, key: bytes, fingerprint: str = "") -> RecordedAnswer | WriteLog:
         digest = self._key(key)
         if not self.shared_holds:
-            return await self._claim_here(digest)
+            return await self._claim_here(digest, fingerprint)
         delay = 0.002
         while True:
             now = self._clock()
-            if await self._single(_try_claim, digest, self.run_id, now):
-                found: Any = _CLAIMED  # the common case: a new key, one statement
+            if await self._single(_try_claim, digest, self.run_id, fingerprint, now):
+                found: Any = []  # the common case: a new key, one statement
             else:
                 found = await self._db.write(
-                    _claim, digest, self.run_id, now, self.hold_seconds, self.ttl_seconds
+                    _claim, digest, self.run_id, fingerprint, now, self.hold_seconds, self.ttl_seconds
                 )
-            if found == _CLAIMED:
+            if isinstance(found, list):
                 await self._prune_if_due(now)
-                return None
+                return self._open(digest, fingerprint, now, cast("Entries", found))
             if isinstance(found, RecordedAnswer):
                 return found
+            if found == _REUSED:
+                raise KeyReused
             await asyncio.sleep(delay)  # held by a request still running (on any worker)
             delay = min(delay * 2, 0.05)
 
-    async def _claim_here(self, digest: str) -> RecordedAnswer | None:
+    async def _claim_here(self, digest: str, fingerprint: str) -> RecordedAnswer | WriteLog:
         """:meth:`claim` with the holds in this process: wait while the key is held, hold it, then (only if
-        the key has an answer, recorded by this run or an earlier one) read that answer."""
+        the key has an answer or a write log, recorded by this run or an earlier one) read that."""
         await self._holds.hold(digest)
         try:
             now = self._clock()
@@ -291,18 +350,25 @@ class SqlReplayCache:
             recorded = answered.get(digest)
             found = None
             if recorded is not None and now - recorded <= self.ttl_seconds:
-                found = await self._db.read(_find_answer, digest, now - self.ttl_seconds)
-            if found is None:
-                await self._prune_if_due(now)
-                return None
+                found = _found(await self._db.read(_find_row, digest, now - self.ttl_seconds), fingerprint)
+            if not isinstance(found, RecordedAnswer):
+                if found is None:
+                    await self._prune_if_due(now)
+                return self._open(digest, fingerprint, now, found or [])
         except BaseException:
             self._holds.end(digest)
             raise
         self._holds.end(digest)
         return found
 
+    def _open(self, digest: str, fingerprint: str, now: float, entries: Entries) -> WriteLog:
+        """The write log of a claimed key (with ``entries``, an earlier try's), until :meth:`release`."""
+        log = WriteLog(digest, fingerprint, self.run_id, now, entries, [False] * len(entries))
+        self._logs[digest] = log
+        return log
+
     async def _answered_keys(self) -> OrderedDict[str, float]:
-        """The keys with an answer, read from the database at the first claim of this run."""
+        """The keys with an answer or a write log, read from the database at the first claim of this run."""
         if self._answered is not None:
             return self._answered
         if self._answered_loaded is None:
@@ -332,12 +398,18 @@ class SqlReplayCache:
 
     async def release(self, key: bytes, answer: RecordedAnswer | None) -> None:
         digest = self._key(key)
+        log = self._logs.pop(digest, None)
         try:
             if answer is not None:
                 now = self._clock()
-                await self._single(_record, digest, self.run_id, now, answer)
+                fingerprint = log.fingerprint if log is not None else ""
+                await self._single(_record, digest, self.run_id, now, answer, fingerprint)
                 if not self.shared_holds:
                     self._remember_answered(digest, now)
+            elif log is not None and log.entries:  # a fault after writes: the retry replays them
+                await self._single(_keep_log, digest)
+                if not self.shared_holds:
+                    self._remember_answered(digest, log.claimed)
             elif self.shared_holds:
                 await self._single(_forget, digest)
         finally:

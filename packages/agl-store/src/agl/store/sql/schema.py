@@ -37,7 +37,7 @@ __all__ = [
     "workers",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The number of :data:`MIGRATIONS`; a store refuses a database of a newer version."""
 
 metadata = sa.MetaData()
@@ -173,16 +173,19 @@ replays = sa.Table(
     metadata,
     _seq(),
     sa.Column("key", _Text, nullable=False),  # sha256 of route + Idempotency-Key
-    sa.Column("state", _Text, nullable=False),  # running | done
+    sa.Column("state", _Text, nullable=False),  # running | done | applied (writes logged, no answer)
     sa.Column("run_id", _Text, nullable=False),  # the server run that holds a running key
     sa.Column("claimed", _Float, nullable=False),
     sa.Column("status", sa.Integer),
     sa.Column("headers", _Json),
     sa.Column("body", sa.LargeBinary),
+    sa.Column("request_hash", _Text),  # sha256 of the request's body: the key's, another body is refused
+    sa.Column("writes", sa.Text),  # JSON [[write, result], ...]: the results of the request's writes
     sa.Index("agl_replays_key", "key", unique=True),
     sa.Index("agl_replays_claimed", "claimed"),
 )
-"""The first answer to each idempotency key, shared by a server's workers and kept across restarts."""
+"""The first answer to each idempotency key, shared by a server's workers and kept across restarts; and,
+until the answer is recorded, the results of the request's writes (see :mod:`._replay`)."""
 
 _PG_DDL_LOCK = 0x61676C5F73746F  # any constant: serializes schema creation across processes
 
@@ -197,11 +200,27 @@ def _create_tables(*tables: sa.Table) -> Callable[[sa.Connection], None]:
     return create
 
 
+def _add_columns(table: sa.Table, *names: str) -> Callable[[sa.Connection], None]:
+    """Add the columns ``names`` of ``table`` where the database's table lacks them (one created by an
+    earlier step of the same migration has them already)."""
+
+    def add(conn: sa.Connection) -> None:
+        present = {column["name"] for column in sa.inspect(conn).get_columns(table.name)}
+        for name in names:
+            if name not in present:
+                kind = table.c[name].type.compile(dialect=conn.dialect)
+                conn.execute(sa.text(f"ALTER TABLE {table.name} ADD COLUMN {name} {kind}"))
+
+    return add
+
+
 MIGRATIONS: tuple[Callable[[sa.Connection], None], ...] = (
     # 1: the store's tables
     _create_tables(rollouts, attempts, spans, resources, workers, span_sequence_ids, schema_meta),
     # 2: leases (one watchdog among workers) and idempotent replays shared through the database
     _create_tables(leases, replays),
+    # 3: replays keep the request's fingerprint and the results of its writes (logged with each write)
+    _add_columns(replays, "request_hash", "writes"),
 )
 """Step ``n`` (1-based) brings a database from version ``n - 1`` to ``n``. Only ever append."""
 assert len(MIGRATIONS) == SCHEMA_VERSION

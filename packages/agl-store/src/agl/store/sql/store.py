@@ -1,23 +1,23 @@
 """``SqlLightningStore``: the durable LightningStore on SQLite (a file) or PostgreSQL, one implementation.
 
 See :mod:`agl.store.sql._db` for transactions and durability, :mod:`._writes` and :mod:`._reads` for the
-operations. Waiting (``wait_for_rollouts``, ``dequeue_*`` with a timeout) is woken at once by writes of
-this process and polls the database (backing off to 100 ms) for writes of other processes.
+operations. Waiting (``wait_for_rollouts``, ``dequeue_*`` with a timeout) is woken by notification, of
+this process's writes and of other processes' (:mod:`._waiting`, :mod:`._coordination`).
 
 The watchdog (timeouts, unresponsive attempts) runs in one process at a time among all that share the
-database (the workers of ``agl store --workers N``, runners with their own store): the one holding the
-``watchdog`` lease (:mod:`._lease`); another takes over when the holder closes its store or stops renewing.
+database (the workers of ``agl store --workers N``, runners with their own store): the one holding a lock
+that dies with its holder (SQLite: an OS file lock next to the database; PostgreSQL: a session advisory
+lock); another takes over at its next scan once the holder has closed its store or died.
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import contextlib
 import logging
-import threading
+import os
+import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from agl.types import (
@@ -40,12 +40,12 @@ from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuer
 from pydantic import TypeAdapter
 
 from .._checks import spans_of
-from .._notify import Notifier, Waiter
 from .._watchdog import ScanDebouncer
 from ..base import FinishedAttempt, LightningStore, LightningStoreCapabilities, LightningStoreStatistics
-from . import _lease, _reads, _spans, _writes
+from . import _coordination, _reads, _spans, _writelog, _writes
 from ._db import Database
 from ._steps import Ctx, Effects
+from ._waiting import Inbox, Wake, poll
 
 __all__ = ["SqlLightningStore"]
 
@@ -53,57 +53,9 @@ T = TypeVar("T")
 
 logger = logging.getLogger("agl.store.sql")
 
-_WATCHDOG_LEASE = "watchdog"
-_MIN_LEASE_SECONDS = 10.0
-
-_MAX_POLL_INTERVAL = 0.1
-_FIRST_POLL_INTERVAL = 0.005
-
-
-class _Signal:
-    """Wakes waiters of any thread's loop when this process changes something they wait for."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._notifier = Notifier()
-
-    def register(self) -> Waiter:
-        with self._lock:
-            return self._notifier.register()
-
-    def unregister(self, waiter: Waiter) -> None:
-        with self._lock:
-            self._notifier.unregister(waiter)
-
-    def notify(self) -> None:
-        with self._lock:
-            self._notifier.notify_all()
-
-
-async def _poll(
-    check: Callable[[bool], Awaitable[T]], done: Callable[[T], bool], signal: _Signal, timeout: float | None
-) -> T:
-    """``check(woken)`` until ``done`` or the deadline; woken early by ``signal`` (``woken``: this process
-    changed something), polling other processes' writes (``woken`` false: first call, or a poll interval
-    passed without news)."""
-    deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
-    interval = _FIRST_POLL_INTERVAL
-    woken = False
-    while True:
-        waiter = signal.register()
-        try:
-            result = await check(woken)
-            if done(result):
-                return result
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return result
-            wait = interval if remaining is None else min(interval, remaining)
-            woken = await waiter.wait(wait)
-            if not woken:
-                interval = min(interval * 2, _MAX_POLL_INTERVAL)
-        finally:
-            signal.unregister(waiter)
+_MIN_TICK_SECONDS = 1.0
+"""Idle waiting calls wake every half debounce period, a second at least, to let the watchdog scan (nothing
+else may be calling the store): a scan comes at most 1.5 debounce periods after the last one."""
 
 
 _NAMED_RESOURCES: TypeAdapter[NamedResources] = TypeAdapter(NamedResources)
@@ -123,9 +75,6 @@ class SqlLightningStore(LightningStore):
         clock: Source of timestamps and of the watchdog's notion of now (tests pass a manual clock).
         scan_debounce_seconds: At most one watchdog scan for timed-out or unresponsive attempts per
             this many seconds of ``clock``; 0 scans on every watched call.
-        watchdog_lease_seconds: How long this process keeps the watchdog to itself among the processes
-            sharing the database without renewing it (default: 3 debounce periods, at least 10 s): how
-            long scans may pause when the process doing them dies.
         **engine_kwargs: Passed to SQLAlchemy's ``create_engine`` / ``create_async_engine``
             (e.g. ``pool_size``, ``connect_args``).
 
@@ -141,23 +90,19 @@ class SqlLightningStore(LightningStore):
         *,
         clock: Callable[[], float] = time.time,
         scan_debounce_seconds: float = 10.0,
-        watchdog_lease_seconds: float | None = None,
         **engine_kwargs: Any,
     ) -> None:
         self._db = Database(url, engine_kwargs)
         self._ctx = Ctx(clock=clock, dialect=self._db.dialect)
         self._clock = clock
         self._debouncer = ScanDebouncer(clock, scan_debounce_seconds)
-        if watchdog_lease_seconds is None:
-            watchdog_lease_seconds = max(3 * scan_debounce_seconds, _MIN_LEASE_SECONDS)
-        self._lease = _lease.Lease(_WATCHDOG_LEASE, watchdog_lease_seconds)
-        self._lease_holder = _lease.process_holder()
-        self._lease_held = False
+        self._tick = max(_MIN_TICK_SECONDS, scan_debounce_seconds / 2)
         self._started = time.monotonic()
-        self._queued = _Signal()
-        self._finished = _Signal()
-        self._finish_listeners: list[Callable[[set[str]], None]] = []
-        """Told the rollouts each committed write of this process finished (``wait_for_rollouts``)."""
+        self._inbox = Inbox()
+        """This store's waiters, and the listeners told which rollouts each committed write finished."""
+        self._coord = _coordination.attach(url, engine_kwargs, self._inbox)
+        self._leading = False
+        self._detached = False
 
     @property
     def dialect(self) -> str:
@@ -182,13 +127,9 @@ class SqlLightningStore(LightningStore):
         await self._db.ensure_schema()
 
     async def close(self) -> None:
-        if self._lease_held:  # let another process take the watchdog over at once
-            self._lease_held = False
-            self._lease.forget()
-            with contextlib.suppress(Exception):  # (a database gone meanwhile: the lease expires)
-                await asyncio.wait_for(
-                    self._db.write(_lease.give_up, _WATCHDOG_LEASE, self._lease_holder), timeout=5
-                )
+        if not self._detached:  # the last store of this process lets the watchdog's lock go
+            self._detached = True
+            await _coordination.detach(self._coord, self._inbox)
         await self._db.close()
 
     async def release_loop_resources(self) -> None:
@@ -202,17 +143,11 @@ class SqlLightningStore(LightningStore):
         effects = Effects()
         committed = False
         try:
-            result = await self._db.write(fn, self._ctx, effects, *args)
+            result = await self._db.write(self._coord.wrap(fn), self._ctx, effects, *args, write_of=fn)
             committed = True
             return result
         finally:
-            if effects.queued:
-                self._queued.notify()
-            if effects.finished:
-                if committed:
-                    for tell in list(self._finish_listeners):
-                        tell(effects.finished)
-                self._finished.notify()
+            self._coord.publish(effects.queued, effects.finished, committed)
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._db.read(fn, self._ctx, *args)
@@ -229,19 +164,16 @@ class SqlLightningStore(LightningStore):
             await self._write(_writes.apply_watchdog, rollout_id)
 
     async def _hold_watchdog(self) -> bool:
-        """Whether this process runs the watchdog now (it holds, or has just taken, the lease)."""
-        now = self._clock()
-        fresh = self._lease.fresh(now)
-        if fresh is not None:
-            return fresh
-        held = await self._db.write(_lease.take, _WATCHDOG_LEASE, self._lease_holder, now, self._lease.ttl)
-        self._lease.record(now, held)
-        if held != self._lease_held:
-            self._lease_held = held
+        """Whether this process runs the watchdog now: it holds the watchdog's lock, or has just taken it
+        (a lock that dies with its holder; see :mod:`._coordination`)."""
+        held = await self._coord.lead()
+        if held != self._leading:
+            self._leading = held
+            process = f"{socket.gethostname()}:{os.getpid()}"
             if held:
-                logger.info("watchdog: %s now runs the watchdog of this store", self._lease_holder)
+                logger.info("watchdog: %s now runs the watchdog of this store", process)
             else:
-                logger.info("watchdog: another process took the watchdog over from %s", self._lease_holder)
+                logger.info("watchdog: %s no longer runs the watchdog of this store", process)
         return held
 
     # -- rollouts and the queue ---------------------------------------------------------------
@@ -258,16 +190,17 @@ class SqlLightningStore(LightningStore):
         self, limit: int, worker_id: str | None, timeout: float
     ) -> list[AttemptedRollout]:
         await self._watchdog()
-        first_try = True
 
-        async def claim(_woken: bool) -> list[AttemptedRollout]:
-            nonlocal first_try
-            mark_idle, first_try = first_try, False  # an empty dequeue marks the worker idle once per call
+        async def claim(wake: Wake) -> list[AttemptedRollout]:
+            mark_idle = wake == "first"  # an empty dequeue marks the worker idle once per call
             if not mark_idle:
                 await self._watchdog()  # a long wait must still notice timeouts (nothing else may call)
+                if wake == "tick":  # nothing was queued meanwhile (the watchdog's requeues wake us)
+                    return []
             # Polling an empty queue: a read, and (first try) the idle mark. On PostgreSQL the first try
             # skips the read: a round trip more whenever there is work.
             probe = not mark_idle or self._db.dialect == "sqlite"
+            probe = probe and not _writelog.replaying(_writes.dequeue)  # (a retry gets its first try's claim)
             if probe and not await self._read(_writes.has_queue_entries):
                 if mark_idle and worker_id:
                     await self._write(_writes.mark_idle, worker_id)
@@ -275,8 +208,11 @@ class SqlLightningStore(LightningStore):
             return await self._write(_writes.dequeue, limit, worker_id, mark_idle)
 
         if timeout <= 0:
-            return await claim(False)
-        return await _poll(claim, bool, self._queued, timeout)
+            return await claim("first")
+        self._coord.join()
+        return await poll(
+            claim, bool, self._inbox.queued, timeout, covered=self._coord.covered, tick=self._tick
+        )
 
     async def start_attempt(self, rollout_id: str, worker_id: str | None = None) -> AttemptedRollout:
         await self._watchdog()
@@ -339,24 +275,32 @@ class SqlLightningStore(LightningStore):
         def tell(rollout_ids: set[str]) -> None:
             told.append(rollout_ids & wanted)
 
-        async def progress(woken: bool) -> int:
-            """How many have finished: this process's own writes say which; the others' are read (only
-            those not seen finished yet) when no news came for a poll interval. (Reading them back at
-            every finish cost the calc app a tenth of its steps.)"""
+        async def progress(wake: Wake) -> int:
+            """How many have finished: the writes of this process, and those of others that said which,
+            tell; the rest are read (only those not seen finished yet) when news came without saying
+            which. (Reading them back at every finish cost the calc app a tenth of its steps.)"""
             await self._watchdog()
             while told:
                 finished.update(told.popleft())
-            if not woken:
+            if wake in ("first", "reread"):
                 waiting = [rid for rid in wanted if rid not in finished]
                 if waiting:
                     finished.update(await self._read(_reads.finished_rollout_ids, waiting))
             return len(finished)
 
-        self._finish_listeners.append(tell)
+        self._coord.join()
+        self._inbox.finish_listeners.append(tell)
         try:
-            await _poll(progress, lambda count: count >= known, self._finished, timeout)
+            await poll(
+                progress,
+                lambda count: count >= known,
+                self._inbox.finished,
+                timeout,
+                covered=self._coord.covered,
+                tick=self._tick,
+            )
         finally:
-            self._finish_listeners.remove(tell)
+            self._inbox.finish_listeners.remove(tell)
         return await self._read(_reads.finished_rollouts, ids)  # as they are now, in request order
 
     async def _known_rollout_count(self, ids: list[str]) -> int:

@@ -83,7 +83,11 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (404, "Unknown id"),
         (409, "Conflict with the current state"),
         (413, "Request body too large"),
-        (422, "Body or parameters do not match the schema; the message names the field"),
+        (
+            422,
+            "Body or parameters do not match the schema (the message names the field), or an Idempotency-Key "
+            "is reused with another request (IdempotencyKeyReused)",
+        ),
         (500, "Server fault"),
     ]
 }

@@ -16,6 +16,7 @@ metric and replay:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import logging
 import time
@@ -32,11 +33,12 @@ from ._middleware import (
     Scope,
     Send,
     bad_content_length,
+    key_reused,
     too_large,
     unauthorized,
 )
 from ._ops import error_reply, fault_reply, reply_headers
-from ._replay import MemoryReplayCache, RecordedAnswer, ReplayCache
+from ._replay import KeyReused, MemoryReplayCache, RecordedAnswer, ReplayCache, current_writes
 from ._routes import RouteMatch, RouteTable, answer
 
 if TYPE_CHECKING:
@@ -154,23 +156,33 @@ class HotPath:
         method: str,
         path: str,
         key: bytes | None,
+        body: bytes,
         produce: Callable[..., Awaitable[Answer]],
         *args: Any,
     ) -> Answer:
-        """The answer to a whole request that passed :meth:`check`: a replay, or ``produce(*args)``'s
-        answer (remembered under the request's idempotency key, unless it is a server fault)."""
-        cache_key = replay_key_of(path, key) if key is not None and method == "POST" else None
-        if cache_key is None:
+        """The answer to a whole request (``body``) that passed :meth:`check`: a replay, a 422 for a key
+        reused with another body, or ``produce(*args)``'s answer (remembered under the request's
+        idempotency key, unless it is a server fault; its writes log their results under the key while
+        it runs, where the cache keeps a :class:`~._replay.WriteLog`)."""
+        if key is None or method != "POST":
             return await self._barrier(method, path, produce(*args))
-        recorded = await self.cache.claim(cache_key)
-        if recorded is not None:
+        cache_key = replay_key_of(path, key)
+        try:
+            recorded = await self.cache.claim(cache_key, hashlib.sha256(body).hexdigest())
+        except KeyReused:
+            return _early(key_reused(path, key))
+        if isinstance(recorded, RecordedAnswer):
             return recorded.status, [*recorded.headers, _REPLAYED], recorded.body
         keep: RecordedAnswer | None = None
+        if recorded is not None:
+            current_writes.set(recorded)
         try:
             reply = await self._barrier(method, path, produce(*args))
             if reply[0] < 500:  # server faults are not remembered: a retry runs for real
                 keep = RecordedAnswer(*reply)
         finally:
+            if recorded is not None:
+                current_writes.set(None)
             await self.cache.release(cache_key, keep)
         return reply
 
@@ -218,9 +230,11 @@ class HotPathMiddleware:
             return
         match = hot.table.match(method, path)
         if match is not None:
-            reply = await hot.respond(method, path, key, hot.answer_route, match, content_type, body)
+            reply = await hot.respond(method, path, key, body, hot.answer_route, match, content_type, body)
         else:
-            reply = await hot.respond(method, path, key, _collect, self.app, scope, _replaying(body, receive))
+            reply = await hot.respond(
+                method, path, key, body, _collect, self.app, scope, _replaying(body, receive)
+            )
         await _send_answer(send, reply)
 
 
@@ -405,7 +419,7 @@ class HotCycle:
         self._body = []
         hot = self._hot
         coro = hot.respond(
-            self._method, self._path, self._key, hot.answer_route, self._match, self._content_type, body
+            self._method, self._path, self._key, body, hot.answer_route, self._match, self._content_type, body
         )
         try:
             done, reply, task = start(coro, self._proto.loop, hot.eager)

@@ -1,4 +1,4 @@
-"""The ASGI types of the store server's layers, and the early error answers (401, 413, 400) of its checks.
+"""The ASGI types of the store server's layers, and the early error answers (401, 413, 400, 422) of its checks.
 
 The checks themselves (token, size cap, idempotent replay, fault barrier) are one implementation, in
 :mod:`._hot`.
@@ -18,6 +18,7 @@ __all__ = [
     "Send",
     "bad_content_length",
     "json_error",
+    "key_reused",
     "too_large",
     "unauthorized",
 ]
@@ -65,3 +66,15 @@ def too_large(max_body_bytes: int) -> tuple[Message, Message]:
 
 def bad_content_length(declared: bytes) -> tuple[Message, Message]:
     return json_error(400, f"invalid Content-Length header {declared!r}", "InvalidRequestError")
+
+
+def key_reused(path: str, key: bytes) -> tuple[Message, Message]:
+    """The 422 answer to ``Idempotency-Key: key`` sent again to ``path`` with another body than its first
+    request's: not a retry (which repeats its request exactly), so neither replayed nor applied."""
+    shown = key.decode("latin-1")
+    return json_error(
+        422,
+        f"Idempotency-Key {shown!r} was already used for a different request body to POST {path}: a retry "
+        "must repeat its request exactly, and a new request needs a new key",
+        "IdempotencyKeyReused",
+    )

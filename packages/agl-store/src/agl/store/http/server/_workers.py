@@ -5,9 +5,9 @@ The parent process prepares the database (schema, once), binds the socket, start
 replaced (with a growing pause, and the parent gives up after too many deaths in a row); SIGINT/SIGTERM
 stop them all gracefully. What the workers share goes through the database:
 
-- long polls (``wait_for_rollouts``, dequeue with a timeout) poll it, so a write on one worker wakes a
-  waiter on another within the poll interval (100 ms at most);
-- the watchdog runs in one worker at a time (a lease row, see :mod:`agl.store.sql._lease`);
+- a write on one worker wakes the long polls (``wait_for_rollouts``, dequeue with a timeout) of the others
+  (:mod:`agl.store.sql._waiting`: PostgreSQL ``NOTIFY``, SQLite's ``data_version``);
+- the watchdog runs in one worker at a time (an OS or database lock, see :mod:`agl.store.sql._coordination`);
 - idempotent replays are kept in it (:class:`agl.store.sql.SqlReplayCache`), so a retried write is applied
   once whichever worker it reaches, and after a restart too;
 - Prometheus metrics are written to ``PROMETHEUS_MULTIPROC_DIR`` (a temporary directory unless set) and
