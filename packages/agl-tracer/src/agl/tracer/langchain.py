@@ -20,7 +20,7 @@ import contextvars
 import json
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -34,11 +34,17 @@ from .attributes import sanitize_attributes
 if TYPE_CHECKING:
     from opentelemetry.context import Context
 
-    from .otel import OtelTracer
-
 __all__ = ["LangChainSpanHandler"]
 
 logger = logging.getLogger(__name__)
+
+
+class _SpanSource(Protocol):
+    """What the handler uses of its :class:`~agl.tracer.OtelTracer`: a protocol, so that this module does not
+    import :mod:`agl.tracer.otel`, which imports it."""
+
+    @property
+    def otel_tracer(self) -> trace_api.Tracer: ...
 
 
 def _json(value: Any) -> str:
@@ -62,7 +68,7 @@ class LangChainSpanHandler(BaseCallbackHandler):
     Spans of runs outside the tracer's trace contexts are not recorded, as with any span of the tracer.
     """
 
-    def __init__(self, tracer: OtelTracer, tags: list[str] | None = None) -> None:
+    def __init__(self, tracer: _SpanSource, tags: list[str] | None = None) -> None:
         super().__init__()
         self.tracer = tracer
         self.tags = list(tags or [])

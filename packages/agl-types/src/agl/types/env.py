@@ -19,6 +19,8 @@ Variable                          Meaning                                       
 ``AGL_PROXY_TOKEN``               bearer token of the LLM proxy                                none
 ``AGL_AGENTOPS_SERVICE``          let ``AgentOpsTracer`` use AgentOps' hosted service          false
 ``AGL_EMITTER_DEBUG``             kept for the reference system's enum; nothing reads it       false
+``AGL_CPU_SERVER_THREADS``        torch threads of each model server of verl's CPU rollout     ``2``
+                                  (``agl.algorithms.verl.cpu``)
 ================================  ===========================================================  ==============
 
 Booleans accept ``1/true/yes/on`` and ``0/false/no/off`` in any case; anything else is a ``ValueError`` that
@@ -34,6 +36,14 @@ directory.
 One other library's variable is read here, through the same parser: ``PROMETHEUS_MULTIPROC_DIR``
 (:data:`PROMETHEUS_MULTIPROC_DIR`), prometheus-client's directory for multi-process metrics; when it is set,
 the store server, the LLM proxy and the algorithms' metrics run in multi-process mode.
+
+Other libraries' variables that agl only looks at are read through :func:`read_env` (and set, when agl sets
+them, through :func:`export_env`), so that this module stays the one place that touches ``os.environ``:
+the ``mlflow`` tracker (``agl.algorithms.trackers``) reads MLflow's ``MLFLOW_TRACKING_URI`` and
+``MLFLOW_EXPERIMENT_NAME`` and, for its default file store, sets ``MLFLOW_ALLOW_FILE_STORE`` to true when
+absent; the ``wandb`` tracker reads W&B's ``WANDB_DIR``, ``WANDB_MODE`` and ``WANDB_PROJECT``; verl's CPU
+support (``agl.algorithms.verl.cpu``) reads verl's ``VERL_PLATFORM``, and its rollout reads
+``torch.distributed``'s ``RANK``.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from typing import Any, Generic, TypeVar, overload
 
 __all__ = [
     "AGENTOPS_SERVICE",
+    "CPU_SERVER_THREADS",
     "CURRENT_ROLE",
     "DEFAULT_STORE_HOST",
     "DEFAULT_STORE_PORT",
@@ -60,6 +71,7 @@ __all__ = [
     "STORE_TOKEN",
     "EnvVar",
     "LightningEnvVar",
+    "export_env",
     "parse_bool",
     "parse_choice",
     "parse_float",
@@ -94,6 +106,7 @@ class LightningEnvVar(str, Enum):
     AGL_STORE_BACKEND = "AGL_STORE_BACKEND"
     AGL_PROXY_TOKEN = "AGL_PROXY_TOKEN"
     AGL_AGENTOPS_SERVICE = "AGL_AGENTOPS_SERVICE"
+    AGL_CPU_SERVER_THREADS = "AGL_CPU_SERVER_THREADS"
 
 
 # -- the parser -------------------------------------------------------------------------------
@@ -107,6 +120,20 @@ def read_env(name: str | LightningEnvVar) -> str | None:
     """The stripped value of the variable, or ``None`` when it is unset, empty or blank."""
     value = os.environ.get(_key(name))
     return None if value is None or not value.strip() else value.strip()
+
+
+def export_env(name: str | LightningEnvVar, value: str | None, *, keep_existing: bool = False) -> None:
+    """Set the variable in this process's environment (``None``: remove it), so that the libraries that read
+    it later and the processes it starts from now on see it. With ``keep_existing`` a variable that is already
+    present, even blank, is left as it is (``os.environ.setdefault``)."""
+    key = _key(name)
+    if value is None:
+        if not keep_existing:
+            os.environ.pop(key, None)
+    elif keep_existing:
+        os.environ.setdefault(key, value)
+    else:
+        os.environ[key] = value
 
 
 def parse_str(name: str, value: str) -> str:
@@ -177,10 +204,7 @@ class EnvVar(Generic[T]):
     def export(self, value: str | None) -> None:
         """Set the variable in this process's environment (``None``: remove it), so that the processes it
         starts from now on see it (e.g. ``agl store --workers N`` giving its workers a metrics directory)."""
-        if value is None:
-            os.environ.pop(self.name, None)
-        else:
-            os.environ[self.name] = value
+        export_env(self.name, value)
 
 
 CURRENT_ROLE: EnvVar[str] = EnvVar(
@@ -216,6 +240,12 @@ AGENTOPS_SERVICE: EnvVar[bool] = EnvVar(
 EMITTER_DEBUG: EnvVar[bool] = EnvVar(
     "AGL_EMITTER_DEBUG", "kept for the reference system's enum; nothing reads it", False, parse_bool
 )
+CPU_SERVER_THREADS: EnvVar[int] = EnvVar(
+    "AGL_CPU_SERVER_THREADS",
+    "torch threads of each model server of verl's CPU rollout (agl.algorithms.verl.cpu)",
+    2,
+    parse_int,
+)
 
 PROMETHEUS_MULTIPROC_DIR: EnvVar[str | None] = EnvVar(
     "PROMETHEUS_MULTIPROC_DIR",
@@ -234,6 +264,7 @@ ENV_VARS: tuple[EnvVar[Any], ...] = (
     PROXY_TOKEN,
     AGENTOPS_SERVICE,
     EMITTER_DEBUG,
+    CPU_SERVER_THREADS,
 )
 """Every variable, in the order of the table above."""
 

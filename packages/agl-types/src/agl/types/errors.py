@@ -35,11 +35,14 @@ class AglError(Exception):
         │   ├── StoreServerError                        5xx through every retry
         │   └── StoreConnectionError [ConnectionError]  unreachable through every retry
         ├── MissingExtraError [ImportError]             agl.types.extras: an optional dependency is absent
+        │   └── TrackerUnavailable                      agl.algorithms.trackers: a chosen tracker's library is absent
         ├── OTLPIngestError                             agl.store.errors: an OTLP/HTTP request refused
+        ├── KeyReused                                   agl.store: an Idempotency-Key reused with another body (422)
         ├── StoreFullError                              agl.store.errors: a capped in-memory store is full (507)
         │   └── StoreFullClientError [StoreClientError] the same, over HTTP (not retried)
         ├── AllRolloutsFailed [RuntimeError]            agl.algorithms.apo: no rollout of a whole batch succeeded
         ├── LLMCallFailed                               agl.algorithms.apo: a critic/editor call gave up
+        ├── NoTrainingSample [RuntimeError]             agl.algorithms.verl: a training rollout gave no sample
         ├── StrategyError [RuntimeError]                agl.runner: a runner or the algorithm failed
         ├── AttemptEnded                                agl.runner: the store ended an attempt mid-agent
         └── AgentCancelled                              agl.runner: raised in an abandoned sync agent's thread

@@ -27,6 +27,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from agl.types.extras import MissingExtraError
+
 __all__ = [
     "TRACKERS",
     "MetricsSink",
@@ -55,7 +57,7 @@ class MetricsSink(Protocol):
     def close(self) -> None: ...
 
 
-class TrackerUnavailable(ImportError):
+class TrackerUnavailable(MissingExtraError):
     """A chosen tracker's library is not installed (the message names the extra that installs it)."""
 
     def __init__(self, tracker: str, distribution: str) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from agl.types.env import export_env, read_env
 
 from . import TrackerUnavailable, numeric_figures
 
@@ -38,13 +39,13 @@ class MLflowSink:
             raise TrackerUnavailable("mlflow", "mlflow (or mlflow-skinny)") from exc
         self._metric: Any = entities.Metric
         tracking_uri: str | None = None
-        if not os.environ.get("MLFLOW_TRACKING_URI"):
+        if read_env("MLFLOW_TRACKING_URI") is None:
             tracking_uri = (Path(run_dir) / "mlruns").resolve().as_uri()
-            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+            export_env("MLFLOW_ALLOW_FILE_STORE", "true", keep_existing=True)
         client: Any = MlflowClient(tracking_uri=tracking_uri)
         self._client = client
         self.tracking_uri: str = str(client.tracking_uri)
-        name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or "agl"
+        name = read_env("MLFLOW_EXPERIMENT_NAME") or "agl"
         experiment = client.get_experiment_by_name(name)
         experiment_id = experiment.experiment_id if experiment is not None else client.create_experiment(name)
         run = client.create_run(experiment_id, run_name=run_name, tags={"agl.algorithm": algorithm})

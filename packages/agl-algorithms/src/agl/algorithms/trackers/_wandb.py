@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from agl.types.env import read_env
 
 from . import TrackerUnavailable, numeric_figures
 
@@ -28,11 +29,11 @@ class WandbSink:
             import wandb
         except ImportError as exc:
             raise TrackerUnavailable("wandb", "wandb") from exc
-        directory = None if os.environ.get("WANDB_DIR") else str(Path(run_dir).resolve())
-        mode = None if os.environ.get("WANDB_MODE") else "offline"
+        directory = None if read_env("WANDB_DIR") else str(Path(run_dir).resolve())
+        mode = None if read_env("WANDB_MODE") else "offline"
         init: Any = wandb.init
         self._run: Any = init(
-            project=os.environ.get("WANDB_PROJECT") or "agl",
+            project=read_env("WANDB_PROJECT") or "agl",
             name=run_name,
             dir=directory,
             mode=mode,

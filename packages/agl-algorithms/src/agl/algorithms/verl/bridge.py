@@ -28,7 +28,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from agl.types import RolloutConfig
+from agl.types import AglError, RolloutConfig
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from ..credit import CreditAssignment
@@ -54,7 +54,7 @@ BRIDGE_STATS = ConversionStats()
 TOKEN_RETURNS_KEY = "agl_token_returns"
 
 
-class NoTrainingSample(RuntimeError):
+class NoTrainingSample(AglError, RuntimeError):
     """A training rollout gave no sample: verl marks its session failed (and refills an empty group)."""
 
 

@@ -39,6 +39,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
+from agl.types.env import read_env
 
 __all__ = [
     "ROLLOUT_NAME",
@@ -55,6 +56,11 @@ logger = logging.getLogger(__name__)
 VERL_VERSION_CHECKED = "0.9.1"
 ROLLOUT_NAME = "agl_local"
 PLATFORM_NAME = "cpu"
+
+
+def _on_cpu_platform() -> bool:
+    """Whether verl's ``VERL_PLATFORM`` asks for this CPU platform (in any case)."""
+    return (read_env("VERL_PLATFORM") or "").lower() == PLATFORM_NAME
 
 
 def verl_runtime_env() -> dict[str, str]:
@@ -185,7 +191,7 @@ class PlatformCPU(_platform_base()):
         return True
 
     def is_platform_available(self, use_smi_check: bool = False) -> bool:
-        return os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM_NAME
+        return _on_cpu_platform()
 
     def current_device(self) -> Any:
         return torch.device("cpu")  # an int would be read as a CUDA device (FSDP device_id, model.to)
@@ -329,5 +335,5 @@ def install() -> None:
 
 
 _patch_trl()
-if os.environ.get("VERL_PLATFORM", "").strip().lower() == PLATFORM_NAME:
+if _on_cpu_platform():
     install()

@@ -13,11 +13,11 @@ Checked against verl 0.9.1 (see :mod:`.cpu`).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable
 from typing import Any
 
 import ray
+from agl.types.env import CPU_SERVER_THREADS, read_env
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
 
@@ -87,7 +87,7 @@ class AglLocalReplica(RolloutReplica):
         actor_cls: Any = ray.remote(AglModelServerActor)
         server = actor_cls.options(
             name=server_actor_name(self.replica_rank), num_cpus=0, max_concurrency=16
-        ).remote(path, path, threads=int(os.environ.get("AGL_CPU_SERVER_THREADS", "2")))
+        ).remote(path, path, threads=CPU_SERVER_THREADS.get())
         address = await server.launch.remote()
         self.servers = [server]
         self._server_handle = server
@@ -105,7 +105,7 @@ class AglLocalServerAdapter(BaseRollout):
         self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1, **kwargs: Any
     ) -> None:
         super().__init__(config, model_config, device_mesh)  # pyright: ignore[reportUnknownMemberType]  # verl's types
-        rank = int(os.environ.get("RANK", "0"))
+        rank = int(read_env("RANK") or "0")  # torch.distributed's rank of this worker
         world = max(
             1,
             int(self.config.tensor_model_parallel_size)
