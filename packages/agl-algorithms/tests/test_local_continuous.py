@@ -4,10 +4,11 @@ cancelled mid-sequence, respect the KV cache bound, and a weight swap waits for 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -230,3 +231,43 @@ def test_a_streaming_client_that_goes_away_frees_its_row(tmp_path_factory: pytes
         wait_until(lambda: server.engine.running == 0)
         assert server.engine.stats["cancelled"] == 1
         assert server.engine.stats["generated_tokens"] < 250
+
+
+class _SilentEngine:
+    """Takes each request and never answers it (nor emits a token) unless it is cancelled."""
+
+    def __init__(self) -> None:
+        self.futures: list[concurrent.futures.Future[GenerationResult]] = []
+
+    def submit(
+        self, prompt_ids: list[int], params: SamplingParams, on_token: Any = None
+    ) -> concurrent.futures.Future[GenerationResult]:
+        future: concurrent.futures.Future[GenerationResult] = concurrent.futures.Future()
+        self.futures.append(future)
+        return future
+
+
+async def test_a_stream_cancelled_while_it_waits_for_a_token_leaves_no_task_behind(
+    loaded: tuple[Any, Any],
+) -> None:
+    # A client that goes away while no token comes: Starlette cancels the stream where it waits. Nothing of the
+    # stream may stay pending on the server's loop (it would be destroyed, pending, once that loop is closed).
+    from agl.algorithms.local import ModelServer
+
+    model, tokenizer = loaded
+    server = ModelServer(model, tokenizer, served_model_name="tiny")
+    engine = _SilentEngine()
+    server.engine = cast(Any, engine)
+    params = SamplingParams(max_tokens=5)
+    stream = server._stream("chatcmpl-x", [1, 2, 3], params, False, False, False)  # pyright: ignore[reportPrivateUsage]
+    assert (await anext(stream)).startswith("data: ")  # the role chunk
+    before = asyncio.all_tasks()
+    reading = asyncio.ensure_future(anext(stream))
+    await asyncio.sleep(0.05)
+    assert not reading.done()
+    reading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    await asyncio.sleep(0)
+    assert engine.futures[0].cancelled()  # its row is freed
+    assert asyncio.all_tasks() == before

@@ -10,6 +10,7 @@ it sets ``logprobs``. Weights are swapped in place with :meth:`ModelServer.updat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hmac
 import json
@@ -388,12 +389,21 @@ class ModelServer(ServedModel):
         include_usage: bool,
     ) -> AsyncIterator[str]:
         loop = asyncio.get_running_loop()
-        tokens: asyncio.Queue[tuple[int, float]] = asyncio.Queue()
+        # The worker thread posts each token, then None once the request is answered (its future is done:
+        # finished, failed or cancelled): the stream awaits this one queue, and no task of its own that a
+        # client going away could leave pending.
+        events: asyncio.Queue[tuple[int, float] | None] = asyncio.Queue()
+
+        def post(event: tuple[int, float] | None) -> None:
+            # RuntimeError: the server's loop is closed (the stream is gone; nobody reads the queue).
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(events.put_nowait, event)
 
         def on_token(token: int, logprob: float) -> None:
-            loop.call_soon_threadsafe(tokens.put_nowait, (token, logprob))
+            post((token, logprob))
 
-        future = asyncio.wrap_future(self.engine.submit(prompt_ids, params, on_token=on_token))
+        future = self.engine.submit(prompt_ids, params, on_token=on_token)
+        future.add_done_callback(lambda _: post(None))
         created = int(time.time())
 
         def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
@@ -428,15 +438,8 @@ class ModelServer(ServedModel):
             yield f"data: {json.dumps(first)}\n\n"
             generated: list[int] = []
             sent = ""
-            while True:
-                getter = asyncio.ensure_future(tokens.get())
-                await asyncio.wait({getter, future}, return_when=asyncio.FIRST_COMPLETED)
-                if not getter.done():
-                    getter.cancel()
-                    if tokens.empty():
-                        break
-                    continue
-                token, logprob = getter.result()
+            while (event := await events.get()) is not None:
+                token, logprob = event
                 generated.append(token)
                 text = self._streamed_text(generated, params.stop)
                 delta_text, sent = text[len(sent) :], max(text, sent, key=len)
@@ -471,8 +474,7 @@ class ModelServer(ServedModel):
                 yield f"data: {json.dumps(payload)}\n\n"
             yield "data: [DONE]\n\n"
         finally:
-            if not future.done():  # the client went away: free its row in the batch
-                future.cancel()
+            future.cancel()  # when the client went away: free its row in the batch (a no-op once answered)
 
 
 async def _read_json(request: Request) -> dict[str, Any]:
