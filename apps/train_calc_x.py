@@ -78,6 +78,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--n", type=int, default=8, help="samples per task (the GRPO group size)")
     p.add_argument(
+        "--max-staleness",
+        type=int,
+        default=0,
+        help="asynchronous training: runners keep generating during updates, and samples may come from "
+        "weights up to K versions old (0: synchronous; default: %(default)s)",
+    )
+    p.add_argument(
+        "--correction",
+        choices=["decoupled", "tis", "none"],
+        default="decoupled",
+        help="off-policy correction of --max-staleness > 0 (default: %(default)s)",
+    )
+    p.add_argument(
         "--lr", type=float, default=3e-4, help="learning rate of the update (default: %(default)s)"
     )
     p.add_argument(
@@ -148,7 +161,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="RUN_DIR",
         help="continue a killed run from its last checkpoint and its store (give the same other flags)",
     )
-    return p.parse_args(argv)
+    p.add_argument(
+        "--lora-rank",
+        type=int,
+        default=0,
+        help="local: train a LoRA adapter of this rank (PEFT) instead of every weight; the model server gets the "
+        "merged weights and checkpoints hold the adapter alone (0: full fine-tuning; default: %(default)s)",
+    )
+    p.add_argument(
+        "--lora-alpha", type=float, default=None, help="LoRA alpha (scale alpha/rank; default: 2 x rank)"
+    )
+    p.add_argument(
+        "--lora-targets",
+        default="all-linear",
+        help="comma-separated module names the adapter wraps (q_proj,v_proj,...) or all-linear (default)",
+    )
+    args = p.parse_args(argv)
+    if args.lora_rank > 0 and args.algorithm != "local":
+        p.error("--lora-rank is for --algorithm local")
+    return args
+
+
+def lora_setting(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``GRPOConfig.lora`` from ``--lora-rank``, ``--lora-alpha`` and ``--lora-targets`` (``None``: off)."""
+    if args.lora_rank <= 0:
+        return None
+    targets = args.lora_targets if args.lora_targets == "all-linear" else args.lora_targets.split(",")
+    alpha = args.lora_alpha if args.lora_alpha is not None else 2.0 * args.lora_rank
+    return {"rank": args.lora_rank, "alpha": alpha, "targets": targets}
 
 
 def logger_names(spec: str) -> tuple[str, ...]:
@@ -315,7 +355,10 @@ def main(argv: list[str] | None = None) -> int:
         served_model_name="calc-tiny" if args.model == str(DEFAULT_MODEL) else Path(args.model).name,
         checkpoint_dir=str(out_dir / "checkpoint"),
         checkpoint_every=args.checkpoint_every,
+        max_staleness=args.max_staleness,
+        correction=args.correction,
         resume=args.resume is not None,
+        lora=lora_setting(args),
         on_step=on_step,
         on_validation=on_validation,
         metrics=metrics,

@@ -12,8 +12,10 @@ from agl.types.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._serving import ServedModel
+    from .config import GRPOConfig
     from .engine import GenerationEngine, GenerationResult, SamplingParams
-    from .grpo import GRPOConfig, LocalGRPO
+    from .grpo import LocalGRPO
+    from .lora import LoraSettings
     from .server import ModelServer, load_model
     from .server_process import ModelServerProcess
 
@@ -22,6 +24,7 @@ __all__ = [
     "GenerationEngine",
     "GenerationResult",
     "LocalGRPO",
+    "LoraSettings",
     "ModelServer",
     "ModelServerProcess",
     "SamplingParams",
@@ -35,8 +38,9 @@ __getattr__, __dir__ = lazy_exports(
         "GenerationEngine": ".engine",
         "GenerationResult": ".engine",
         "SamplingParams": ".engine",
-        "GRPOConfig": ".grpo",
+        "GRPOConfig": ".config",
         "LocalGRPO": ".grpo",
+        "LoraSettings": ".lora",
         "ModelServer": ".server",
         "ModelServerProcess": ".server_process",
         "load_model": ".server",

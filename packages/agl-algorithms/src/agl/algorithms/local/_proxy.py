@@ -31,7 +31,7 @@ class ServingProxy(SupportsLLMProxy, Protocol):
 
 
 async def serving_proxy(
-    given: SupportsLLMProxy | None, store: LightningStore, name: str, url: str
+    given: SupportsLLMProxy | None, store: LightningStore, name: str, url: str, *, logprobs: bool = False
 ) -> ServingProxy:
     """The LLM proxy pointed at the model server at ``url`` (serving it as ``name``): a new one when none is
     ``given``. A given proxy that is running is restarted so that it serves the new model list (and stays
@@ -41,11 +41,15 @@ async def serving_proxy(
     if given is None:
         from agl.proxy import LLMProxy
 
-        return LLMProxy(model_list=model_list, store=store)
+        return LLMProxy(model_list=model_list, store=store, request_logprobs=logprobs)
     if not isinstance(given, ServingProxy):
         raise TypeError(
             f"LocalGRPO points the LLM proxy at its model server and publishes it as a resource; "
             f"{type(given).__name__} lacks update_model_list() or as_resource(): give an agl.proxy.LLMProxy"
+        )
+    if logprobs and getattr(given, "request_logprobs", True) is False:
+        raise ValueError(
+            "asynchronous training corrects with the recorded logprobs: give LLMProxy(request_logprobs=True)"
         )
     given.update_model_list(model_list)
     given.set_store(store)

@@ -10,7 +10,11 @@ __all__ = ["ThreadChoice", "with_threads"]
 
 
 class ThreadChoice:
-    """Picks the torch thread count of the update from measured seconds per token: 1 or every core."""
+    """Picks the torch thread count of the update from measured seconds per token: 1 or every core.
+
+    The first updates try one thread and every core; later ones use the faster per token (re-tried every 10
+    steps), so idle cores are used when they really are idle; one thread whenever the load average is above
+    the number of cores + 1 (a busy machine is not oversubscribed: there two threads were 2-10x slower)."""
 
     def __init__(self, cores: int, every: int = 10) -> None:
         self.options = sorted({1, max(1, cores)})

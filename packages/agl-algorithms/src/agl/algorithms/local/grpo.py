@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import functools
 import logging
 import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from agl.store import LightningStore
 from agl.types import Dataset, EnqueueRolloutRequest, NamedResources, Rollout, Span, Triplet
@@ -32,9 +31,12 @@ from agl.types.extras import requires_extra
 from ..base import Algorithm, SupportsAdapt
 from ..metrics import AlgorithmMetrics
 from ..utils import running_proxy
+from . import lora as _lora
 from ._proxy import ServingProxy, serving_proxy
+from ._samples import batch_samples, pad_id
 from ._serving import ServedModel
 from ._threads import ThreadChoice, with_threads
+from .async_loop import AsyncTraining
 from .checkpoint import (
     Checkpoint,
     restore_optimizer,
@@ -43,6 +45,7 @@ from .checkpoint import (
     write_checkpoint,
     write_pending,
 )
+from .config import GRPOConfig
 
 if TYPE_CHECKING:
     from ..adapter.diagnosis import NoDataTally
@@ -64,61 +67,6 @@ _ENGINE_COUNTERS = (
 )
 """The model engine's counters whose change over a step goes into the step's metrics as ``engine_<name>``
 (its generated tokens, batches and busy seconds have names of their own there)."""
-
-
-@dataclass
-class GRPOConfig:
-    """Settings of :class:`LocalGRPO` (defaults: the calculator recipe of ``apps/train_calc_x.py``)."""
-
-    steps: int = 60
-    prompts_per_step: int = 16
-    n: int = 8
-    lr: float = 3e-4
-    weight_decay: float = 0.0
-    clip_eps: float = 0.2
-    max_grad_norm: float = 1.0
-    epochs: int = 1
-    mini_batches: int = 1
-    temperature: float = 1.0
-    max_tokens: int = 64
-    val_temperature: float = 0.0
-    val_every: int = 10
-    """Evaluate on the validation set every this many steps (and always before and after); 0: only then.
-    Each validation overlaps the following step (see the module docstring)."""
-    success_threshold: float = 1.0
-    """An episode counts as correct when its reward is at least this."""
-    credit: str = "final"
-    """Credit assignment over turns (:mod:`agl.algorithms.credit`): ``final`` (every turn gets the final
-    reward, the reference's behaviour), ``per-turn`` (rewards emitted after each turn) or ``turn-discount``."""
-    turn_discount: float = 0.9
-    """gamma of ``credit="turn-discount"``."""
-    tool_marker: str = "<tool_call>"
-    """Text whose presence in a response counts as tool use (hermes format)."""
-    seed: int = 0
-    torch_threads: int | None = 1
-    """``torch.set_num_threads`` (1 suits cores shared with runners); ``None`` leaves torch's default."""
-    update_threads: int | None = None
-    """torch threads of the update, which runs while nothing generates. ``None``: measured: the first
-    updates try one thread and every core, later ones use the faster per token (re-tried every 10 steps),
-    so the idle cores are used when they really are idle; one thread whenever the load average is above
-    the number of cores + 1 (a busy machine is not oversubscribed: there two threads were 2-10x slower)."""
-    checkpoint_dir: str | None = None
-    checkpoint_every: int = 0
-    """Also save every this many steps (0: only at the end); needs ``checkpoint_dir``."""
-    keep_last: int = 2
-    """How many of the newest step checkpoints to keep (older ones are removed; ``final`` always stays)."""
-    resume: bool = False
-    """Continue from the newest checkpoint in ``checkpoint_dir`` (weights, optimizer, task sampler, step,
-    metrics history; see :mod:`agl.algorithms.local.checkpoint`); starts afresh when there is none yet."""
-    rollout_timeout_s: float = 600.0
-    served_model_name: str = "local-model"
-    device: str = "cpu"
-    max_batch_size: int = 512
-    model_server: Literal["process", "thread"] = "process"
-    """Where the model server runs: a process of its own (:class:`ModelServerProcess`: its decoding does
-    not wait for the interpreter lock the runners, the LLM proxy and the store share), or threads of
-    this process (:class:`ModelServer`)."""
-    extra: dict[str, Any] = field(default_factory=dict[str, Any])
 
 
 class LocalGRPO(Algorithm):
@@ -153,6 +101,8 @@ class LocalGRPO(Algorithm):
         self.config = GRPOConfig(**{**asdict(base), **overrides})
         if self.config.n < 2:
             raise ValueError("GRPO needs n >= 2 samples per task to compare them")
+        if self.config.max_staleness < 0 or self.config.correction not in ("none", "decoupled", "tis"):
+            raise ValueError("max_staleness must be >= 0 and correction one of 'none', 'decoupled', 'tis'")
         from ..credit import CreditAssignment
 
         self.credit = CreditAssignment.parse(self.config.credit, turn_discount=self.config.turn_discount)
@@ -183,47 +133,9 @@ class LocalGRPO(Algorithm):
     ) -> None:
         self.startup = {"run": time.time()}
         cfg = self.config
-        if train_dataset is None or len(train_dataset) == 0:
-            raise ValueError("LocalGRPO needs a non-empty train_dataset")
-        if len(train_dataset) < cfg.prompts_per_step:
-            raise ValueError(
-                f"train_dataset has {len(train_dataset)} tasks, fewer than prompts_per_step={cfg.prompts_per_step}"
-            )
-        if cfg.model_server not in ("process", "thread"):
-            raise ValueError(f"model_server must be 'process' or 'thread', got {cfg.model_server!r}")
+        train_dataset = self._checked(train_dataset)
         resumed = self._resume_point()
-        self.server = None
-        starting: asyncio.Future[Any] | None = None
-        if cfg.model_server == "process":  # it imports torch and loads the model while this process does
-            from .server_process import ModelServerProcess
-
-            self.server = ModelServerProcess(
-                self.model_path,
-                served_model_name=cfg.served_model_name,
-                max_batch_size=cfg.max_batch_size,
-                device=cfg.device,
-            )
-            starting = asyncio.ensure_future(asyncio.to_thread(self.server.start))
-        try:
-            await self._load(cfg)
-            if starting is not None:
-                await starting
-            else:
-                from .server import ModelServer
-
-                self.server = ModelServer(
-                    copy.deepcopy(self.policy),
-                    self.tokenizer,
-                    served_model_name=cfg.served_model_name,
-                    max_batch_size=cfg.max_batch_size,
-                )
-                await asyncio.to_thread(self.server.start)
-        except BaseException:
-            if starting is not None:
-                await asyncio.gather(starting, return_exceptions=True)
-            if self.server is not None:
-                await asyncio.to_thread(self.server.stop)
-            raise
+        await self._start_serving(cfg)
         self.startup["server"] = time.time()
         rng = resumed.sampler() if resumed is not None else random.Random(cfg.seed)
         store = self.get_store()
@@ -237,44 +149,102 @@ class LocalGRPO(Algorithm):
         if resumed is not None:
             restore_optimizer(resumed, optimizer)
             self.history, self.validations = resumed.history, resumed.validations
+        steps_async = (
+            AsyncTraining(self, store, proxy, optimizer, train_dataset, rng) if cfg.max_staleness else None
+        )
         try:
             self.first_step_at = None
+            if steps_async is not None:
+                await steps_async.start()
             for step in range((resumed.step if resumed is not None else 0) + 1, cfg.steps + 1):
-                # Validating the current weights overlaps the next step's rollouts (same weights) and update;
-                # the weight swap waits for it. So validation before training does not delay the first step.
-                previous = step - 1
-                validate_now = (previous == 0 or (cfg.val_every and previous % cfg.val_every == 0)) and all(
-                    v["step"] != previous
-                    for v in self.validations  # (done before a resume)
-                )
-                validation = (
-                    functools.partial(self._validate, store, proxy, val_dataset, step=previous)
-                    if validate_now
-                    else None
-                )
+                validation = self._validation_before(step, store, proxy, val_dataset)
                 if self.first_step_at is None:
                     self.first_step_at = time.time()
-                metrics = await self._step(store, proxy, optimizer, train_dataset, rng, step, validation)
+                if steps_async is not None:
+                    metrics = await steps_async.step(step, validation)
+                else:
+                    metrics = await self._step(store, proxy, optimizer, train_dataset, rng, step, validation)
                 self.history.append(metrics)
                 self.metrics.log("train", metrics)
                 if self.on_step is not None:
                     self.on_step(metrics)
-                if cfg.checkpoint_dir and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                    checkpoint = Checkpoint(step, rng.getstate(), self.history, self.validations)
-                    await asyncio.to_thread(
-                        write_checkpoint,
-                        Path(cfg.checkpoint_dir),
-                        checkpoint,
-                        self.save,
-                        optimizer,
-                        cfg.keep_last,
-                    )
+                await self._checkpoint_after(step, rng, optimizer)
             await self._validate(store, proxy, val_dataset, step=cfg.steps)
             if cfg.checkpoint_dir:
                 await asyncio.to_thread(self.save, Path(cfg.checkpoint_dir) / "final")
         finally:
+            if steps_async is not None:
+                await steps_async.finish()
             await proxy_lifetime.aclose()
             await asyncio.to_thread(self._serving.stop)
+
+    def _checked(self, train_dataset: Dataset[Any] | None) -> Dataset[Any]:
+        """``train_dataset`` if this run can train on it (``ValueError`` says why not)."""
+        cfg = self.config
+        if train_dataset is None or len(train_dataset) == 0:
+            raise ValueError("LocalGRPO needs a non-empty train_dataset")
+        if len(train_dataset) < cfg.prompts_per_step:
+            raise ValueError(
+                f"train_dataset has {len(train_dataset)} tasks, fewer than prompts_per_step={cfg.prompts_per_step}"
+            )
+        if cfg.model_server not in ("process", "thread"):
+            raise ValueError(f"model_server must be 'process' or 'thread', got {cfg.model_server!r}")
+        return train_dataset
+
+    async def _start_serving(self, cfg: GRPOConfig) -> None:
+        """Start the model server (its own process loads the model while this one does)."""
+        self.server = None
+        starting: asyncio.Future[Any] | None = None
+        if cfg.model_server == "process":  # it imports torch and loads the model while this process does
+            from .server_process import ModelServerProcess
+
+            self.server = ModelServerProcess(
+                _lora.served_model_path(self.model_path),
+                served_model_name=cfg.served_model_name,
+                max_batch_size=cfg.max_batch_size,
+                device=cfg.device,
+            )
+            starting = asyncio.ensure_future(asyncio.to_thread(self.server.start))
+        try:
+            await self._load(cfg)
+            if starting is not None:
+                await starting
+            else:
+                from .server import ModelServer
+
+                self.server = ModelServer(
+                    _lora.served_copy(self.policy),
+                    self.tokenizer,
+                    served_model_name=cfg.served_model_name,
+                    max_batch_size=cfg.max_batch_size,
+                )
+                await asyncio.to_thread(self.server.start)
+        except BaseException:
+            if starting is not None:
+                await asyncio.gather(starting, return_exceptions=True)
+            if self.server is not None:
+                await asyncio.to_thread(self.server.stop)
+            raise
+        await asyncio.to_thread(_lora.serve_resumed_adapter, self._serving, self.policy, self.model_path)
+
+    def _validation_before(
+        self, step: int, store: LightningStore, proxy: ServingProxy, val_dataset: Dataset[Any] | None
+    ) -> Callable[[], Awaitable[None]] | None:
+        """The validation due before ``step`` (of the weights after the previous step), if any. It overlaps
+        the step's rollouts (same weights) and update; the weight swap waits for it, so validating before
+        training does not delay the first step."""
+        previous, every = step - 1, self.config.val_every
+        due = previous == 0 or (every and previous % every == 0)
+        if not due or any(v["step"] == previous for v in self.validations):  # (done before a resume)
+            return None
+        return functools.partial(self._validate, store, proxy, val_dataset, step=previous)
+
+    async def _checkpoint_after(self, step: int, rng: random.Random, optimizer: Any) -> None:
+        cfg = self.config
+        if cfg.checkpoint_dir and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+            checkpoint = Checkpoint(step, rng.getstate(), self.history, self.validations)
+            root = Path(cfg.checkpoint_dir)
+            await asyncio.to_thread(write_checkpoint, root, checkpoint, self.save, optimizer, cfg.keep_last)
 
     @property
     def _serving(self) -> ServedModel:
@@ -283,7 +253,11 @@ class LocalGRPO(Algorithm):
             raise RuntimeError("LocalGRPO's model server runs only while run() does")
         return self.server
 
-    def _cpu_seconds(self) -> float:
+    def push_weights(self) -> int:
+        """Swap the policy's current weights into the model server; the new version."""
+        return self._serving.update_weights(_lora.merged_state_dict(self.policy))
+
+    def cpu_seconds(self) -> float:
         """CPU seconds used so far by this process and by the model server's, if it has its own."""
         child = self.server.process_cpu_seconds() if self.server is not None else 0.0
         return time.process_time() + child
@@ -292,13 +266,13 @@ class LocalGRPO(Algorithm):
         """Import torch, set its threads and seed, and load the policy and its tokenizer."""
         with requires_extra("agl-algorithms", "LocalGRPO"):
             import torch
-
-            from .server import load_model
         self.startup["torch"] = time.time()
         if cfg.torch_threads is not None:
             torch.set_num_threads(cfg.torch_threads)
         torch.manual_seed(cfg.seed)  # pyright: ignore[reportUnknownMemberType]  # torch leaves its parameter unannotated
-        self.policy, self.tokenizer = await asyncio.to_thread(load_model, self.model_path, device=cfg.device)
+        self.policy, self.tokenizer = await asyncio.to_thread(
+            _lora.load_policy, self.model_path, cfg.lora, device=cfg.device
+        )
         self.startup["model"] = time.time()
 
     def _resume_point(self) -> Checkpoint | None:
@@ -321,11 +295,15 @@ class LocalGRPO(Algorithm):
     async def _prepare_proxy(self) -> ServingProxy:
         """The LLM proxy pointed at the model server (see :func:`serving_proxy`)."""
         store = self.get_store()
+        logprobs = self.config.max_staleness > 0  # the behaviour policy of the correction
         return await serving_proxy(
-            self.get_llm_proxy(), store, self.config.served_model_name, self._serving.url
+            self.get_llm_proxy(), store, self.config.served_model_name, self._serving.url, logprobs=logprobs
         )
 
-    async def _publish(self, store: LightningStore, proxy: ServingProxy, temperature: float, tag: str) -> str:
+    async def publish_llm(
+        self, store: LightningStore, proxy: ServingProxy, temperature: float, tag: str
+    ) -> str:
+        """Publish the proxy as the ``main_llm`` resource sampling at ``temperature``; its resources id."""
         llm = proxy.as_resource(
             model=self.config.served_model_name,
             sampling_parameters={"temperature": temperature, "max_tokens": self.config.max_tokens},
@@ -395,7 +373,8 @@ class LocalGRPO(Algorithm):
         self._default_adapter = getattr(self, "_default_adapter", None) or LlmProxyTraceToTriplet()
         return self._default_adapter
 
-    def _episode(self, rollout: Rollout, spans: list[Span]) -> tuple[float, list[Triplet]]:
+    def episode(self, rollout: Rollout, spans: list[Span]) -> tuple[float, list[Triplet]]:
+        """A finished rollout's reward (0 unless it succeeded) and triplets."""
         from agl.tracer import final_reward_of
 
         triplets: list[Triplet] = list(self._adapter().adapt(spans)) if spans else []
@@ -407,7 +386,7 @@ class LocalGRPO(Algorithm):
             reward = 0.0
         return float(reward), triplets
 
-    def _no_data(self, rollouts: list[Rollout], spans: list[list[Span]], step: int) -> NoDataTally:
+    def tally_no_data(self, rollouts: list[Rollout], spans: list[list[Span]], step: int) -> NoDataTally:
         """Why the step's rollouts without training data have none (logged with the fixes)."""
         from ..adapter.diagnosis import NoDataTally, diagnose
 
@@ -424,7 +403,8 @@ class LocalGRPO(Algorithm):
     def training_data_report(self) -> str | None:
         return None if self._no_data_run is None else self._no_data_run.message(with_fixes=True)
 
-    def _tool_used(self, triplets: list[Triplet]) -> bool:
+    def tool_used(self, triplets: list[Triplet]) -> bool:
+        """Whether an episode's responses use the tool (``tool_marker``)."""
         marker = self.config.tool_marker
         return any(marker in self.tokenizer.decode(t.response["token_ids"]) for t in triplets)
 
@@ -434,16 +414,16 @@ class LocalGRPO(Algorithm):
         if val_dataset is None or len(val_dataset) == 0:
             return
         started = time.perf_counter()
-        resources_id = await self._publish(store, proxy, self.config.val_temperature, "validation")
+        resources_id = await self.publish_llm(store, proxy, self.config.val_temperature, "validation")
         tasks = [val_dataset[i] for i in range(len(val_dataset))]
         rollouts, spans = await self._run_rollouts(store, tasks, "val", resources_id)
-        episodes = [self._episode(r, s) for r, s in zip(rollouts, spans, strict=False)]
+        episodes = [self.episode(r, s) for r, s in zip(rollouts, spans, strict=False)]
         rewards = [e[0] for e in episodes]
         metrics = {
             "step": step,
             "reward": sum(rewards) / len(rewards),
             "accuracy": sum(r >= self.config.success_threshold for r in rewards) / len(rewards),
-            "tool_use": sum(self._tool_used(t) for _, t in episodes) / len(episodes),
+            "tool_use": sum(self.tool_used(t) for _, t in episodes) / len(episodes),
             "failed": sum(r.status != "succeeded" for r in rollouts),
             "seconds": time.perf_counter() - started,
         }
@@ -463,14 +443,12 @@ class LocalGRPO(Algorithm):
         step: int,
         validation: Callable[[], Awaitable[None]] | None = None,
     ) -> dict[str, Any]:
-        from ..adapter.turns import Turn
-        from ..credit import group_turn_advantages
-        from .grpo_core import Sample, episode_samples, group_advantages, grpo_update
+        from .grpo_core import grpo_update
 
         cfg = self.config
         t0 = time.perf_counter()
-        cpu0 = self._cpu_seconds()
-        resources_id = await self._publish(store, proxy, cfg.temperature, "train")
+        cpu0 = self.cpu_seconds()
+        resources_id = await self.publish_llm(store, proxy, cfg.temperature, "train")
         picked = rng.sample(range(len(train_dataset)), cfg.prompts_per_step)
         tasks = [train_dataset[i] for i in picked for _ in range(cfg.n)]
         groups = [i for i in range(cfg.prompts_per_step) for _ in range(cfg.n)]
@@ -484,7 +462,7 @@ class LocalGRPO(Algorithm):
                 validating.cancel()
             raise
         t1 = time.perf_counter()
-        cpu1 = self._cpu_seconds()
+        cpu1 = self.cpu_seconds()
         engine_now = await asyncio.to_thread(lambda: self._serving.stats)
         engine = {
             k: engine_now[k] - engine_before[k]
@@ -496,32 +474,9 @@ class LocalGRPO(Algorithm):
             engine["busy_s"],
         )
 
-        episodes = [self._episode(r, s) for r, s in zip(rollouts, spans, strict=False)]
-        no_data = self._no_data(rollouts, spans, step)
-        # An episode without usable triplets (failed, or no token ids) cannot be trained on: leave it out of
-        # its group rather than letting it skew the group's mean.
-        usable = [i for i, (_, triplets) in enumerate(episodes) if triplets]
-        rewards = [episodes[i][0] for i in usable]
-        samples: list[Sample] = []
-        advantages: list[Any]
-        if self.credit.mode == "final":
-            advantages = group_advantages(rewards, [groups[i] for i in usable])
-            for i, advantage in zip(usable, advantages, strict=False):
-                if advantage is None:
-                    continue
-                turns = [
-                    Turn(list(t.prompt["token_ids"]), list(t.response["token_ids"])) for t in episodes[i][1]
-                ]
-                samples += episode_samples(turns, advantage)
-        else:  # one advantage per turn, so each turn is its own sequence
-            returns = [
-                self.credit.returns([t.reward for t in episodes[i][1]], episodes[i][0]) for i in usable
-            ]
-            advantages = group_turn_advantages(returns, rewards, [groups[i] for i in usable])
-            for i, turn_advantages in zip(usable, advantages, strict=False):
-                for t, advantage in zip(episodes[i][1], turn_advantages or [], strict=False):
-                    turn = Turn(list(t.prompt["token_ids"]), list(t.response["token_ids"]))
-                    samples += episode_samples([turn], advantage)
+        episodes = [self.episode(r, s) for r, s in zip(rollouts, spans, strict=False)]
+        no_data = self.tally_no_data(rollouts, spans, step)
+        samples, kept_groups = batch_samples(episodes, groups, self.credit)
         threads = cfg.update_threads or self._update_threads.pick(step)
         update_started = time.perf_counter()
         stats = await asyncio.to_thread(
@@ -531,7 +486,7 @@ class LocalGRPO(Algorithm):
             self.policy,
             optimizer,
             samples,
-            pad_id=_pad_id(self.tokenizer),
+            pad_id=pad_id(self.tokenizer),
             clip_eps=cfg.clip_eps,
             max_grad_norm=cfg.max_grad_norm,
             mini_batches=cfg.mini_batches,
@@ -544,16 +499,15 @@ class LocalGRPO(Algorithm):
             await validating  # it samples the weights this step started from: swap after it
         waited = time.perf_counter() - waited
         if samples:
-            await asyncio.to_thread(self._serving.update_weights, self.policy.state_dict())
+            await asyncio.to_thread(self._serving.update_weights, _lora.merged_state_dict(self.policy))
         t2 = time.perf_counter()
-        cpu2 = self._cpu_seconds()
+        cpu2 = self.cpu_seconds()
         all_rewards = [e[0] for e in episodes]
-        kept_groups = len({groups[i] for i, a in zip(usable, advantages, strict=False) if a is not None})
         return {
             "step": step,
             "reward": sum(all_rewards) / len(all_rewards),
             "accuracy": sum(r >= cfg.success_threshold for r in all_rewards) / len(all_rewards),
-            "tool_use": sum(self._tool_used(t) for _, t in episodes) / len(episodes),
+            "tool_use": sum(self.tool_used(t) for _, t in episodes) / len(episodes),
             "failed": sum(r.status != "succeeded" for r in rollouts),
             **no_data.as_metrics(),
             "groups_trained": kept_groups,
@@ -578,9 +532,3 @@ class LocalGRPO(Algorithm):
             "step_cpu_s": cpu2 - cpu0,
             "model_version": self._serving.version,
         }
-
-
-def _pad_id(tokenizer: Any) -> int:
-    if tokenizer.pad_token_id is not None:
-        return int(tokenizer.pad_token_id)
-    return int(tokenizer.eos_token_id)
