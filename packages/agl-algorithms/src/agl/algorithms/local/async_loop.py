@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agl.store import LightningStore
 from agl.types import Dataset, EnqueueRolloutRequest, Rollout, Span, Triplet
 
-from ._samples import batch_samples, pad_id
-from ._threads import with_threads
+from ._samples import batch_samples
 from .staleness import GroupPool, GroupState
 from .versions import rollout_weights_version
 
@@ -38,6 +37,7 @@ if TYPE_CHECKING:
     from ._proxy import ServingProxy
     from ._serving import ServedModel
     from .config import GRPOConfig
+    from .grpo_core import Correction, Sample
 
 __all__ = ["AsyncTraining", "Learner"]
 
@@ -58,6 +58,10 @@ class Learner(Protocol):
     def cpu_seconds(self) -> float: ...
 
     def push_weights(self) -> int: ...
+
+    async def update(
+        self, optimizer: Any, samples: list[Sample], step: int, correction: Correction = "none"
+    ) -> dict[str, float]: ...
 
     async def publish_llm(
         self, store: LightningStore, proxy: ServingProxy, temperature: float, tag: str
@@ -242,8 +246,6 @@ class AsyncTraining:
 
     async def _learn(self, batch: list[int], step: int) -> dict[str, Any]:
         """The update on ``batch``'s groups and its figures."""
-        from .grpo_core import grpo_update
-
         algo, cfg = self.algorithm, self.algorithm.config
         members = [(gid, rid) for gid in batch for rid in self.groups[gid].rollout_ids]
         rollouts = [self.groups[gid].finished[rid][0] for gid, rid in members]
@@ -260,25 +262,11 @@ class AsyncTraining:
         samples, kept_groups = batch_samples(
             episodes, [g for g, _ in members], algo.credit, behaviour_logprobs=True
         )
-        correction = cfg.correction
+        correction: Correction = cfg.correction
         if correction != "none" and any(s.behaviour_logprobs is None for s in samples):
             logger.warning("step %d: some calls recorded no logprobs; this update is not corrected", step)
             correction = "none"
-        stats = await asyncio.to_thread(
-            with_threads,
-            cfg.update_threads or 1,
-            grpo_update,
-            algo.policy,
-            self.optimizer,
-            samples,
-            pad_id=pad_id(algo.tokenizer),
-            clip_eps=cfg.clip_eps,
-            max_grad_norm=cfg.max_grad_norm,
-            mini_batches=cfg.mini_batches,
-            epochs=cfg.epochs,
-            correction=correction,
-            is_cap=cfg.is_cap,
-        )
+        stats = await algo.update(self.optimizer, samples, step, correction)
         rewards = [e[0] for e in episodes]
         histogram: dict[int, int] = {}
         for s in stale:
@@ -293,6 +281,7 @@ class AsyncTraining:
             "samples": len(samples),
             "loss": stats["loss"],
             "grad_norm": stats["grad_norm"],
+            "update_threads": stats["threads"],
             "clip_fraction": stats["clip_fraction"],
             "is_ratio_mean": stats.get("is_ratio_mean", 1.0),
             "is_ratio_max": stats.get("is_ratio_max", 1.0),

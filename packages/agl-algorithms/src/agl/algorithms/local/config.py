@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .lora import LoraSettings
+
+if TYPE_CHECKING:
+    from .grpo_core import Correction
 
 __all__ = ["GRPOConfig"]
 
@@ -56,7 +59,7 @@ class GRPOConfig:
     max_staleness: int = 0
     """Above 0: asynchronous training (:mod:`agl.algorithms.local.async_loop`) on samples from weights at
     most this many versions behind. 0: each step waits for its whole batch."""
-    correction: str = "decoupled"
+    correction: Correction = "decoupled"
     """The off-policy correction of asynchronous training: ``decoupled`` (PPO), ``tis`` or ``none``."""
     is_cap: float = 2.0
     """The truncation of the importance weights of ``correction``."""

@@ -49,6 +49,7 @@ from .config import GRPOConfig
 
 if TYPE_CHECKING:
     from ..adapter.diagnosis import NoDataTally
+    from .grpo_core import Correction, Sample
 
 __all__ = ["GRPOConfig", "LocalGRPO"]
 
@@ -253,6 +254,35 @@ class LocalGRPO(Algorithm):
             raise RuntimeError("LocalGRPO's model server runs only while run() does")
         return self.server
 
+    async def update(
+        self, optimizer: Any, samples: list[Sample], step: int, correction: Correction = "none"
+    ) -> dict[str, float]:
+        """One GRPO update on ``samples`` (in a worker thread, with the measured number of torch threads);
+        :func:`~agl.algorithms.local.grpo_core.grpo_update`'s figures and ``threads``."""
+        from .grpo_core import grpo_update
+
+        cfg = self.config
+        threads = cfg.update_threads or self._update_threads.pick(step)
+        started = time.perf_counter()
+        stats = await asyncio.to_thread(
+            with_threads,
+            threads,
+            grpo_update,
+            self.policy,
+            optimizer,
+            samples,
+            pad_id=pad_id(self.tokenizer),
+            clip_eps=cfg.clip_eps,
+            max_grad_norm=cfg.max_grad_norm,
+            mini_batches=cfg.mini_batches,
+            epochs=cfg.epochs,
+            correction=correction,
+            is_cap=cfg.is_cap,
+        )
+        if stats["tokens"]:
+            self._update_threads.record(threads, (time.perf_counter() - started) / stats["tokens"])
+        return {**stats, "threads": threads}
+
     def push_weights(self) -> int:
         """Swap the policy's current weights into the model server; the new version."""
         return self._serving.update_weights(_lora.merged_state_dict(self.policy))
@@ -443,7 +473,6 @@ class LocalGRPO(Algorithm):
         step: int,
         validation: Callable[[], Awaitable[None]] | None = None,
     ) -> dict[str, Any]:
-        from .grpo_core import grpo_update
 
         cfg = self.config
         t0 = time.perf_counter()
@@ -477,23 +506,8 @@ class LocalGRPO(Algorithm):
         episodes = [self.episode(r, s) for r, s in zip(rollouts, spans, strict=False)]
         no_data = self.tally_no_data(rollouts, spans, step)
         samples, kept_groups = batch_samples(episodes, groups, self.credit)
-        threads = cfg.update_threads or self._update_threads.pick(step)
-        update_started = time.perf_counter()
-        stats = await asyncio.to_thread(
-            with_threads,
-            threads,
-            grpo_update,
-            self.policy,
-            optimizer,
-            samples,
-            pad_id=pad_id(self.tokenizer),
-            clip_eps=cfg.clip_eps,
-            max_grad_norm=cfg.max_grad_norm,
-            mini_batches=cfg.mini_batches,
-            epochs=cfg.epochs,
-        )
-        if stats["tokens"]:
-            self._update_threads.record(threads, (time.perf_counter() - update_started) / stats["tokens"])
+        stats = await self.update(optimizer, samples, step)
+        threads = int(stats["threads"])
         waited = time.perf_counter()
         if validating is not None:
             await validating  # it samples the weights this step started from: swap after it
