@@ -74,7 +74,7 @@ def test_a_short_run_writes_every_tracker(tmp_path: Path, monkeypatch: pytest.Mo
     accuracy = {m["step"]: m["accuracy"] for m in lines if m["kind"] == "validation"}
     assert sorted(rewards) == [1, 2] and sorted(accuracy) == [0, 1, 2]
 
-    from tensorboard.backend.event_processing.event_accumulator import (  # pyright: ignore[reportMissingTypeStubs]
+    from tensorboard.backend.event_processing.event_accumulator import (
         EventAccumulator,
     )
 

@@ -16,9 +16,9 @@ from agl.runner import LitAgentRunner, Trainer
 from agl.store import InMemoryLightningStore, LightningStore
 from agl.testing.e2e.agents import flaky_agent, reward_agent, victim_agent
 from agl.tracer import OtelTracer, find_final_reward, find_reward_spans, get_reward_value
-from agl.types import LLM, AttemptedRollout, RolloutConfig
+from agl.types import LLM, AttemptedRollout, NamedResources, RolloutConfig
 
-INITIAL = {"main_llm": LLM(endpoint="http://127.0.0.1:9/v1", model="stand-in")}
+INITIAL: NamedResources = {"main_llm": LLM(endpoint="http://127.0.0.1:9/v1", model="stand-in")}
 
 
 def _rollouts(store: LightningStore) -> list[Any]:

@@ -20,6 +20,7 @@ async def add(a: int, b: int) -> int:
 @rollout
 async def autogen_agent(task: dict[str, Any], llm: LLM) -> float:
     from autogen_agentchat.agents import AssistantAgent
+    from autogen_agentchat.messages import BaseTextChatMessage
     from autogen_ext.models.openai import OpenAIChatCompletionClient
 
     client = OpenAIChatCompletionClient(
@@ -46,7 +47,8 @@ async def autogen_agent(task: dict[str, Any], llm: LLM) -> float:
         result = await agent.run(task=f"Please add {task['a']} and {task['b']}.")
     finally:
         await client.close()
-    final = result.messages[-1].content
+    last = result.messages[-1]
+    final = last.content if isinstance(last, BaseTextChatMessage) else None
     return 1.0 if final == f"The sum is {task['a'] + task['b']}" else 0.0
 
 

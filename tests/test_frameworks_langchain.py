@@ -25,12 +25,13 @@ def calculator_chat(llm: LLM, task: dict[str, Any], http: httpx.AsyncClient) -> 
     its connections left to the garbage collector after the rollout's loop closed."""
     from langchain_core.tools import tool
     from langchain_openai import ChatOpenAI
+    from pydantic import SecretStr
 
     add = tool("add")(_add)
     chat = ChatOpenAI(
         model=llm.model,
         base_url=llm.endpoint,
-        api_key="unused",
+        api_key=SecretStr("unused"),
         max_retries=0,
         streaming=task["stream"],
         http_async_client=http,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import openai
 import pytest
@@ -13,6 +13,7 @@ from agl.testing.e2e.proxy_harness import AgentRun, run_agent, tool_result_messa
 from agl.testing.openai_standin import Reply, ToolCall, chat_prompt_text, completion_token_ids, token_ids
 from agl.types import LLM
 from agl.types.semconv import LLMCallAttributes
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolUnionParam
 
 
 def _stream_to_message(chunks: Any) -> dict[str, Any]:
@@ -67,6 +68,14 @@ def _question(task: dict[str, int]) -> list[dict[str, Any]]:
     return [{"role": "user", "content": f"Please add {task['a']} and {task['b']}."}]
 
 
+# the agents build their messages as plain dicts, as a user's agent would
+_TOOLS = cast("list[ChatCompletionToolUnionParam]", [ADD_TOOL])
+
+
+def _as_params(messages: list[dict[str, Any]]) -> list[ChatCompletionMessageParam]:
+    return cast("list[ChatCompletionMessageParam]", messages)
+
+
 @rollout
 def sync_agent(task: dict[str, Any], llm: LLM) -> float:
     messages = _question(task)
@@ -75,12 +84,14 @@ def sync_agent(task: dict[str, Any], llm: LLM) -> float:
             if task["stream"]:
                 answer = _stream_to_message(
                     client.chat.completions.create(
-                        model=llm.model, messages=messages, tools=[ADD_TOOL], stream=True
-                    )  # type: ignore[arg-type,list-item]
+                        model=llm.model, messages=_as_params(messages), tools=_TOOLS, stream=True
+                    )
                 )
             else:
                 answer = _from_response(
-                    client.chat.completions.create(model=llm.model, messages=messages, tools=[ADD_TOOL])  # type: ignore[arg-type,list-item]
+                    client.chat.completions.create(
+                        model=llm.model, messages=_as_params(messages), tools=_TOOLS
+                    )
                 )
             messages = _next_messages(messages, answer)
     return 1.0 if messages[-1]["content"] == f"The sum is {task['a'] + task['b']}" else 0.0
@@ -94,14 +105,16 @@ async def async_agent(task: dict[str, Any], llm: LLM) -> float:
             if task["stream"]:
                 stream = await client.chat.completions.create(
                     model=llm.model,
-                    messages=messages,  # type: ignore[arg-type]
-                    tools=[ADD_TOOL],  # type: ignore[list-item]
+                    messages=_as_params(messages),
+                    tools=_TOOLS,
                     stream=True,
                 )
                 answer = _stream_to_message([c async for c in stream])
             else:
                 answer = _from_response(
-                    await client.chat.completions.create(model=llm.model, messages=messages, tools=[ADD_TOOL])  # type: ignore[arg-type,list-item]
+                    await client.chat.completions.create(
+                        model=llm.model, messages=_as_params(messages), tools=_TOOLS
+                    )
                 )
             messages = _next_messages(messages, answer)
     return 1.0 if messages[-1]["content"] == f"The sum is {task['a'] + task['b']}" else 0.0

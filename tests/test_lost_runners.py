@@ -19,10 +19,10 @@ from agl.store import InMemoryLightningStore, LightningStore
 from agl.store.client import LightningStoreClient
 from agl.testing.e2e.dashboard_run import agl_command, close_pipes, read_store_endpoint
 from agl.testing.e2e.fault_agents import always_exits, exits_on_first_attempt
-from agl.types import LLM, EnqueueRolloutRequest, RolloutConfig
+from agl.types import LLM, EnqueueRolloutRequest, NamedResources, RolloutConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-INITIAL = {"main_llm": LLM(endpoint="http://127.0.0.1:9/v1", model="stand-in")}
+INITIAL: NamedResources = {"main_llm": LLM(endpoint="http://127.0.0.1:9/v1", model="stand-in")}
 RETRY_LOST = RolloutConfig(max_attempts=2, retry_condition=["unresponsive"])
 
 

@@ -42,9 +42,9 @@ def bridge_loop(config: Any) -> Any:
 
     return AglBridgeAgentLoop(
         trainer_config=DictConfigWrap(config),
-        server_manager=None,  # type: ignore[arg-type]  (the bridge never calls verl's client)
+        server_manager=None,  # pyright: ignore[reportArgumentType]  (the bridge never calls verl's client)
         tokenizer=AutoTokenizer.from_pretrained(MODEL),
-        processor=None,  # type: ignore[arg-type]
+        processor=None,  # pyright: ignore[reportArgumentType]
         dataset_cls=RLHFDataset,
         data_config=DictConfigWrap(config.data),
     )
@@ -145,7 +145,8 @@ async def test_bridge_loop_returns_the_token_ids_the_server_generated(tmp_path: 
             assert out.extra_fields["agl_rollout_id"].startswith("ro-")
     rollouts = (await store.query_rollouts()).items
     assert {r.status for r in rollouts} == {"succeeded"}
-    assert {r.metadata["data_id"] for r in rollouts} == {"u0", "u1"}  # type: ignore[index]
+    assert all(r.metadata is not None for r in rollouts)
+    assert {r.metadata["data_id"] for r in rollouts if r.metadata is not None} == {"u0", "u1"}
 
 
 async def test_trainer_hook_publishes_proxy_backends_and_main_llm() -> None:
@@ -176,12 +177,12 @@ async def test_trainer_hook_publishes_proxy_backends_and_main_llm() -> None:
             "data": {"max_response_length": 96},
         }
     )
-    trainer.llm_server_manager = FakeServers()  # type: ignore[assignment]
-    trainer.checkpoint_manager = FakeCheckpoints()  # type: ignore[assignment]
+    trainer.llm_server_manager = FakeServers()  # pyright: ignore[reportAttributeAccessIssue]
+    trainer.checkpoint_manager = FakeCheckpoints()  # pyright: ignore[reportAttributeAccessIssue]
     trainer.global_steps = 0
     try:
         await asyncio.to_thread(trainer.on_init_end)
-        assert trainer.checkpoint_manager.updates == [0]  # type: ignore[attr-defined]  (verl's sync first)
+        assert trainer.checkpoint_manager.updates == [0]  # pyright: ignore[reportAttributeAccessIssue]  (verl's sync first)
         proxy = publisher.proxy
         assert proxy is not None and proxy.is_running()
         assert proxy.model_list == [
@@ -199,10 +200,12 @@ async def test_trainer_hook_publishes_proxy_backends_and_main_llm() -> None:
         assert llm.sampling_parameters == {"temperature": 0.7, "max_tokens": 96}
         await asyncio.to_thread(trainer.on_validate_begin)
         val = await store.get_latest_resources()
-        assert val is not None and val.resources["main_llm"].sampling_parameters["temperature"] == 0.0  # type: ignore[union-attr]
+        assert val is not None and isinstance(val.resources["main_llm"], ProxyLLM)
+        assert val.resources["main_llm"].sampling_parameters["temperature"] == 0.0
         await asyncio.to_thread(trainer.on_validate_end)
         again = await store.get_latest_resources()
-        assert again is not None and again.resources["main_llm"].sampling_parameters["temperature"] == 0.7  # type: ignore[union-attr]
+        assert again is not None and isinstance(again.resources["main_llm"], ProxyLLM)
+        assert again.resources["main_llm"].sampling_parameters["temperature"] == 0.7
         assert len(publisher.published) == 3
     finally:
         set_runtime(None)

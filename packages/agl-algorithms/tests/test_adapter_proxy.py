@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import openai
 from agl.algorithms import LlmProxyTraceToTriplet, TracerTraceToTriplet
@@ -17,13 +17,14 @@ from agl.testing.openai_standin import (
     token_logprob,
 )
 from agl.tracer import emit_reward
-from agl.types import Span
+from agl.types import Span, StatusCode
 from agl.types.semconv import AGL_LLM_CALL, LLMCallAttributes
+from openai.types.chat import ChatCompletionMessageParam
 
 L = LLMCallAttributes
 
 
-def call(seq: int, *, rid: str | None = None, ids: bool = True, status: str = "OK") -> Span:
+def call(seq: int, *, rid: str | None = None, ids: bool = True, status: StatusCode = "OK") -> Span:
     attributes: dict[str, Any] = {"gen_ai.response.id": rid or f"r{seq}"}
     if ids:
         attributes[L.PROMPT_TOKEN_IDS.value] = [seq]
@@ -31,7 +32,7 @@ def call(seq: int, *, rid: str | None = None, ids: bool = True, status: str = "O
     span = Span.from_attributes(
         attributes=attributes, rollout_id="ro", attempt_id="at", sequence_id=seq, name=AGL_LLM_CALL
     )
-    span.status.status_code = status  # type: ignore[assignment]
+    span.status.status_code = status
     return span
 
 
@@ -76,15 +77,15 @@ async def test_spans_recorded_by_the_proxy_become_triplets() -> None:
         rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
         client = openai.AsyncOpenAI(base_url=proxy.as_resource(rid, aid).endpoint, api_key="x")
         try:
-            history: list[dict[str, Any]] = []
+            history: list[ChatCompletionMessageParam] = []
             for turn in range(3):
                 history.append({"role": "user", "content": f"step {turn}"})
                 stream = turn == 1
                 if stream:
-                    chunks = await client.chat.completions.create(model="m", messages=history, stream=True)  # type: ignore[arg-type]
+                    chunks = await client.chat.completions.create(model="m", messages=history, stream=True)
                     answer = "".join([c.choices[0].delta.content or "" async for c in chunks if c.choices])
                 else:
-                    resp = await client.chat.completions.create(model="m", messages=history)  # type: ignore[arg-type]
+                    resp = await client.chat.completions.create(model="m", messages=history)
                     answer = resp.choices[0].message.content or ""
                 history.append({"role": "assistant", "content": answer})
                 await proxy.flush()
@@ -105,7 +106,9 @@ async def test_spans_recorded_by_the_proxy_become_triplets() -> None:
     assert [t.reward for t in triplets] == [0.25, None, 1.0]
     for turn, triplet in enumerate(triplets):
         prompt_messages = history[: 2 * turn + 1]
-        assert triplet.prompt["token_ids"] == token_ids(chat_prompt_text(prompt_messages))
+        assert triplet.prompt["token_ids"] == token_ids(
+            chat_prompt_text(cast("list[dict[str, Any]]", prompt_messages))
+        )
         assert triplet.response["token_ids"] == token_ids(f"echo: step {turn}")
         assert triplet.response["logprobs"] == [token_logprob(i) for i in range(len(f"echo: step {turn}"))]
         assert triplet.prompt["raw_content"] == prompt_messages

@@ -77,7 +77,9 @@ async def test_algo_injects_only_declared_parameters() -> None:
     store = InMemoryLightningStore()
     train.set_store(store)
     train.set_initial_resources({"llm": LLM(endpoint="http://127.0.0.1:1", model="m")})
-    await train.run(train_dataset=[1, 2])  # type: ignore[misc]
+    pending = train.run(train_dataset=[1, 2])
+    assert pending is not None
+    await pending
     assert calls[0]["store"] is store and calls[0]["train"] == [1, 2] and "llm" in calls[0]["initial"]
     with pytest.raises(TypeError, match="val_dataset"):
         train.run(train_dataset=[1], val_dataset=[2])
@@ -111,7 +113,7 @@ def test_batches_are_distinct_and_cover_each_epoch(n: int, batch_size: int, seed
 
 class ProxyAlgorithm(Algorithm):
     @with_llm_proxy(required=True)
-    async def run(self, llm_proxy: Any, train_dataset: Any = None, val_dataset: Any = None) -> bool:  # type: ignore[override]
+    async def run(self, llm_proxy: Any, train_dataset: Any = None, val_dataset: Any = None) -> bool:  # pyright: ignore[reportIncompatibleMethodOverride]
         return llm_proxy.is_running()
 
     @with_store
@@ -140,7 +142,7 @@ class CountingProxy:
 
 
 class SyncStopProxy(CountingProxy):
-    def stop(self) -> None:  # type: ignore[override]  # the protocol's stop is async
+    def stop(self) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]  # the protocol's stop is async
         self.running = False
 
 
@@ -171,7 +173,7 @@ async def test_running_proxy_starts_and_stops_only_an_idle_proxy_even_when_the_b
 
 async def test_running_proxy_refuses_a_sync_stop_with_a_clear_error() -> None:
     with pytest.raises(TypeError, match=r"SyncStopProxy.stop\(\) must be a coroutine"):
-        async with running_proxy(SyncStopProxy()):
+        async with running_proxy(SyncStopProxy()):  # pyright: ignore[reportArgumentType]
             pass
 
 
@@ -199,7 +201,7 @@ async def test_with_store_and_with_llm_proxy_start_and_stop_a_real_proxy() -> No
     assert await algorithm.run() is True  # started for the call...
     assert not proxy.is_running()  # ...and stopped after it
     with pytest.raises(TypeError, match="coroutine"):
-        with_store(lambda self, store: None)  # type: ignore[arg-type]
+        with_store(lambda self, store: None)  # pyright: ignore[reportArgumentType]
 
 
 async def _serve(store: InMemoryLightningStore, stop: asyncio.Event, fail_inputs: set[int]) -> None:

@@ -25,8 +25,8 @@ def configured(resources: Any = None, adapter: Any = None, **kwargs: Any) -> APO
     apo: APO[Any] = APO(None, **kwargs)
     apo.set_store(InMemoryLightningStore())
     apo.set_initial_resources({"prompt_template": PROMPT} if resources is None else resources)
-    apo._test_adapter = adapter if adapter is not None else TraceToMessages()  # type: ignore[attr-defined]  # keep it alive
-    apo.set_adapter(apo._test_adapter)  # type: ignore[attr-defined]
+    apo._test_adapter = adapter if adapter is not None else TraceToMessages()  # pyright: ignore[reportAttributeAccessIssue]  # keep it alive
+    apo.set_adapter(apo._test_adapter)  # pyright: ignore[reportAttributeAccessIssue]
     return apo
 
 

@@ -11,7 +11,7 @@ from agl.algorithms import Baseline
 from agl.algorithms.local import LocalGRPO
 from agl.store import InMemoryLightningStore
 from agl.tracer import emit_reward, final_reward_of, recorded_final_reward
-from agl.types import UNSET, Attempt, AttemptedRollout, Rollout, Span
+from agl.types import UNSET, Attempt, AttemptedRollout, Rollout, RolloutStatus, Span
 from agl.types.semconv import FINAL_REWARD_METADATA_KEY
 
 
@@ -22,9 +22,9 @@ def reward_span(value: float) -> Span:
     )
 
 
-def attempted(metadata: dict[str, Any] | None, status: str = "succeeded") -> AttemptedRollout:
+def attempted(metadata: dict[str, Any] | None, status: RolloutStatus = "succeeded") -> AttemptedRollout:
     attempt = Attempt(rollout_id="ro", attempt_id="at", sequence_id=1, start_time=0.0, metadata=metadata)
-    return AttemptedRollout(rollout_id="ro", input={}, start_time=0.0, status=status, attempt=attempt)  # type: ignore[arg-type]
+    return AttemptedRollout(rollout_id="ro", input={}, start_time=0.0, status=status, attempt=attempt)
 
 
 def test_the_key_lives_in_semconv_and_is_still_exported_by_algorithms() -> None:
@@ -62,9 +62,9 @@ def test_final_reward_of_prefers_the_record_and_falls_back_to_spans() -> None:
 
 def test_grpo_episodes_use_the_recorded_reward() -> None:
     grpo = LocalGRPO("unused-model-path")
-    assert grpo._episode(attempted({FINAL_REWARD_METADATA_KEY: 0.7}), [reward_span(0.2)])[0] == 0.7
-    assert grpo._episode(attempted({}), [reward_span(0.2)])[0] == 0.2  # written without the record
-    assert grpo._episode(attempted({FINAL_REWARD_METADATA_KEY: 0.7}, status="failed"), [])[0] == 0.0
+    assert grpo.episode(attempted({FINAL_REWARD_METADATA_KEY: 0.7}), [reward_span(0.2)])[0] == 0.7
+    assert grpo.episode(attempted({}), [reward_span(0.2)])[0] == 0.2  # written without the record
+    assert grpo.episode(attempted({FINAL_REWARD_METADATA_KEY: 0.7}, status="failed"), [])[0] == 0.0
 
 
 async def _runner(store: InMemoryLightningStore, count: int, reward: float) -> None:
@@ -94,7 +94,7 @@ async def test_grpo_rollouts_come_back_with_the_attempt_that_holds_the_reward() 
     )
     await runner
     assert spans == [[], [], []]  # no reward span anywhere: only the record has it
-    assert [grpo._episode(r, s)[0] for r, s in zip(rollouts, spans, strict=True)] == [0.9, 0.9, 0.9]
+    assert [grpo.episode(r, s)[0] for r, s in zip(rollouts, spans, strict=True)] == [0.9, 0.9, 0.9]
 
 
 async def test_baseline_counts_the_recorded_reward_without_reading_spans() -> None:

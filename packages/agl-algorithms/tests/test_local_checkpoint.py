@@ -12,15 +12,19 @@ import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from agl.testing.processes import wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-torch = pytest.importorskip("torch")
+if TYPE_CHECKING:
+    import torch
+else:
+    torch = pytest.importorskip("torch")
 
-from agl.algorithms.local.checkpoint import (  # noqa: E402  (after the torch check)
+from agl.algorithms.local.checkpoint import (
     Checkpoint,
     latest_checkpoint,
     read_pending,

@@ -259,7 +259,7 @@ async def test_a_stream_cancelled_while_it_waits_for_a_token_leaves_no_task_behi
     engine = _SilentEngine()
     server.engine = cast(Any, engine)
     params = SamplingParams(max_tokens=5)
-    stream = server._stream("chatcmpl-x", [1, 2, 3], params, False, False, False)  # pyright: ignore[reportPrivateUsage]
+    stream = server._stream("chatcmpl-x", [1, 2, 3], params, False, False, False)
     assert (await anext(stream)).startswith("data: ")  # the role chunk
     before = asyncio.all_tasks()
     reading = asyncio.ensure_future(anext(stream))

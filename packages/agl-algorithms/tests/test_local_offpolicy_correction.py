@@ -18,8 +18,9 @@ pytest.importorskip("torch")
 import torch
 from agl.algorithms.adapter import Turn
 from agl.algorithms.local.grpo_core import (
+    Correction,
     Sample,
-    _pad,  # pyright: ignore[reportPrivateUsage]  # the legacy update below pads as the module does
+    _pad,  # the legacy update below pads as the module does
     episode_samples,
     grpo_update,
     sequence_logprobs,
@@ -35,7 +36,7 @@ class TinyLM(torch.nn.Module):
 
     def __init__(self, vocab: int = 12, dim: int = 8, seed: int = 0) -> None:
         super().__init__()
-        torch.manual_seed(seed)  # pyright: ignore[reportUnknownMemberType]  # partially typed third-party API
+        torch.manual_seed(seed)  # partially typed third-party API
         self.emb = torch.nn.Embedding(vocab, dim)
         self.mix = torch.nn.Linear(dim, dim)
         self.out = torch.nn.Linear(dim, vocab)
@@ -116,7 +117,7 @@ def _grads(model: torch.nn.Module) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("correction", ["decoupled", "tis"])
-def test_one_step_loss_and_gradient_equal_the_formula(correction: str) -> None:
+def test_one_step_loss_and_gradient_equal_the_formula(correction: Correction) -> None:
     model = TinyLM()
     samples = _samples(model)
     reference = copy.deepcopy(model)
@@ -130,11 +131,11 @@ def test_one_step_loss_and_gradient_equal_the_formula(correction: str) -> None:
         clip_eps=EPS,
         correction=correction,
         is_cap=CAP,
-    )  # pyright: ignore[reportArgumentType]  # parametrised literal
+    )  # parametrised literal
 
     prox = [_token_logprobs(reference, s.ids).detach() for s in samples]
     value, surrogate = _hand_loss(reference, samples, prox, correction)
-    surrogate.backward()  # pyright: ignore[reportUnknownMemberType]  # partially typed third-party API
+    surrogate.backward()  # partially typed third-party API
     assert stats["loss"] == pytest.approx(float(value), rel=1e-5, abs=1e-6)
     for got, want in zip(_grads(model), _grads(reference), strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
@@ -190,7 +191,7 @@ def test_several_steps_follow_the_formula(correction: str) -> None:
                 reference, [samples[i] for i in chunk], [prox[i] for i in chunk], correction
             )
             reference.zero_grad(set_to_none=True)
-            surrogate.backward()  # pyright: ignore[reportUnknownMemberType]  # partially typed third-party API
+            surrogate.backward()  # partially typed third-party API
             with torch.no_grad():
                 for p in reference.parameters():
                     if p.grad is not None:
@@ -299,7 +300,7 @@ def test_none_is_todays_update_bit_for_bit(kind: str, request: pytest.FixtureReq
         path: Path = request.getfixturevalue("tiny_hf")
 
         def factory() -> Any:
-            torch.manual_seed(0)  # pyright: ignore[reportUnknownMemberType]  # partially typed third-party API
+            torch.manual_seed(0)  # partially typed third-party API
             return AutoModelForCausalLM.from_pretrained(path)
     else:
 

@@ -55,20 +55,22 @@ def test_prompts_sharing_a_prefix_get_what_they_get_prefilled_whole(loaded: tupl
     assert whole.stats["prefix_tokens"] == 0
     # a later group sharing only part of the prefix narrows it and still gets the same tokens
     partial = prompts_of(tokenizer, ["You are a calculator. " + q for q in QUESTIONS])
-    before = len(cached._prefix.ids)  # type: ignore[union-attr]
+    assert cached._prefix is not None
+    before = len(cached._prefix.ids)
     assert_same_results(generate(cached, partial, temperature=0.0), generate(whole, partial, temperature=0.0))
-    assert MIN_TOKENS <= len(cached._prefix.ids) < before  # type: ignore[union-attr]
+    assert cached._prefix is not None
+    assert MIN_TOKENS <= len(cached._prefix.ids) < before
 
 
 def test_a_weight_swap_drops_the_prefix_computed_by_the_old_weights(loaded: tuple[Any, Any]) -> None:
     model, tokenizer = loaded
+    original = {k: v.clone() for k, v in model.state_dict().items()}
     engine = GenerationEngine(model, tokenizer)
     engine.start()
     try:
         prompts = prompts_of(tokenizer, [SYSTEM + q for q in QUESTIONS])
         generate(engine, prompts, temperature=0.0)
         assert engine._prefix is not None and engine._prefix.ids
-        original = {k: v.clone() for k, v in model.state_dict().items()}
         changed = {k: v + 0.05 * torch.randn_like(v) for k, v in original.items()}
         engine.update_weights(changed)
         assert not engine._prefix.ids

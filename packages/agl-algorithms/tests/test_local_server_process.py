@@ -51,7 +51,9 @@ def _greedy(url: str) -> list[list[int]]:
                 max_tokens=12,
                 extra_body={"return_token_ids": True},
             )
-            out.append(list(r.choices[0].model_extra["token_ids"]))  # type: ignore[index]
+            extra = r.choices[0].model_extra
+            assert extra is not None
+            out.append(list(extra["token_ids"]))
         return out
 
 
@@ -104,7 +106,7 @@ def test_the_admin_routes_need_the_token_and_refuse_bad_weights(
     assert _admin(served, "GET", "/agl/stats") == 401
     assert _admin(served, "GET", "/agl/stats", token="wrong") == 401
     assert _admin(served, "POST", "/agl/weights", {"path": str(tmp_path / "none")}) == 401
-    token = served._token  # pyright: ignore[reportPrivateUsage]
+    token = served._token
     assert _admin(served, "GET", "/agl/stats", token=token) == 200
     assert _admin(served, "POST", "/agl/weights", {"path": str(tmp_path / "none")}, token=token) == 400
     (tmp_path / "junk").write_bytes(b"not safetensors")

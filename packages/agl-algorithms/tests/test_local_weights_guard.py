@@ -171,7 +171,7 @@ def test_a_fifo_is_refused_and_health_keeps_answering(model_dir: Path, tmp_path:
     os.mkfifo(fifo)
     with ModelServerProcess(model_dir, served_model_name=MODEL) as served:
         port = served.port or 0
-        token = served._token  # pyright: ignore[reportPrivateUsage]
+        token = served._token
         answers: list[tuple[int, str]] = []
         poster = threading.Thread(
             target=lambda: answers.append(_post(port, "/agl/weights", {"path": str(fifo)}, token, 20))

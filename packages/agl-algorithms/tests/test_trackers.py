@@ -7,7 +7,7 @@ import json
 import math
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,16 @@ def offline_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "")  # restored afterwards (the sink sets it when unset) ...
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE")  # ... and unset now
     monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+@pytest.fixture(autouse=True)
+def no_wandb_service_left() -> Iterator[None]:
+    """W&B keeps one service process per Python process until exit (its atexit hook ends it); a test process
+    lives on, so end it after each test, or later tests that count their child processes would see it."""
+    yield
+    wandb = sys.modules.get("wandb")  # (None where a test hides the library)
+    if wandb is not None:
+        wandb.teardown()
 
 
 def short_run(run_dir: Path, loggers: str) -> AlgorithmMetrics:
@@ -82,7 +92,7 @@ def test_default_logger_is_the_jsonl_file_alone(tmp_path: Path) -> None:
 
 def test_tensorboard_event_files_hold_the_step_metrics(tmp_path: Path) -> None:
     pytest.importorskip("tensorboard")
-    from tensorboard.backend.event_processing.event_accumulator import (  # pyright: ignore[reportMissingTypeStubs]
+    from tensorboard.backend.event_processing.event_accumulator import (
         EventAccumulator,
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from agl.algorithms.adapter import Turn
 from agl.algorithms.credit import CreditAssignment
-from agl.algorithms.verl.convert import convert_rollout, turns_from_triplets
+from agl.algorithms.verl.convert import TraceLevel, convert_rollout, turns_from_triplets
 from agl.types import Triplet
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -84,11 +84,11 @@ def test_a_prefix_break_starts_a_new_sample_and_is_counted(conv: tuple) -> None:
 @settings(max_examples=60)
 @given(conversations(), st.integers(1, 12), st.integers(1, 12), st.sampled_from(["transition", "trajectory"]))
 def test_limits_drop_long_prompts_and_cut_long_responses(
-    conv: tuple, max_p: int, max_r: int, level: str
+    conv: tuple, max_p: int, max_r: int, level: TraceLevel
 ) -> None:
     turns, _, _ = conv
-    samples, stats = convert_rollout(turns, level=level, max_prompt_length=max_p, max_response_length=max_r)  # type: ignore[arg-type]
-    unlimited, _ = convert_rollout(turns, level=level, max_prompt_length=10**6, max_response_length=10**6)  # type: ignore[arg-type]
+    samples, stats = convert_rollout(turns, level=level, max_prompt_length=max_p, max_response_length=max_r)
+    unlimited, _ = convert_rollout(turns, level=level, max_prompt_length=10**6, max_response_length=10**6)
     too_long = [u for u in unlimited if len(u.prompt_ids) > max_p]
     assert stats.dropped_prompt_too_long == len(too_long)
     kept = [u for u in unlimited if len(u.prompt_ids) <= max_p]
@@ -140,4 +140,4 @@ def test_sample_token_returns_follow_the_credit_mode() -> None:
 
 def test_bad_level_is_refused() -> None:
     with pytest.raises(ValueError, match=r"trace_aggregator\.level"):
-        convert_rollout([Turn([1], [2])], level="episode", max_prompt_length=4, max_response_length=4)  # type: ignore[arg-type]
+        convert_rollout([Turn([1], [2])], level="episode", max_prompt_length=4, max_response_length=4)  # pyright: ignore[reportArgumentType]

@@ -33,7 +33,7 @@ def test_installed_verl_is_the_checked_version_or_say_what_to_recheck() -> None:
 def test_the_platform_plugin_point_is_as_relied_on() -> None:
     from verl.plugin.platform import PlatformBase, PlatformRegistry, platform_manager
 
-    source = inspect.getsource(platform_manager._detect_platform_name)  # pyright: ignore[reportPrivateUsage]
+    source = inspect.getsource(platform_manager._detect_platform_name)
     assert 'os.environ.get("VERL_PLATFORM"' in source, "verl no longer picks the platform from VERL_PLATFORM"
     assert callable(PlatformRegistry.register)
     from agl.algorithms.verl.cpu import PlatformCPU
@@ -79,8 +79,8 @@ def test_trl_is_read_through_is_trl_available() -> None:
 def test_the_rollout_registries_are_as_relied_on() -> None:
     from verl.workers.rollout import base, replica
 
-    assert isinstance(base._ROLLOUT_REGISTRY, dict)  # pyright: ignore[reportPrivateUsage]
-    assert ("vllm", "async") in base._ROLLOUT_REGISTRY  # pyright: ignore[reportPrivateUsage]
+    assert isinstance(base._ROLLOUT_REGISTRY, dict)
+    assert ("vllm", "async") in base._ROLLOUT_REGISTRY
     assert callable(replica.RolloutReplicaRegistry.register)
     abstract = sorted(getattr(replica.RolloutReplica, "__abstractmethods__", set()))
     assert abstract == ["launch_servers"], f"RolloutReplica's abstract methods changed: {abstract}"

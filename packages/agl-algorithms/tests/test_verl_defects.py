@@ -10,7 +10,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -133,9 +133,9 @@ async def _run_bridge(
     set_runtime(AglRuntime(store=_Store([object()] if triplets else []), adapter=_Adapter(triplets)))
     loop = AglBridgeAgentLoop(
         trainer_config=DictConfigWrap(config),
-        server_manager=None,  # type: ignore[arg-type]
+        server_manager=None,  # pyright: ignore[reportArgumentType]
         tokenizer=AutoTokenizer.from_pretrained(MODEL),
-        processor=None,  # type: ignore[arg-type]
+        processor=None,  # pyright: ignore[reportArgumentType]
         dataset_cls=RLHFDataset,
         data_config=DictConfigWrap(config.data),
     )
@@ -145,7 +145,8 @@ async def _run_bridge(
         "raw_prompt": [{"role": "user", "content": "What is 1 + 1?"}],
     }
     try:
-        return await loop.run({}, **row, uid="u0", session_id=0, global_steps=global_steps)
+        # verl's @register types the class as AgentLoopBase, whose run returns one output; the bridge returns a list
+        return cast("list[Any]", await loop.run({}, **row, uid="u0", session_id=0, global_steps=global_steps))
     finally:
         set_runtime(None)
 

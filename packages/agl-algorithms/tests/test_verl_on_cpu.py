@@ -20,7 +20,7 @@ from agl.algorithms.adapter import Turn
 from agl.algorithms.credit import CreditAssignment
 from agl.algorithms.verl.bridge import TOKEN_RETURNS_KEY, AglAgentLoopOutput, to_agent_loop_output
 from agl.algorithms.verl.config import AGENT_LOOP_CONFIG, compose_config, validate
-from agl.algorithms.verl.convert import convert_rollout
+from agl.algorithms.verl.convert import TraceLevel, convert_rollout
 from agl.algorithms.verl.dataset import read_task, write_tasks
 from agl.algorithms.verl.trainer import credit_advantages
 
@@ -90,9 +90,11 @@ def test_bad_config_is_refused_with_the_key(override: dict[str, Any], message: s
 
 def test_the_agent_loop_registry_resolves_to_the_bridge() -> None:
     from hydra.utils import get_class
-    from omegaconf import OmegaConf
+    from omegaconf import ListConfig, OmegaConf
 
-    (entry,) = OmegaConf.load(AGENT_LOOP_CONFIG)
+    loaded = OmegaConf.load(AGENT_LOOP_CONFIG)
+    assert isinstance(loaded, ListConfig)
+    (entry,) = loaded
     assert entry.name == "agl_bridge"
     from agl.algorithms.verl.bridge import AglBridgeAgentLoop
 
@@ -151,7 +153,7 @@ def test_as_dict_puts_the_reward_on_the_last_token_and_keeps_our_returns() -> No
     assert out["extra_fields"]["agl_rollout_id"] == "ro-1"
 
 
-def _batch(credit: CreditAssignment, level: str = "transition") -> tuple[Any, list[str]]:
+def _batch(credit: CreditAssignment, level: TraceLevel = "transition") -> tuple[Any, list[str]]:
     """Two tasks x 3 sessions of 2-turn calc-like rollouts, as verl's TQ would hold them."""
     from verl.protocol import DataProto
 
@@ -162,7 +164,7 @@ def _batch(credit: CreditAssignment, level: str = "transition") -> tuple[Any, li
         turns = [Turn([7, 8], [1, 2, 3]), Turn([7, 8, 1, 2, 3, 4], [5, 6], reward=reward)]
         samples, _ = convert_rollout(
             turns, level=level, max_prompt_length=16, max_response_length=16, credit=credit
-        )  # type: ignore[arg-type]
+        )
         for i, s in enumerate(samples):
             outputs.append(to_agent_loop_output(s, f"ro-{uid}{session}", 2))
             keys.append(f"{uid}_{session}_{i}")
@@ -187,7 +189,7 @@ def _batch(credit: CreditAssignment, level: str = "transition") -> tuple[Any, li
 
 
 @pytest.mark.parametrize("level", ["transition", "trajectory"])
-def test_verls_multi_trajectory_grpo_matches_our_final_credit(level: str) -> None:
+def test_verls_multi_trajectory_grpo_matches_our_final_credit(level: TraceLevel) -> None:
     from verl.trainer.ppo.core_algos import AdvantageEstimator
     from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 

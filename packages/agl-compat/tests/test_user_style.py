@@ -85,7 +85,8 @@ def test_the_threaded_store_is_shared_by_threads() -> None:
         t.start()
     for t in threads:
         t.join()
-    assert len(set(ids)) == 4 and store.capabilities["thread_safe"]
+    capabilities = store.capabilities
+    assert len(set(ids)) == 4 and "thread_safe" in capabilities and capabilities["thread_safe"]
     asyncio.run(store.close())
 
 

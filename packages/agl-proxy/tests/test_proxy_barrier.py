@@ -11,6 +11,7 @@ from agl.store import InMemoryLightningStore, LightningStore, SqlLightningStore
 from agl.testing.openai_standin import StandinServer
 from agl.testing.proxy import OpenAIClients, running_proxy
 from agl.types.semconv import AGL_LLM_CALL
+from openai.types.chat import ChatCompletionMessageParam
 
 
 async def _call_spans(store: LightningStore, rollout_id: str) -> int:
@@ -31,7 +32,9 @@ async def test_the_span_is_stored_when_the_client_has_the_answer(
                 llm = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id)
                 client = openai_client(base_url=llm.endpoint, api_key="x")
                 for turn in range(3):
-                    messages = [{"role": "user", "content": f"agent {index} turn {turn}"}]
+                    messages: list[ChatCompletionMessageParam] = [
+                        {"role": "user", "content": f"agent {index} turn {turn}"}
+                    ]
                     if stream:
                         chunks = await client.chat.completions.create(
                             model="m", messages=messages, stream=True

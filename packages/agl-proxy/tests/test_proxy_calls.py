@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -24,8 +25,9 @@ from agl.testing.proxy import OpenAIClients, llm_spans, model_list, running_prox
 from agl.types import LLM, ProxyLLM
 from agl.types.semconv import GenAIAttributes as G
 from agl.types.semconv import LLMCallAttributes as L
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
-WEATHER_TOOL = {
+WEATHER_TOOL: ChatCompletionToolParam = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -42,7 +44,10 @@ async def test_chat_call_is_answered_and_recorded_with_token_ids(
     async with running_proxy(store, standin) as proxy:
         llm = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id)
         client = openai_client(base_url=llm.endpoint, api_key="unused")
-        messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "hello"},
+        ]
         resp = await client.chat.completions.create(
             model="m", messages=messages, temperature=0.5, max_tokens=20
         )  # type: ignore[arg-type]
@@ -54,7 +59,7 @@ async def test_chat_call_is_answered_and_recorded_with_token_ids(
     a = span.attributes
     assert span.rollout_id == rollout.rollout_id and span.attempt_id == rollout.attempt.attempt_id
     assert span.sequence_id >= 1 and span.status.status_code == "OK"
-    assert a[L.PROMPT_TOKEN_IDS.value] == token_ids(chat_prompt_text(messages))
+    assert a[L.PROMPT_TOKEN_IDS.value] == token_ids(chat_prompt_text(cast("list[dict[str, Any]]", messages)))
     assert a[L.RESPONSE_TOKEN_IDS.value] == token_ids("echo: hello")
     assert json.loads(a[L.REQUEST_MESSAGES.value]) == messages
     assert json.loads(a[L.RESPONSE_MESSAGES.value]) == [{"role": "assistant", "content": "echo: hello"}]
@@ -87,11 +92,14 @@ async def test_tool_calls_and_logprobs_are_recorded(
             resp = await client.chat.completions.create(
                 model="m",
                 messages=[{"role": "user", "content": "weather in Paris?"}],
-                tools=[WEATHER_TOOL],  # type: ignore[list-item]
+                tools=[WEATHER_TOOL],
             )
             [span] = await llm_spans(store, rollout, 1)
-    call = resp.choices[0].message.tool_calls[0]  # type: ignore[index]
-    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}  # type: ignore[union-attr]
+    tool_calls = resp.choices[0].message.tool_calls
+    assert tool_calls is not None
+    call = tool_calls[0]
+    assert call.type == "function"
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
     a = span.attributes
     assert json.loads(a[L.REQUEST_TOOLS.value]) == [WEATHER_TOOL]
     [message] = json.loads(a[L.RESPONSE_MESSAGES.value])
@@ -330,7 +338,7 @@ async def test_configuration_errors_are_clear(store: InMemoryLightningStore) -> 
     with pytest.raises(ValueError, match="litellm_params"):
         LLMProxy([{"model_name": "m"}])
     with pytest.raises(ValueError, match="launch_mode"):
-        LLMProxy([], launch_mode="bogus")  # type: ignore[arg-type]
+        LLMProxy([], launch_mode="bogus")  # pyright: ignore[reportArgumentType]
     with pytest.raises(RuntimeError, match="store"):
         await LLMProxy([{"model_name": "m", "litellm_params": {"model": "openai/x"}}]).start()
     with pytest.raises(RuntimeError, match="model_list"):

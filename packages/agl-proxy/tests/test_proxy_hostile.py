@@ -21,14 +21,14 @@ async def test_non_utf8_headers_are_client_errors(
     rollout = await store.start_rollout(input=None)
     async with running_proxy(store, standin, auth_token="tok") as proxy, httpx.AsyncClient() as http:
         url = f"{proxy.endpoint}/v1/chat/completions"
-        r = await http.post(url, json=CHAT, headers={"Authorization": b"Bearer \xff\xfe"})
+        r = await http.post(url, json=CHAT, headers={"Authorization": b"Bearer \xff\xfe"})  # pyright: ignore[reportArgumentType]
         assert r.status_code == 401
         r = await http.post(url, json=CHAT, headers={"Authorization": "Bearer tok-but-longer"})
         assert r.status_code == 401
         ok = {"Authorization": "Bearer tok"}
-        r = await http.post(url, json=CHAT, headers={**ok, "x-rollout-id": b"\xff", "x-attempt-id": b"a"})
+        r = await http.post(url, json=CHAT, headers={**ok, "x-rollout-id": b"\xff", "x-attempt-id": b"a"})  # pyright: ignore[reportArgumentType]
         assert r.status_code == 400 and "x-rollout-id" in r.json()["error"]["message"]
-        r = await http.post(url, json=CHAT, headers={**ok, "x-rollout-id": b"r", "x-attempt-id": b"\xc3"})
+        r = await http.post(url, json=CHAT, headers={**ok, "x-rollout-id": b"r", "x-attempt-id": b"\xc3"})  # pyright: ignore[reportArgumentType]
         assert r.status_code == 400 and "x-attempt-id" in r.json()["error"]["message"]
         # An unreadable traceparent is ignored (W3C trace context), the call is served and recorded.
         attributed = {

@@ -25,10 +25,10 @@ MODELS = [
 
 def test_the_references_positional_order_is_recognised(store: InMemoryLightningStore) -> None:
     with pytest.warns(DeprecationWarning, match="reference's order"):
-        proxy = LLMProxy(4000, MODELS, store)  # type: ignore[arg-type]  # the reference's (port, model_list, store)
+        proxy = LLMProxy(4000, MODELS, store)  # pyright: ignore[reportArgumentType]  # the reference's (port, model_list, store)
     assert (proxy.port, proxy.model_list, proxy.store, proxy.host) == (4000, MODELS, store, "127.0.0.1")
     with pytest.warns(DeprecationWarning, match="reference's order"):
-        proxy = LLMProxy(None, MODELS, store, "0.0.0.0")  # type: ignore[arg-type]
+        proxy = LLMProxy(None, MODELS, store, "0.0.0.0")  # pyright: ignore[reportArgumentType]
     assert (proxy.port, proxy.model_list, proxy.store, proxy.host) == (None, MODELS, store, "0.0.0.0")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # this LLMProxy's own order stays silent
@@ -49,7 +49,7 @@ def test_launch_options_without_meaning_here_warn() -> None:
         proxy = LLMProxy(MODELS, launcher_args=args)
     assert (proxy.host, proxy.port, proxy.launch_mode) == ("0.0.0.0", 4001, "asyncio")
     with pytest.raises(ValueError, match="launch_mode"):
-        LLMProxy(MODELS, launch_mode="bogus")  # type: ignore[arg-type]
+        LLMProxy(MODELS, launch_mode="bogus")  # pyright: ignore[reportArgumentType]
 
 
 def test_litellm_options_are_mapped() -> None:

@@ -17,6 +17,7 @@ from agl.testing.openai_standin import StandinServer, token_ids
 from agl.testing.proxy import OpenAIClients, running_proxy
 from agl.types.semconv import AGL_LLM_CALL, LLMCall
 from agl.types.semconv import LLMCallAttributes as L
+from openai.types.chat import ChatCompletionMessageParam
 
 _MiB = 1024 * 1024
 
@@ -92,7 +93,7 @@ async def test_a_call_whose_span_the_store_refuses_fails_instead_of_looking_reco
         async with running_proxy(store, standin) as proxy:
             llm = proxy.as_resource("ro-unknown", "at-unknown")  # the store refuses its span
             client = openai_client(base_url=llm.endpoint, api_key="x", max_retries=0)
-            messages = [{"role": "user", "content": "hi"}]
+            messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
             with pytest.raises(openai.APIError, match="not recorded") as caught:
                 if stream:
                     async for _ in await client.chat.completions.create(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Any, cast
 
 import httpx
 from agl.proxy import LLMProxy
@@ -23,6 +24,7 @@ from agl.testing.openai_standin import (
 from agl.testing.proxy import OpenAIClients, llm_spans, running_proxy
 from agl.types.semconv import GenAIAttributes as G
 from agl.types.semconv import LLMCallAttributes as L
+from openai.types.chat import ChatCompletionMessageParam
 
 
 async def test_stream_is_relayed_and_recorded_whole(
@@ -33,14 +35,16 @@ async def test_stream_is_relayed_and_recorded_whole(
         client = openai_client(
             base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint, api_key="x"
         )
-        messages = [{"role": "user", "content": "a fairly long question to stream back"}]
-        stream = await client.chat.completions.create(model="m", messages=messages, stream=True)  # type: ignore[arg-type]
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "user", "content": "a fairly long question to stream back"}
+        ]
+        stream = await client.chat.completions.create(model="m", messages=messages, stream=True)
         text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
         [span] = await llm_spans(store, rollout, 1)
     assert text == "echo: a fairly long question to stream back"
     a = span.attributes
     assert a[L.STREAM.value] is True and span.status.status_code == "OK"
-    assert a[L.PROMPT_TOKEN_IDS.value] == token_ids(chat_prompt_text(messages))
+    assert a[L.PROMPT_TOKEN_IDS.value] == token_ids(chat_prompt_text(cast("list[dict[str, Any]]", messages)))
     assert a[L.RESPONSE_TOKEN_IDS.value] == token_ids(text)
     assert a[L.RESPONSE_LOGPROBS.value] == [token_logprob(i) for i in range(len(text))]
     assert json.loads(a[L.RESPONSE_MESSAGES.value]) == [{"role": "assistant", "content": text}]

@@ -17,9 +17,9 @@ import pytest
 from agl.runner import LitAgentRunner, rollout
 from agl.store import InMemoryLightningStore, LightningStore, LightningStoreClient, LightningStoreServer
 from agl.tracer import OtelTracer, emit_reward
-from agl.types import LLM, Rollout, RolloutConfig
+from agl.types import LLM, NamedResources, Rollout, RolloutConfig
 
-RESOURCES = {"llm": LLM(endpoint="http://127.0.0.1:9/v1", model="m")}
+RESOURCES: NamedResources = {"llm": LLM(endpoint="http://127.0.0.1:9/v1", model="m")}
 RELEASE = threading.Event()  # set at teardown so blocked agent threads end
 python_loop_stopped = threading.Event()
 entered: dict[str, float] = {}
@@ -117,7 +117,9 @@ async def test_a_timed_out_attempt_cancels_its_hung_agent_and_frees_the_runner(k
         assert ended is not None and ended.status == "failed"
         attempts = list(await inner.query_attempts(hung.rollout_id))
         assert [a.status for a in attempts] == ["timeout"]
-        error = attempts[0].metadata["error"]
+        metadata = attempts[0].metadata
+        assert metadata is not None
+        error = metadata["error"]
         assert error["type"] == "AttemptEnded" and "timeout" in error["message"]
         finished = await inner.get_rollout_by_id(after.rollout_id)
         assert finished is not None and finished.status == "succeeded"
@@ -157,7 +159,8 @@ async def test_a_cancelled_rollout_cancels_its_agent_and_stays_cancelled() -> No
         assert ended is not None and ended.status == "cancelled"
         attempts = list(await inner.query_attempts(rollout_id))
         assert [a.status for a in attempts] == ["failed"]
-        assert "the rollout was cancelled" in attempts[0].metadata["error"]["message"]
+        metadata = attempts[0].metadata
+        assert metadata is not None and "the rollout was cancelled" in metadata["error"]["message"]
 
 
 @pytest.mark.timeout(60)
@@ -171,5 +174,6 @@ async def test_an_attempt_another_attempt_took_over_is_dropped() -> None:
         attempts = list(await inner.query_attempts(rollout_id))
         assert [a.attempt_id for a in attempts][-1] == retry.attempt.attempt_id
         assert attempts[0].status == "failed"
-        assert "took over" in attempts[0].metadata["error"]["message"]
+        metadata = attempts[0].metadata
+        assert metadata is not None and "took over" in metadata["error"]["message"]
         assert attempts[1].status == "preparing"  # untouched by the old runner

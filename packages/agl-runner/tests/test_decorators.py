@@ -196,7 +196,7 @@ async def test_async_functions_and_wrong_entry_points() -> None:
         await agent_sync.rollout_async(3, {"m": LLM_A}, _attempted())
     # Calling the decorated object calls the function itself; metadata is preserved.
     assert agent_sync(5, LLM_A) == 5.0
-    assert agent_sync.__name__ == "agent_sync"
+    assert agent_sync.__name__ == "agent_sync"  # pyright: ignore[reportAttributeAccessIssue]  # set by functools.update_wrapper
 
 
 @rollout

@@ -70,5 +70,5 @@ def test_shm_constructor_rules() -> None:
     with pytest.raises(ValueError, match="n_runners=1"):
         SharedMemoryExecutionStrategy(n_runners=2, main_thread="runner")
     with pytest.raises(ValueError, match="main_thread"):
-        SharedMemoryExecutionStrategy(main_thread="both")  # type: ignore[arg-type]
+        SharedMemoryExecutionStrategy(main_thread="both")  # pyright: ignore[reportArgumentType]
     assert SharedMemoryExecutionStrategy(n_runners=3).n_runners == 3

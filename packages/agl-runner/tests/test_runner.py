@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -148,7 +149,8 @@ async def test_unknown_resources_id_fails_the_attempt_with_a_clear_error() -> No
     rollout_ = next(iter(await store.query_rollouts()))
     attempt = await store.get_latest_attempt(rollout_.rollout_id)
     assert rollout_.status == "failed"
-    assert attempt is not None and "rs-missing" in attempt.metadata["error"]["message"]  # type: ignore[index]
+    assert attempt is not None and attempt.metadata is not None
+    assert "rs-missing" in attempt.metadata["error"]["message"]
 
 
 async def test_iter_picks_up_work_at_once_and_stops_on_the_event() -> None:
@@ -176,7 +178,7 @@ async def test_iter_picks_up_work_at_once_and_stops_on_the_event() -> None:
 
 async def test_max_rollouts_and_concurrency() -> None:
     store = InMemoryLightningStore()
-    both_running = asyncio.Barrier(2) if hasattr(asyncio, "Barrier") else None
+    both_running = asyncio.Barrier(2) if sys.version_info >= (3, 11) else None
     seen: list[int] = []
 
     @rollout
@@ -208,7 +210,7 @@ class CountingStore(InMemoryLightningStore):
         self.limits: list[int] = []
         self.polled = asyncio.Event()
 
-    async def _dequeue_rollouts(self, limit: int, worker_id: str | None, timeout: float) -> list[Any]:
+    async def _dequeue_rollouts(self, limit: int, worker_id: str | None, timeout: float | None) -> list[Any]:
         self.dequeues += 1
         if self.dequeues >= 3:
             self.polled.set()
@@ -282,7 +284,8 @@ async def test_heartbeats_reach_the_worker_and_keep_a_long_attempt_alive() -> No
         and worker.heartbeat_stats is not None
         and "cpu_usage_pct" in worker.heartbeat_stats
     )
-    assert (await store.get_rollout_by_id(queued.rollout_id)).status == "succeeded"  # type: ignore[union-attr]
+    finished = await store.get_rollout_by_id(queued.rollout_id)
+    assert finished is not None and finished.status == "succeeded"
 
 
 def test_run_context_tears_down_what_it_set_up(caplog: pytest.LogCaptureFixture) -> None:
@@ -313,7 +316,7 @@ async def test_sync_agents_run_off_the_event_loop(caplog: pytest.LogCaptureFixtu
     def blocking(task: int, llm: LLM) -> float:
         asyncio.run(asyncio.sleep(0))  # only possible outside the runner's event loop
         emit_reward(2.0)
-        return None  # type: ignore[return-value]
+        return None  # pyright: ignore[reportReturnType]
 
     store = InMemoryLightningStore()
     runner = make_runner()

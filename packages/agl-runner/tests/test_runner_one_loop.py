@@ -9,9 +9,9 @@ import pytest
 from agl.runner import LitAgentRunner, rollout
 from agl.store import InMemoryLightningStore
 from agl.tracer import OtelTracer, emit_reward
-from agl.types import LLM
+from agl.types import LLM, NamedResources
 
-_RESOURCES = {"llm": LLM(endpoint="http://127.0.0.1:9/v1", model="m")}
+_RESOURCES: NamedResources = {"llm": LLM(endpoint="http://127.0.0.1:9/v1", model="m")}
 
 
 def _export_threads() -> list[threading.Thread]:

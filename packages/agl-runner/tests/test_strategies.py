@@ -23,9 +23,9 @@ from agl.runner import (
 )
 from agl.store import InMemoryLightningStore
 from agl.tracer import OtelTracer
-from agl.types import LLM
+from agl.types import LLM, AttemptStatus, NamedResources
 
-RESOURCES = {"llm": LLM(endpoint="http://127.0.0.1:9/v1", model="m")}
+RESOURCES: NamedResources = {"llm": LLM(endpoint="http://127.0.0.1:9/v1", model="m")}
 
 
 @rollout
@@ -192,7 +192,7 @@ def test_cs_main_process_runner_needs_one_runner_and_both_roles() -> None:
     with pytest.raises(ValueError, match="role='both'"):
         ClientServerExecutionStrategy(main_process="runner", role="algorithm")
     with pytest.raises(ValueError, match="main_process must be"):
-        ClientServerExecutionStrategy(main_process="neither")  # type: ignore[arg-type]
+        ClientServerExecutionStrategy(main_process="neither")  # pyright: ignore[reportArgumentType]
 
 
 async def test_progress_monitor_counts_and_renders() -> None:
@@ -200,7 +200,12 @@ async def test_progress_monitor_counts_and_renders() -> None:
     await store.add_resources(RESOURCES)
     for i in range(5):
         await store.enqueue_rollout(input=i)
-    for reward, status in ((1.0, "succeeded"), (0.0, "succeeded"), (None, "failed")):
+    outcomes: list[tuple[float | None, AttemptStatus]] = [
+        (1.0, "succeeded"),
+        (0.0, "succeeded"),
+        (None, "failed"),
+    ]
+    for reward, status in outcomes:
         claimed = await store.dequeue_rollout(worker_id="w")
         assert claimed is not None
         await store.update_attempt(
@@ -255,7 +260,7 @@ class OneLoopStore(InMemoryLightningStore):
     def capabilities(self) -> Any:
         return {**super().capabilities, "thread_safe": False}
 
-    async def _dequeue_rollouts(self, limit: int, worker_id: str | None, timeout: float) -> Any:
+    async def _dequeue_rollouts(self, limit: int, worker_id: str | None, timeout: float | None) -> Any:
         self.loops.add(id(asyncio.get_running_loop()))  # every claim comes here
         return await super()._dequeue_rollouts(limit, worker_id, timeout)
 

@@ -59,11 +59,11 @@ def test_bad_specs_say_what_is_wrong() -> None:
     with pytest.raises(TypeError, match="algorithm must be a Algorithm"):
         Trainer(algorithm=lambda: 3)
     with pytest.raises(TypeError, match="Hook"):
-        Trainer(hooks=[object()])  # type: ignore[list-item]
+        Trainer(hooks=[object()])  # pyright: ignore[reportArgumentType]
     with pytest.raises(ValueError, match="n_runners"):
         Trainer(n_runners=0)
     with pytest.raises(TypeError, match="LitAgent"):
-        Trainer(strategy="shm").fit(lambda task: None)  # type: ignore[arg-type]
+        Trainer(strategy="shm").fit(lambda task: None)  # pyright: ignore[reportArgumentType]
     with pytest.raises(TypeError, match="string"):
         Trainer(strategy="shm").fit(agent, "http://127.0.0.1:9999")  # type: ignore[arg-type]
 

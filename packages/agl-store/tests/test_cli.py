@@ -61,7 +61,7 @@ def test_store_command_serves_and_stops_cleanly(sig: int) -> None:
 
 
 def test_backend_passwords_are_not_printed() -> None:
-    from agl.store.cli import _redact
+    from agl.store.cli import _redact  # pyright: ignore[reportPrivateImportUsage]  # the name the CLI uses
 
     assert _redact("postgresql://agl:hunter2@db:5432/agl") == "postgresql://agl:***@db:5432/agl"
     assert _redact("sqlite:///tmp/x.db") == "sqlite:///tmp/x.db"

@@ -22,6 +22,7 @@ async def _snapshot_and_three_rollouts(store: LightningStore) -> ResourcesUpdate
 async def test_claim_sends_resources_only_when_the_known_version_is_stale() -> None:
     with running_server() as server:
         store = server.store
+        assert store is not None
         snapshot = await _snapshot_and_three_rollouts(store)
         path = "/v1/agl/queues/rollouts/claim"
         async with http_session() as session:
@@ -47,12 +48,15 @@ async def test_claim_sends_resources_only_when_the_known_version_is_stale() -> N
 async def test_client_claims_with_its_cache_and_an_agent_cannot_spoil_it() -> None:
     with running_server() as server:
         store = server.store
+        assert store is not None
         snapshot = await _snapshot_and_three_rollouts(store)
         client = LightningStoreClient(server.endpoint)
         try:
             got = await client.dequeue_rollout_with_resources("w")
             assert got is not None and got[1] == snapshot
-            got[1].resources["llm"].endpoint = "http://spoiled/v1"  # type: ignore[attr-defined]
+            spoiled = got[1]
+            assert spoiled is not None and isinstance(spoiled.resources["llm"], LLM)
+            spoiled.resources["llm"].endpoint = "http://spoiled/v1"
             again = await client.dequeue_rollout_with_resources("w")
             assert again is not None and again[1] == snapshot  # from the cache, unspoiled
             updated = await store.update_resources(snapshot.resources_id, {"llm": _llm(2)})

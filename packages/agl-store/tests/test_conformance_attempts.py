@@ -6,7 +6,15 @@ import pytest
 from agl.store import LightningStore
 from agl.testing.clock import ManualClock
 from agl.testing.spans import claim, make_span, span_for
-from agl.types import Attempt, AttemptedRollout, InvalidRequestError, NotFoundError, RolloutConfig
+from agl.types import (
+    Attempt,
+    AttemptedRollout,
+    AttemptStatus,
+    InvalidRequestError,
+    NotFoundError,
+    RolloutConfig,
+    RolloutStatus,
+)
 
 
 async def rollout_status(store: LightningStore, rollout_id: str) -> str:
@@ -25,7 +33,7 @@ async def test_update_attempt_errors(store: LightningStore) -> None:
     with pytest.raises(NotFoundError, match=f"Attempt at-missing not found for rollout {rollout.rollout_id}"):
         await store.update_attempt(rollout.rollout_id, "at-missing", status="failed")
     with pytest.raises(InvalidRequestError, match="status"):
-        await store.update_attempt(rollout.rollout_id, "latest", status="exploded")  # type: ignore[arg-type]
+        await store.update_attempt(rollout.rollout_id, "latest", status="exploded")  # pyright: ignore[reportArgumentType]
 
 
 async def test_update_attempt_writes_fields(store: LightningStore, clock: ManualClock) -> None:
@@ -131,16 +139,17 @@ async def test_only_the_latest_attempt_propagates(store: LightningStore) -> None
 
 
 async def test_attempt_status_propagation_table(store: LightningStore) -> None:
-    for status, expected in [
+    table: list[tuple[AttemptStatus, str]] = [
         ("preparing", "preparing"),
         ("running", "running"),
         ("succeeded", "succeeded"),
         ("failed", "failed"),
         ("timeout", "failed"),
         ("unresponsive", "failed"),
-    ]:
+    ]
+    for status, expected in table:
         rollout = await claim(store)
-        await store.update_attempt(rollout.rollout_id, "latest", status=status)  # type: ignore[arg-type]
+        await store.update_attempt(rollout.rollout_id, "latest", status=status)
         assert await rollout_status(store, rollout.rollout_id) == expected, status
 
 
@@ -176,7 +185,8 @@ async def test_attempt_without_any_heartbeat_becomes_unresponsive(
 ) -> None:
     rollout = await claim(store, config=RolloutConfig(unresponsive_seconds=10))
     clock.advance(9)
-    assert (await store.get_latest_attempt(rollout.rollout_id)).status == "preparing"  # type: ignore[union-attr]
+    latest = await store.get_latest_attempt(rollout.rollout_id)
+    assert latest is not None and latest.status == "preparing"
     clock.advance(2)
     attempt = await store.get_latest_attempt(rollout.rollout_id)
     assert attempt is not None and attempt.status == "unresponsive"
@@ -284,11 +294,11 @@ async def test_span_of_an_older_attempt_does_not_move_the_rollout(store: Lightni
 
 @pytest.mark.parametrize("queued_status", ["queuing", "requeuing"])
 async def test_span_promotes_a_queued_rollout_with_a_live_attempt(
-    store: LightningStore, queued_status: str
+    store: LightningStore, queued_status: RolloutStatus
 ) -> None:
     """Decision (5): the misspelt ``queueing`` of the reference is fixed; both queued statuses are promoted."""
     rollout = await claim(store)
-    await store.update_rollout(rollout.rollout_id, status=queued_status)  # type: ignore[arg-type]
+    await store.update_rollout(rollout.rollout_id, status=queued_status)
     await span_for(store, rollout)
     assert await rollout_status(store, rollout.rollout_id) == "running"
     assert await store.dequeue_rollout() is None

@@ -112,11 +112,11 @@ async def test_ids_a_database_cannot_keep_are_refused(store: LightningStore, bad
 
 async def test_wrong_types_and_values_get_clear_errors(store: LightningStore) -> None:
     with pytest.raises(InvalidRequestError, match="status"):
-        await store.query_rollouts(status_in=["bogus"])  # type: ignore[list-item]
+        await store.query_rollouts(status_in=["bogus"])  # pyright: ignore[reportArgumentType]
     with pytest.raises(InvalidRequestError, match="limit"):
-        await store.query_rollouts(limit="10")  # type: ignore[arg-type]
+        await store.query_rollouts(limit="10")  # pyright: ignore[reportArgumentType]
     with pytest.raises(InvalidRequestError, match="limit"):
-        await store.dequeue_many_rollouts(limit="10")  # type: ignore[arg-type]
+        await store.dequeue_many_rollouts(limit="10")  # pyright: ignore[reportArgumentType]
     with pytest.raises(InvalidRequestError, match="timeout"):
         await asyncio.wait_for(store.wait_for_rollouts(rollout_ids=["ro-x"], timeout=float("nan")), 5)
     with pytest.raises(InvalidRequestError, match="timeout"):
@@ -124,15 +124,15 @@ async def test_wrong_types_and_values_get_clear_errors(store: LightningStore) ->
     with pytest.raises(InvalidRequestError, match="rollout_ids"):
         await store.wait_for_rollouts(rollout_ids="ro-x", timeout=0)
     with pytest.raises(InvalidRequestError, match="heartbeat_stats"):
-        await store.update_worker("w", heartbeat_stats="hi")  # type: ignore[arg-type]
+        await store.update_worker("w", heartbeat_stats="hi")  # pyright: ignore[reportArgumentType]
     with pytest.raises(InvalidRequestError, match="heartbeat_stats"):
         await store.update_worker("w", heartbeat_stats={"x": float("nan")})
     with pytest.raises(InvalidRequestError, match="rollout"):
-        await store.enqueue_many_rollouts([1])  # type: ignore[list-item]
+        await store.enqueue_many_rollouts([1])  # pyright: ignore[reportArgumentType]
     with pytest.raises(InvalidRequestError, match="resources"):
-        await store.add_resources("not a dict")  # type: ignore[arg-type]
+        await store.add_resources("not a dict")  # pyright: ignore[reportArgumentType]
     with pytest.raises(InvalidRequestError, match="span"):
-        await store.add_span("not a span")  # type: ignore[arg-type]
+        await store.add_span("not a span")  # pyright: ignore[reportArgumentType]
     await _nothing_stored(store)
     assert (await store.query_workers()).total == 0
 
@@ -187,4 +187,4 @@ def test_a_server_needs_a_store() -> None:
 
     for bad in (None, "memory", object()):
         with pytest.raises(InvalidRequestError, match="LightningStore"):
-            LightningStoreServer(bad)  # type: ignore[arg-type]
+            LightningStoreServer(bad)  # pyright: ignore[reportArgumentType]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pytest
 from agl.store import LightningStore
 from agl.testing.clock import ManualClock
@@ -27,8 +29,8 @@ async def make_population(store: LightningStore, clock: ManualClock) -> dict[str
     return ids
 
 
-async def ids_of(result: object) -> list[str]:
-    return [r.rollout_id for r in result]  # type: ignore[attr-defined]
+async def ids_of(result: Iterable[Rollout]) -> list[str]:
+    return [r.rollout_id for r in result]
 
 
 async def test_query_rollouts_default_is_creation_order_with_latest_attempts(
@@ -40,8 +42,9 @@ async def test_query_rollouts_default_is_creation_order_with_latest_attempts(
     assert await ids_of(result) == list(ids.values())
     by_id = {r.rollout_id: r for r in result}
     assert type(by_id[ids["queued"]]) is Rollout
-    assert isinstance(by_id[ids["succeeded"]], AttemptedRollout)
-    assert by_id[ids["succeeded"]].attempt.status == "succeeded"  # type: ignore[union-attr]
+    succeeded = by_id[ids["succeeded"]]
+    assert isinstance(succeeded, AttemptedRollout)
+    assert succeeded.attempt.status == "succeeded"
     assert {r.rollout_id: r.status for r in result} == {
         ids["queued"]: "queuing",
         ids["preparing"]: "preparing",
@@ -85,7 +88,7 @@ async def test_query_rollouts_by_mode(store: LightningStore) -> None:
     ]
     assert (await store.query_rollouts(mode_in=[])).total == 0
     with pytest.raises(InvalidRequestError, match="mode_in"):
-        await store.query_rollouts(mode_in=["bogus"])  # type: ignore[list-item]
+        await store.query_rollouts(mode_in=["bogus"])  # pyright: ignore[reportArgumentType]
 
 
 async def test_query_rollouts_sort_and_paginate(store: LightningStore, clock: ManualClock) -> None:
@@ -120,7 +123,7 @@ async def test_query_rollouts_rejects_bad_parameters(
     store: LightningStore, kwargs: dict[str, object]
 ) -> None:
     with pytest.raises(InvalidRequestError):
-        await store.query_rollouts(**kwargs)  # type: ignore[arg-type]
+        await store.query_rollouts(**kwargs)  # pyright: ignore[reportArgumentType]
 
 
 async def test_query_attempts(store: LightningStore) -> None:
@@ -147,6 +150,8 @@ async def test_statistics_count_everything(store: LightningStore) -> None:
     await store.enqueue_rollout("other")
     await store.add_resources({})
     stats = await store.statistics()
+    assert "total_rollouts" in stats and "total_attempts" in stats and "total_spans" in stats
+    assert "total_resources" in stats and "total_workers" in stats and "uptime" in stats
     assert stats["total_rollouts"] == 2
     assert stats["total_attempts"] == 2
     assert stats["total_spans"] == 0

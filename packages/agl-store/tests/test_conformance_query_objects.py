@@ -94,9 +94,9 @@ async def test_bad_queries_are_rejected_by_the_server_too(store: LightningStore)
 async def test_collections_of_values_are_accepted_as_lists(store: LightningStore) -> None:
     rollout = await claim(store)
     for ids in ((rollout.rollout_id,), {rollout.rollout_id}, frozenset({rollout.rollout_id})):
-        assert [r.rollout_id for r in await store.query_rollouts(rollout_id_in=ids)] == [rollout.rollout_id]  # type: ignore[arg-type]
+        assert [r.rollout_id for r in await store.query_rollouts(rollout_id_in=ids)] == [rollout.rollout_id]  # pyright: ignore[reportArgumentType]
     assert (await store.query_rollouts(status_in=("preparing",))).total == 1
-    assert (await store.query_rollouts(limit=1.0)).limit == 1  # type: ignore[arg-type]
+    assert (await store.query_rollouts(limit=1.0)).limit == 1  # pyright: ignore[reportArgumentType]
 
 
 async def test_query_spans_many(store: LightningStore) -> None:
@@ -136,7 +136,7 @@ async def test_span_queries_over_several_rollouts_order_ties_by_rollout_id(store
         await store.add_many_spans([make_span(rid, aid, 2, name="x"), make_span(rid, aid, 1, name="y")])
     ids = [high.rollout_id, low.rollout_id]
     query = SpanQuery.of({"rollout_id": ids})
-    spans = list(await store._query_spans(query))  # pyright: ignore[reportPrivateUsage]
+    spans = list(await store._query_spans(query))
     assert [(s.rollout_id, s.sequence_id) for s in spans] == [
         (low.rollout_id, 1),
         (high.rollout_id, 1),
@@ -144,16 +144,14 @@ async def test_span_queries_over_several_rollouts_order_ties_by_rollout_id(store
         (high.rollout_id, 2),
     ]
     unsorted = SpanQuery.of({"rollout_id": ids, "sort_by": None, "sort_order": "desc"})
-    spans = list(await store._query_spans(unsorted))  # pyright: ignore[reportPrivateUsage]
+    spans = list(await store._query_spans(unsorted))
     assert [(s.rollout_id, s.name) for s in spans] == [
         (high.rollout_id, "y"),
         (high.rollout_id, "x"),
         (low.rollout_id, "y"),
         (low.rollout_id, "x"),
     ]
-    page = await store._query_spans(  # pyright: ignore[reportPrivateUsage]
-        SpanQuery.of({"rollout_id": ids, "name": "y", "limit": 1, "offset": 1})
-    )
+    page = await store._query_spans(SpanQuery.of({"rollout_id": ids, "name": "y", "limit": 1, "offset": 1}))
     assert [s.rollout_id for s in page] == [high.rollout_id] and page.total == 2
 
 

@@ -78,7 +78,7 @@ async def test_update_resources_upserts(store: LightningStore, clock: ManualCloc
 
 async def test_invalid_resources_are_rejected(store: LightningStore) -> None:
     with pytest.raises(InvalidRequestError):
-        await store.add_resources({"bad": {"resource_type": "nope"}})  # type: ignore[dict-item]
+        await store.add_resources({"bad": {"resource_type": "nope"}})  # pyright: ignore[reportArgumentType]
 
 
 async def test_query_resources(store: LightningStore, clock: ManualClock) -> None:
@@ -118,7 +118,13 @@ async def test_dequeue_with_resources_brings_the_rollouts_snapshot_or_the_latest
     # A new version of the same snapshot is what the next claim brings (no stale copy).
     updated = await store.update_resources(first.resources_id, {"llm": llm(3)})
     got = await store.dequeue_rollout_with_resources(worker_id="w")
-    assert got is not None and got[0].input == 3 and got[1] == updated and got[1].version == 2
+    assert (
+        got is not None
+        and got[0].input == 3
+        and got[1] == updated
+        and got[1] is not None
+        and got[1].version == 2
+    )
 
 
 async def test_dequeue_with_resources_unknown_snapshot_or_none_at_all_is_none(store: LightningStore) -> None:

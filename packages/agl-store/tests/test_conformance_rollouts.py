@@ -68,7 +68,7 @@ async def test_resources_id_defaults_to_latest_and_unknown_ids_are_kept_verbatim
 
 async def test_invalid_mode_is_rejected(store: LightningStore) -> None:
     with pytest.raises(InvalidRequestError, match="mode"):
-        await store.enqueue_rollout("x", mode="training")  # type: ignore[arg-type]
+        await store.enqueue_rollout("x", mode="training")  # pyright: ignore[reportArgumentType]
 
 
 async def test_start_rollout_creates_first_attempt_and_skips_the_queue(
@@ -215,9 +215,9 @@ async def test_update_rollout_errors(store: LightningStore) -> None:
         await store.update_rollout("ro-missing", status="cancelled")
     rollout = await store.enqueue_rollout("x")
     with pytest.raises(InvalidRequestError, match="status"):
-        await store.update_rollout(rollout.rollout_id, status="done")  # type: ignore[arg-type]
+        await store.update_rollout(rollout.rollout_id, status="done")  # pyright: ignore[reportArgumentType]
     with pytest.raises(InvalidRequestError, match="mode"):
-        await store.update_rollout(rollout.rollout_id, mode="prod")  # type: ignore[arg-type]
+        await store.update_rollout(rollout.rollout_id, mode="prod")  # pyright: ignore[reportArgumentType]
 
 
 async def test_update_rollout_to_finished_stamps_end_time(store: LightningStore, clock: ManualClock) -> None:

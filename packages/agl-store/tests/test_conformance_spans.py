@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import pytest
 from agl.store import LightningStore
 from agl.testing.clock import ManualClock
 from agl.testing.spans import claim, make_span, span_for
-from agl.types import InvalidRequestError, NotFoundError
+from agl.types import EnqueueRolloutRequest, InvalidRequestError, NamedResources, NotFoundError
 
 
 async def test_add_span_stores_it_and_is_a_heartbeat(store: LightningStore, clock: ManualClock) -> None:
@@ -106,10 +108,11 @@ async def test_finish_attempt_stores_the_last_spans_then_the_outcome(store: Ligh
 
 
 async def test_finish_attempt_claims_the_workers_next_rollout_in_the_same_call(store: LightningStore) -> None:
+    # resources and rollouts given as dicts of their fields, which the store accepts
     resources = await store.add_resources(
-        {"llm": {"resource_type": "llm", "endpoint": "http://h/v1", "model": "m"}}
+        cast("NamedResources", {"llm": {"resource_type": "llm", "endpoint": "http://h/v1", "model": "m"}})
     )
-    await store.enqueue_many_rollouts([{"input": 1}, {"input": 2}])
+    await store.enqueue_many_rollouts(cast("list[EnqueueRolloutRequest]", [{"input": 1}, {"input": 2}]))
     claimed = await store.dequeue_rollout_with_resources("w-1")
     assert claimed is not None
     rollout = claimed[0]
@@ -129,7 +132,7 @@ async def test_finish_attempt_claims_the_workers_next_rollout_in_the_same_call(s
     )
     assert ended.next is None and ended.attempt.status == "failed"  # nothing queued: no wait either
     with pytest.raises(InvalidRequestError, match="claim_next_for"):
-        await store.finish_attempt(rid, aid, claim_next_for=7)  # type: ignore[arg-type]
+        await store.finish_attempt(rid, aid, claim_next_for=7)  # pyright: ignore[reportArgumentType]
 
 
 async def test_finish_attempt_refuses_bad_fields_and_unknown_attempts_before_writing(
@@ -138,9 +141,9 @@ async def test_finish_attempt_refuses_bad_fields_and_unknown_attempts_before_wri
     rollout = await claim(store)
     rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
     with pytest.raises(InvalidRequestError, match="spans must be a list"):
-        await store.finish_attempt(rid, aid, "spans", status="succeeded")  # type: ignore[arg-type]
+        await store.finish_attempt(rid, aid, "spans", status="succeeded")  # pyright: ignore[reportArgumentType]
     with pytest.raises(InvalidRequestError, match="attempt status"):
-        await store.finish_attempt(rid, aid, [make_span(rid, aid, 0)], status="done")  # type: ignore[arg-type]
+        await store.finish_attempt(rid, aid, [make_span(rid, aid, 0)], status="done")  # pyright: ignore[reportArgumentType]
     with pytest.raises(NotFoundError):
         await store.finish_attempt(rid, "at-missing", [make_span(rid, "at-missing", 0)], status="failed")
     assert (await store.query_spans(rid)).total == 0
@@ -219,8 +222,8 @@ async def test_query_spans_filters(store: LightningStore) -> None:
     ]
     await store.add_many_spans(spans)
 
-    async def seqs(**kwargs: object) -> list[int]:
-        return [s.sequence_id for s in await store.query_spans(rid, **kwargs)]  # type: ignore[arg-type]
+    async def seqs(**kwargs: Any) -> list[int]:
+        return [s.sequence_id for s in await store.query_spans(rid, **kwargs)]
 
     assert await seqs(name="tool.call") == [2]
     assert await seqs(name_contains="call") == [1, 2]
@@ -258,8 +261,8 @@ async def test_query_spans_sort_and_paginate(store: LightningStore) -> None:
         ]
     )
 
-    async def seqs(**kwargs: object) -> list[int]:
-        return [s.sequence_id for s in await store.query_spans(rid, **kwargs)]  # type: ignore[arg-type]
+    async def seqs(**kwargs: Any) -> list[int]:
+        return [s.sequence_id for s in await store.query_spans(rid, **kwargs)]
 
     assert await seqs(sort_order="desc") == [4, 3, 2, 1]
     # Decision (6): None sorts last ascending and first descending
@@ -283,7 +286,7 @@ async def test_query_spans_rejects_bad_parameters(store: LightningStore) -> None
         {"filter_logic": "xor"},
     ):
         with pytest.raises(InvalidRequestError):
-            await store.query_spans(rollout.rollout_id, **kwargs)  # type: ignore[arg-type]
+            await store.query_spans(rollout.rollout_id, **kwargs)  # pyright: ignore[reportArgumentType]
 
 
 async def test_add_otel_span_converts_and_allocates(store: LightningStore) -> None:

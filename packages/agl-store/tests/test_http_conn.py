@@ -41,6 +41,7 @@ async def _server(
                 reply = answer(count[0])
                 if reply is None:
                     await asyncio.sleep(3600)
+                assert reply is not None
                 writer.write(reply)
                 await writer.drain()
                 if close_after:

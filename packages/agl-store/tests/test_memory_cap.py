@@ -30,6 +30,7 @@ async def test_finished_rollouts_are_evicted_oldest_first_with_their_spans() -> 
     first = [await _finish(store, spans=2) for _ in range(40)]
     newest = await _finish(store, spans=2)
     stats = await store.statistics()
+    assert "total_rollouts" in stats and "total_spans" in stats
     assert stats["total_rollouts"] <= 40
     assert await store.get_rollout_by_id(first[0]) is None
     assert (await store.query_spans(first[0])).total == 0
@@ -78,9 +79,9 @@ async def test_the_byte_cap_counts_spans_and_never_evicts_the_rollout_written_to
 def test_cap_arguments_are_checked() -> None:
     for bad in (0, -1, "10", 1.5, True):
         with pytest.raises(InvalidRequestError):
-            InMemoryLightningStore(max_rollouts=bad)  # type: ignore[arg-type]
+            InMemoryLightningStore(max_rollouts=bad)  # pyright: ignore[reportArgumentType]
         with pytest.raises(InvalidRequestError):
-            InMemoryLightningStore(max_bytes=bad)  # type: ignore[arg-type]
+            InMemoryLightningStore(max_bytes=bad)  # pyright: ignore[reportArgumentType]
 
 
 async def test_a_full_store_answers_507_over_http() -> None:

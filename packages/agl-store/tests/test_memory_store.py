@@ -11,7 +11,7 @@ import pytest
 from agl.store import InMemoryLightningStore
 from agl.testing.clock import ManualClock
 from agl.testing.spans import claim, make_span
-from agl.types import EnqueueRolloutRequest, InvalidRequestError, RolloutConfig
+from agl.types import AttemptedRollout, EnqueueRolloutRequest, InvalidRequestError, RolloutConfig
 
 
 async def test_capabilities() -> None:
@@ -39,7 +39,8 @@ async def test_span_writes_do_not_scan(clock: ManualClock) -> None:
     await store.update_worker("w")
     await store.get_latest_resources()
     assert store._rollouts[rollout.rollout_id].attempts[-1].status == "running"  # untouched so far
-    assert (await store.get_latest_attempt(rollout.rollout_id)).status == "timeout"  # type: ignore[union-attr]
+    latest = await store.get_latest_attempt(rollout.rollout_id)
+    assert latest is not None and latest.status == "timeout"
 
 
 async def test_add_span_returns_the_given_object() -> None:
@@ -64,7 +65,8 @@ async def test_spans_that_are_not_json_are_rejected_with_a_clear_error() -> None
 async def test_results_are_copies_callers_cannot_corrupt_the_store() -> None:
     store = InMemoryLightningStore()
     rollout = await store.enqueue_rollout("x", metadata={"k": 1}, config=RolloutConfig(max_attempts=2))
-    rollout.metadata["k"] = 2  # type: ignore[index]
+    assert rollout.metadata is not None
+    rollout.metadata["k"] = 2
     rollout.config.max_attempts = 5
     rollout.status = "succeeded"
     claimed = await store.dequeue_rollout()
@@ -73,7 +75,7 @@ async def test_results_are_copies_callers_cannot_corrupt_the_store() -> None:
     fetched = await store.get_rollout_by_id(rollout.rollout_id)
     assert fetched is not None
     assert fetched.metadata == {"k": 1} and fetched.config.max_attempts == 2 and fetched.status == "preparing"
-    assert fetched.attempt.status == "preparing"  # type: ignore[union-attr]
+    assert isinstance(fetched, AttemptedRollout) and fetched.attempt.status == "preparing"
 
 
 async def test_a_dequeue_waiting_in_one_loop_is_woken_by_another_thread() -> None:
@@ -95,7 +97,7 @@ async def test_close_releases_waiting_calls() -> None:
     store = InMemoryLightningStore()
     rollout = await claim(store)
     waiting = asyncio.ensure_future(store.wait_for_rollouts(rollout_ids=[rollout.rollout_id], timeout=None))
-    dequeuing = asyncio.ensure_future(store.dequeue_rollout(timeout=None))
+    dequeuing = asyncio.ensure_future(store.dequeue_rollout(timeout=None))  # pyright: ignore[reportArgumentType]
     await asyncio.sleep(0.05)
     await store.close()
     assert await asyncio.wait_for(waiting, 5) == []

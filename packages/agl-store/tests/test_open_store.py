@@ -115,9 +115,10 @@ def test_a_memory_store_opened_by_url_is_capped_by_default() -> None:
     """A long-running ``agl store --backend memory`` must not grow without bound (issue 27, defect 11)."""
     store = open_store("memory")
     assert isinstance(store, InMemoryLightningStore)
-    assert store._cap.max_bytes == DEFAULT_MEMORY_MAX_BYTES  # pyright: ignore[reportPrivateUsage]
+    assert store._cap.max_bytes == DEFAULT_MEMORY_MAX_BYTES
     unbounded = open_store("memory", max_bytes=None)
-    assert unbounded._cap.max_bytes is None  # pyright: ignore[reportPrivateUsage]
+    assert isinstance(unbounded, InMemoryLightningStore)
+    assert unbounded._cap.max_bytes is None
 
 
 async def test_agl_store_memory_caps_evict_finished_rollouts() -> None:

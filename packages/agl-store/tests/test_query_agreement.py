@@ -11,7 +11,7 @@ import asyncio
 import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from agl.store import InMemoryLightningStore, LightningStore, SqlLightningStore
@@ -204,7 +204,12 @@ def test_the_history_is_the_same_in_both_stores(stores: tuple[Any, list[Lightnin
     ]
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=cast("list[HealthCheck]", list(HealthCheck)),
+    derandomize=True,
+)
 @given(data=st.data())
 def test_memory_and_sql_agree_on_random_queries(
     stores: tuple[Any, list[LightningStore]], data: st.DataObject

@@ -89,9 +89,9 @@ class _Db:
         return asyncio.run(self._pg(lambda conn: conn.fetchval(sql)))
 
     async def _pg(self, use: Callable[[Any], Any]) -> Any:
-        import asyncpg  # pyright: ignore[reportMissingTypeStubs]
+        import asyncpg
 
-        conn = await asyncpg.connect(self.url)  # pyright: ignore[reportUnknownMemberType]
+        conn = await asyncpg.connect(self.url)
         try:
             return await use(conn)
         finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from agl.store import InMemoryLightningStore, LightningStoreServer
@@ -286,7 +286,12 @@ def shared_server() -> Any:
         yield srv
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=cast("list[HealthCheck]", list(HealthCheck)),
+)
 @given(
     path=st.sampled_from(_POST_PATHS),
     body=st.one_of(

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from agl.store import InMemoryLightningStore, LightningStoreServer
 from agl.testing.store.http import call, http_session, running_server
+from agl.types import EnqueueRolloutRequest
 
 HOT = "/v1/agl/queues/rollouts/enqueue"  # served by the single layer
 GENERAL = "/v1/agl/resources"  # served by the general stack
@@ -200,4 +201,6 @@ async def test_a_backend_that_needs_a_task_before_its_first_wait_is_served() -> 
             return await super().enqueue_many_rollouts(*args, **kwargs)
 
     async with serve_over_http(NeedsTask()) as client:
-        assert len(await client.enqueue_many_rollouts([{"input": 1}])) == 1
+        assert (
+            len(await client.enqueue_many_rollouts(cast("list[EnqueueRolloutRequest]", [{"input": 1}]))) == 1
+        )

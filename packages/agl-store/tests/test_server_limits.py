@@ -253,6 +253,7 @@ def test_a_drip_fed_body_is_closed_with_408(guarded_server: LightningStoreServer
             b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
         )
         started = time.monotonic()
+        closed, data = False, b""
         while time.monotonic() - started < 3:  # 10 bytes/s, under the 20 the limits ask for
             try:
                 sock.sendall(b" ")
@@ -298,4 +299,4 @@ def test_connection_limits_are_checked() -> None:
     with pytest.raises(ValueError, match="max_connections"):
         ConnectionLimits(max_connections=0)
     with pytest.raises(TypeError):
-        LightningStoreServer(InMemoryLightningStore(), connection_limits=3)  # type: ignore[arg-type]
+        LightningStoreServer(InMemoryLightningStore(), connection_limits=3)  # pyright: ignore[reportArgumentType]

@@ -92,6 +92,8 @@ def test_metrics_count_requests_by_route_and_report_the_store(server: LightningS
         metric_value(samples, "agl_store_http_request_duration_seconds_count", route="/v1/agl/rollouts/{id}")
         == 2
     )
+    assert "total_rollouts" in stats and "total_attempts" in stats
+    assert "total_resources" in stats and "total_workers" in stats
     assert metric_value(samples, "agl_store_rollouts_created_total") == stats["total_rollouts"] == 2
     assert metric_value(samples, "agl_store_attempts_started_total") == stats["total_attempts"] == 1
     assert metric_value(samples, "agl_store_resources_versions") == stats["total_resources"] == 1

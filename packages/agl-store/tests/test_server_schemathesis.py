@@ -14,7 +14,7 @@ import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import schemathesis
@@ -69,7 +69,10 @@ def postgres_app() -> Iterator[Any]:
 
 
 _SETTINGS = settings(
-    max_examples=_MAX_EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+    max_examples=_MAX_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=cast("list[HealthCheck]", list(HealthCheck)),
 )
 
 
@@ -99,7 +102,12 @@ def test_every_operation_on_postgres(case: Any, postgres_app: Any) -> None:
 
 
 @api.parametrize()
-@settings(max_examples=1, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=1,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=cast("list[HealthCheck]", list(HealthCheck)),
+)
 def test_without_the_token_every_operation_but_health_is_refused(case: Any, memory_token_app: Any) -> None:
     response = case.call(app=memory_token_app)
     assert response.status_code < 500, (case.method, case.path, response.status_code)

@@ -62,9 +62,10 @@ class Server:
         env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
         with self.log.open("a") as log:
             self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
-        assert self.proc.stdout is not None
+        stdout = self.proc.stdout
+        assert stdout is not None
         lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.extend(iter(self.proc.stdout.readline, "")))  # type: ignore[union-attr]
+        reader = threading.Thread(target=lambda: lines.extend(iter(stdout.readline, "")))
         reader.daemon = True
         reader.start()
         self.reader = reader

@@ -70,7 +70,9 @@ def test_close_and_reopen_keeps_everything(backend: str, tmp_path: Path) -> None
 
         reopened = SqlLightningStore(url, **kwargs)
         try:
-            done_id = before["rollouts"][0].rollout_id  # type: ignore[index]
+            rollouts = before["rollouts"]
+            assert isinstance(rollouts, list)
+            done_id = rollouts[0].rollout_id
             after = await _read_everything(reopened, done_id)
             for key, value in after.items():
                 assert value == before[key], key

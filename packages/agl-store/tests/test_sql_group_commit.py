@@ -4,8 +4,9 @@ a failing write fails alone; the SQLite WAL stays bounded under a steady stream 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from agl.store import SqlLightningStore
@@ -13,7 +14,7 @@ from agl.store.sql import _db
 from agl.testing.spans import make_span
 from agl.testing.store.sql import SQL_BACKENDS, fresh_database
 from agl.testing.store.sql_workers import kill_writer_after, stored_rollouts
-from agl.types import NotFoundError
+from agl.types import NotFoundError, RolloutConfig
 
 
 async def _one_running_attempt(store: SqlLightningStore) -> tuple[str, str]:
@@ -37,7 +38,8 @@ def test_concurrent_writes_are_committed_together(tmp_path: Path) -> None:
             assert store._db.batched_writes > 0
             found = await store.query_spans(rid)
             assert sorted(s.sequence_id for s in found.items) == list(range(1, 65))
-            assert (await store.get_latest_attempt(rid)).status == "running"  # type: ignore[union-attr]
+            latest = await store.get_latest_attempt(rid)
+            assert latest is not None and latest.status == "running"
         finally:
             await store.close()
 
@@ -122,7 +124,9 @@ def test_a_failing_write_among_concurrent_ones_fails_alone(backend: str, tmp_pat
         store = SqlLightningStore(url, **kwargs)
         try:
             rid, aid = await _one_running_attempt(store)
-            calls = [store.add_span(make_span(rid, aid, i)) for i in range(1, 11)]
+            calls: list[Coroutine[Any, Any, object]] = [
+                store.add_span(make_span(rid, aid, i)) for i in range(1, 11)
+            ]
             calls.insert(3, store.add_span(make_span("ro-missing", aid, 99)))
             calls.insert(7, store.update_attempt(rid, "at-missing", status="failed"))
             results = await asyncio.gather(*calls, return_exceptions=True)
@@ -130,7 +134,8 @@ def test_a_failing_write_among_concurrent_ones_fails_alone(backend: str, tmp_pat
             assert len(errors) == 2 and all(isinstance(e, NotFoundError) for e in errors), results
             found = await store.query_spans(rid)
             assert sorted(s.sequence_id for s in found.items) == list(range(1, 11))
-            assert (await store.get_latest_attempt(rid)).status == "running"  # type: ignore[union-attr]
+            latest = await store.get_latest_attempt(rid)
+            assert latest is not None and latest.status == "running"
         finally:
             await store.close()
 
@@ -183,7 +188,7 @@ def test_write_statements_search_indexes(tmp_path: Path) -> None:
         store = SqlLightningStore(f"sqlite:///{path}", scan_debounce_seconds=0)
         try:
             for i in range(3):
-                await store.enqueue_rollout({"i": i}, config={"timeout_seconds": 100})
+                await store.enqueue_rollout({"i": i}, config=cast("RolloutConfig", {"timeout_seconds": 100}))
             claimed = await store.dequeue_rollout(worker_id="w")
             assert claimed is not None
             rid, aid = claimed.rollout_id, claimed.attempt.attempt_id

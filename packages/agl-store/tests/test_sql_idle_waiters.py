@@ -112,9 +112,9 @@ def test_idle_waiters_read_nothing_and_cost_little_cpu(backend: str, shared: boo
             ]
             try:
                 await asyncio.sleep(1.5)  # all of them waiting
-                reads, cpu, began = store._db.reads, _cpu_seconds(), time.monotonic()  # pyright: ignore[reportPrivateUsage]
+                reads, cpu, began = store._db.reads, _cpu_seconds(), time.monotonic()
                 await asyncio.sleep(_WINDOW_SECONDS)
-                reads = store._db.reads - reads  # pyright: ignore[reportPrivateUsage]
+                reads = store._db.reads - reads
                 cpu_per_second = (_cpu_seconds() - cpu) / (time.monotonic() - began)
                 assert not any(waiter.done() for waiter in waiters)
                 assert reads == 0, f"{reads} reads by idle waiters in {_WINDOW_SECONDS} s"
@@ -211,9 +211,9 @@ def test_waiters_poll_while_postgres_listening_is_down_and_hear_again_after(tmp_
                 assert got is not None and got.rollout_id == rollout_id
                 waiting = asyncio.ensure_future(store.dequeue_rollout(worker_id="w", timeout=3600))
                 await asyncio.sleep(1.5)  # listening again: no polling
-                reads = store._db.reads  # pyright: ignore[reportPrivateUsage]
+                reads = store._db.reads
                 await asyncio.sleep(0.5)
-                assert store._db.reads == reads  # pyright: ignore[reportPrivateUsage]
+                assert store._db.reads == reads
                 rollout_id = await child.ask("enqueue")
                 got = await asyncio.wait_for(waiting, 5)
                 assert got is not None and got.rollout_id == rollout_id
@@ -225,9 +225,9 @@ def test_waiters_poll_while_postgres_listening_is_down_and_hear_again_after(tmp_
 
 async def _terminate(url: str, application_name: str) -> int:
     """Terminate the server's connections named ``application_name``; how many."""
-    import asyncpg  # pyright: ignore[reportMissingTypeStubs]
+    import asyncpg
 
-    conn: Any = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))  # pyright: ignore[reportUnknownMemberType]
+    conn: Any = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
     try:
         query = "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1"
         return int(await conn.fetchval(query, application_name))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import sqlalchemy as sa
@@ -19,7 +19,7 @@ from agl.store.sql._replay import SqlReplayCache
 from agl.testing.clock import ManualClock
 from agl.testing.spans import make_span
 from agl.testing.store.sql import SQL_BACKENDS, fresh_database
-from agl.types import NotFoundError, PromptTemplate
+from agl.types import EnqueueRolloutRequest, NotFoundError, PromptTemplate
 
 
 def _runs(claimed: object) -> bool:
@@ -129,7 +129,9 @@ def _operations(store: SqlLightningStore, ids: dict[str, str]) -> dict[str, Any]
     explicit = [make_span(rid, aid, 7), make_span(rid, aid, 8)]
     last = [make_span(rid, aid, 0, name="last")]
     return {
-        "enqueue": lambda: store.enqueue_many_rollouts([{"input": 1}, {"input": 2}]),
+        "enqueue": lambda: store.enqueue_many_rollouts(
+            cast("list[EnqueueRolloutRequest]", [{"input": 1}, {"input": 2}])
+        ),
         "start_rollout": lambda: store.start_rollout({"q": 1}, worker_id="w2"),
         "dequeue": lambda: store.dequeue_many_rollouts(limit=2, worker_id="w3"),
         "start_attempt": lambda: store.start_attempt(ids["queued"], worker_id="w4"),
@@ -158,7 +160,7 @@ async def _setup(store: SqlLightningStore) -> dict[str, str]:
     return {"rollout": first.rollout_id, "attempt": claimed.attempt.attempt_id, "queued": queued.rollout_id}
 
 
-OPERATIONS = list(_operations(None, {"rollout": "", "attempt": "", "queued": ""}))  # type: ignore[arg-type]
+OPERATIONS = list(_operations(None, {"rollout": "", "attempt": "", "queued": ""}))  # pyright: ignore[reportArgumentType]
 
 
 @pytest.mark.parametrize("backend", SQL_BACKENDS)
@@ -328,7 +330,8 @@ def test_the_spans_a_write_numbered_are_logged_by_reference(tmp_path: Path) -> N
                 assert log.entries and all(len(text) < 500 for _, text in log.entries), log.entries
                 again, _ = await _Request(store, "run-2").call(key, op)
                 assert again == first
-            assert [s.name for s in first.spans] == ["last0", "last1"]  # (spans[0] was stored before)
+                if key == b"finish":
+                    assert [s.name for s in first.spans] == ["last0", "last1"]  # (spans[0] was stored before)
         finally:
             await store.close()
 

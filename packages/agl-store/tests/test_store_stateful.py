@@ -19,7 +19,14 @@ from agl.store import LightningStore
 from agl.testing.clock import ManualClock
 from agl.testing.spans import make_span
 from agl.testing.store.backends import open_store
-from agl.types import LLM, AttemptedRollout, EnqueueRolloutRequest, RolloutConfig
+from agl.types import (
+    LLM,
+    AttemptedRollout,
+    AttemptStatus,
+    EnqueueRolloutRequest,
+    RolloutConfig,
+    RolloutStatus,
+)
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -40,10 +47,25 @@ CONFIGS = [
     RolloutConfig(timeout_seconds=30, unresponsive_seconds=10, max_attempts=2, retry_condition=["timeout"]),
 ]
 WORKERS = [None, "w-1", "w-2"]
-ATTEMPT_STATUSES = ["preparing", "running", "failed", "succeeded", "unresponsive", "timeout"]
-ROLLOUT_STATUSES = ["queuing", "preparing", "running", "failed", "succeeded", "cancelled", "requeuing"]
+ATTEMPT_STATUSES: list[AttemptStatus] = [
+    "preparing",
+    "running",
+    "failed",
+    "succeeded",
+    "unresponsive",
+    "timeout",
+]
+ROLLOUT_STATUSES: list[RolloutStatus] = [
+    "queuing",
+    "preparing",
+    "running",
+    "failed",
+    "succeeded",
+    "cancelled",
+    "requeuing",
+]
 # manual requeues of rollouts with live attempts reach the subtle span-promotion rules: draw them more often
-MANUAL_STATUSES = [*ROLLOUT_STATUSES, "queuing", "queuing", "requeuing"]
+MANUAL_STATUSES: list[RolloutStatus] = [*ROLLOUT_STATUSES, "queuing", "queuing", "requeuing"]
 FINISHED = {"failed", "succeeded", "cancelled"}
 QUEUED = {"queuing", "requeuing"}
 EXAMPLES = {
@@ -314,12 +336,12 @@ class StoreMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.has_attempts())
     @rule(index=st.integers(0, 2), which=st.integers(0, 3), status=st.sampled_from(ATTEMPT_STATUSES))
-    def update_attempt(self, index: int, which: int, status: str) -> None:
+    def update_attempt(self, index: int, which: int, status: AttemptStatus) -> None:
         self.model.watchdog()
         r = self.pick(index, with_attempts=True)
         a = r.attempts[-1] if which else r.attempts[0]
         target = "latest" if which == 1 else a.attempt_id
-        got = self.run(self.store.update_attempt(r.rollout_id, target, status=status))  # type: ignore[arg-type]
+        got = self.run(self.store.update_attempt(r.rollout_id, target, status=status))
         self.model.set_attempt_status(r, a, status)
         assert got.attempt_id == a.attempt_id
         assert got.status == status
@@ -332,7 +354,7 @@ class StoreMachine(RuleBasedStateMachine):
         count=st.integers(0, 2),
         status=st.sampled_from(ATTEMPT_STATUSES),
     )
-    def finish_attempt(self, index: int, which: int, count: int, status: str) -> None:
+    def finish_attempt(self, index: int, which: int, count: int, status: AttemptStatus) -> None:
         self.model.watchdog()
         r = self.pick(index, with_attempts=True)
         a = r.attempts[-1] if which else r.attempts[0]
@@ -340,9 +362,7 @@ class StoreMachine(RuleBasedStateMachine):
         for _ in range(count):
             self.span_counter += 1
             spans.append(make_span(r.rollout_id, a.attempt_id, 0, span_id=f"{self.span_counter:016x}"))
-        stored, got, _ = self.run(
-            self.store.finish_attempt(r.rollout_id, a.attempt_id, spans, status=status)  # type: ignore[arg-type]
-        )
+        stored, got, _ = self.run(self.store.finish_attempt(r.rollout_id, a.attempt_id, spans, status=status))
         start = self.model.counters.get(r.rollout_id, 0)
         assert [s.sequence_id for s in stored] == list(range(start + 1, start + count + 1))
         self.model.counters[r.rollout_id] = start + count
@@ -356,10 +376,10 @@ class StoreMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.model.rollouts)
     @rule(index=st.integers(0, 2), status=st.sampled_from(MANUAL_STATUSES))
-    def update_rollout(self, index: int, status: str) -> None:
+    def update_rollout(self, index: int, status: RolloutStatus) -> None:
         self.model.watchdog()
         r = self.pick(index)
-        got = self.run(self.store.update_rollout(r.rollout_id, status=status))  # type: ignore[arg-type]
+        got = self.run(self.store.update_rollout(r.rollout_id, status=status))
         self.model.set_rollout_status(r, status)
         assert got.status == status
         assert got.end_time == r.end_time
@@ -454,6 +474,7 @@ class StoreMachine(RuleBasedStateMachine):
             assert w.last_heartbeat_time == mw.heartbeat
             assert w.heartbeat_stats == mw.stats
         stats = self.run(self.store.statistics())
+        assert "total_rollouts" in stats and "total_attempts" in stats
         assert stats["total_rollouts"] == len(self.model.rollouts)
         assert stats["total_attempts"] == sum(len(r.attempts) for r in self.model.rollouts.values())
 

@@ -71,11 +71,11 @@ _DATABASES = "SELECT datname AS name FROM pg_database"
 
 
 async def _names(url: str, query: str) -> set[str]:
-    import asyncpg  # pyright: ignore[reportMissingTypeStubs]
+    import asyncpg
 
-    conn = await asyncpg.connect(url)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+    conn = await asyncpg.connect(url)
     try:
-        rows = await conn.fetch(query)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-        return {str(row["name"]) for row in rows}  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+        rows = await conn.fetch(query)
+        return {str(row["name"]) for row in rows}
     finally:
-        await conn.close()  # pyright: ignore[reportUnknownMemberType]
+        await conn.close()

@@ -94,6 +94,7 @@ def test_agentops_tracer_collects_agentops_spans_and_never_calls_the_service(
     # and every AgentOps endpoint points at 127.0.0.1.
     from agentops.sdk.core import tracer as core
 
+    assert core.provider is not None and core._meter_provider is not None
     processors = core.provider._active_span_processor._span_processors
     assert not any(hasattr(p, "span_exporter") or hasattr(p, "_batch_processor") for p in processors)
     assert list(core._meter_provider._metric_readers) == []

@@ -271,7 +271,7 @@ def test_emit_annotation_rejects_non_primitive_leaves(bad: Any) -> None:
 
 def test_emit_annotation_needs_a_dict() -> None:
     with pytest.raises(TypeError):
-        emit_annotation([1, 2], propagate=False)  # type: ignore[arg-type]
+        emit_annotation([1, 2], propagate=False)  # pyright: ignore[reportArgumentType]
 
 
 # -- readers --------------------------------------------------------------------------------------
@@ -345,7 +345,7 @@ def test_operation_context_manager_rules() -> None:
     with pytest.raises(RuntimeError):
         op.set_output(1)
     with pytest.raises(ValueError):
-        operation("my-span")  # type: ignore[call-overload]
+        operation("my-span")  # pyright: ignore[reportArgumentType, reportCallIssue]
     with pytest.raises(ValueError):
         operation(name="a", operation_name="b")
 

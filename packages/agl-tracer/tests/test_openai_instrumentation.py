@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import openai
 import pytest
@@ -22,12 +22,13 @@ from agl.testing.tracer import new_attempt, new_store, spans_of, worker_tracer
 from agl.tracer import OtelTracer, operation
 from agl.tracer.instrumentation import instrument_openai, is_openai_instrumented
 from agl.types import Span
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
-MESSAGES = [
+MESSAGES: list[ChatCompletionMessageParam] = [
     {"role": "system", "content": "be brief"},
     {"role": "user", "content": "hello there"},
 ]
-TOOLS = [
+TOOLS: list[ChatCompletionToolParam] = [
     {
         "type": "function",
         "function": {
@@ -101,7 +102,7 @@ def test_sync_call_records_prompt_completion_usage_and_token_ids(
     assert attrs["gen_ai.completion.0.content"] == "echo: hello there"
     assert attrs["gen_ai.completion.0.finish_reason"] == "stop"
     assert attrs["gen_ai.response.id"].startswith("chatcmpl-")
-    assert attrs["prompt_token_ids"] == token_ids(chat_prompt_text(MESSAGES))
+    assert attrs["prompt_token_ids"] == token_ids(chat_prompt_text(cast("list[dict[str, Any]]", MESSAGES)))
     assert attrs["response_token_ids"] == token_ids("echo: hello there")
     assert attrs["gen_ai.usage.prompt_tokens"] == len(attrs["prompt_token_ids"])
     assert attrs["gen_ai.usage.completion_tokens"] == len("echo: hello there")
@@ -159,7 +160,7 @@ def test_sync_stream_is_accumulated(client: openai.OpenAI, tracer: OtelTracer) -
     assert "".join(pieces) == "echo: hello there"
     assert attrs["gen_ai.completion.0.content"] == "echo: hello there"
     assert attrs["gen_ai.completion.0.finish_reason"] == "stop"
-    assert attrs["prompt_token_ids"] == token_ids(chat_prompt_text(MESSAGES))
+    assert attrs["prompt_token_ids"] == token_ids(chat_prompt_text(cast("list[dict[str, Any]]", MESSAGES)))
     assert attrs["response_token_ids"] == token_ids("echo: hello there")
     assert attrs["gen_ai.usage.completion_tokens"] == len("echo: hello there")
 

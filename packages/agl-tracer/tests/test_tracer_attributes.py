@@ -73,4 +73,4 @@ def test_tags_and_links_round_trip_and_select_spans() -> None:
     by_id = extract_links_from_attributes(make_link_attributes({"span_id": other.span_id}))
     assert query_linked_spans([target, other], by_id) == [other]
     with pytest.raises(ValueError):
-        make_link_attributes({"k": 1})  # type: ignore[dict-item]
+        make_link_attributes({"k": 1})  # pyright: ignore[reportArgumentType]

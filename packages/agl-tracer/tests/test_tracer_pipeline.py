@@ -527,7 +527,8 @@ async def test_tracers_sharing_one_provider_each_keep_only_their_own_spans() -> 
     second._install_provider(first.provider)  # the second tracer collects from the same provider
     second.init_worker(1, store)
     library = first.provider.get_tracer("some.library")  # what an instrumented library would use
-    both_open = asyncio.Barrier(2) if hasattr(asyncio, "Barrier") else None
+    barrier_class: Any = getattr(asyncio, "Barrier", None)  # Python 3.11+
+    both_open = barrier_class(2) if barrier_class is not None else None
 
     async def runner(tracer: OtelTracer, label: str) -> tuple[str, str]:
         rid, aid = await new_attempt(store, label)

@@ -32,10 +32,10 @@ def test_a_missing_module_of_an_extra_names_the_pip_command() -> None:
 def test_a_module_no_extra_provides_is_still_named() -> None:
     missing = r"needs 'zz_not_a_module'.*pip install zz_not_a_module"
     with pytest.raises(MissingExtraError, match=missing), requires_extra("agl-types", "a feature"):
-        import zz_not_a_module  # type: ignore[import-not-found]  # noqa: F401
+        import zz_not_a_module  # pyright: ignore[reportMissingImports]  # noqa: F401
 
 
 def test_a_missing_agl_module_is_a_broken_install_and_passes_through() -> None:
     with pytest.raises(ModuleNotFoundError) as caught, requires_extra("agl-types", "a feature"):
-        import agl.zz_not_a_package  # type: ignore[import-not-found]  # noqa: F401
+        import agl.zz_not_a_package  # pyright: ignore[reportMissingImports]  # noqa: F401
     assert not isinstance(caught.value, MissingExtraError)

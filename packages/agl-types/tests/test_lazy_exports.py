@@ -45,22 +45,22 @@ def test_dir_lists_lazy_names_before_they_are_imported(demo: object) -> None:
 
 def test_a_name_is_imported_on_first_use_and_then_cached_in_the_module_globals(demo: object) -> None:
     assert "Heavy" not in vars(demo)
-    heavy = demo.Heavy  # type: ignore[attr-defined]
+    heavy = demo.Heavy  # pyright: ignore[reportAttributeAccessIssue]
     assert f"{PACKAGE}._heavy" in sys.modules
     assert heavy is sys.modules[f"{PACKAGE}._heavy"].Heavy
     assert vars(demo)["Heavy"] is heavy  # later lookups no longer go through __getattr__
     assert getattr(demo, "Heavy") is heavy  # noqa: B009
-    from agl_lazy_demo_pkg import Heavy  # type: ignore[import-not-found]
+    from agl_lazy_demo_pkg import Heavy  # pyright: ignore[reportMissingImports]
 
     assert Heavy is heavy
 
 
 def test_an_unknown_name_raises_attribute_error(demo: object) -> None:
     with pytest.raises(AttributeError, match=f"module '{PACKAGE}' has no attribute 'Nope'"):
-        demo.Nope  # type: ignore[attr-defined]  # noqa: B018
+        demo.Nope  # pyright: ignore[reportAttributeAccessIssue]  # noqa: B018
     assert not hasattr(demo, "Nope")
 
 
 def test_a_name_whose_module_needs_a_missing_extra_names_it(demo: object) -> None:
     with pytest.raises(MissingExtraError, match=f"{PACKAGE}.NeedsExtra needs 'zz_not_installed_anywhere'"):
-        demo.NeedsExtra  # type: ignore[attr-defined]  # noqa: B018
+        demo.NeedsExtra  # pyright: ignore[reportAttributeAccessIssue]  # noqa: B018

@@ -41,7 +41,7 @@ def test_examples() -> None:
 )
 def test_half_routed_urls_are_rejected(rollout_id: object, attempt_id: object) -> None:
     with pytest.raises(ValueError, match="rollout_id and attempt_id"):
-        ProxyLLM(endpoint="http://h:1/v1", model="m").get_base_url(rollout_id, attempt_id)  # type: ignore[arg-type]
+        ProxyLLM(endpoint="http://h:1/v1", model="m").get_base_url(rollout_id, attempt_id)  # pyright: ignore[reportArgumentType]
 
 
 def test_with_attempted_rollout_gives_a_plain_llm() -> None:

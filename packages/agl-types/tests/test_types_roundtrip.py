@@ -88,10 +88,10 @@ def test_resource_union_is_discriminated() -> None:
 @pytest.mark.parametrize(
     ("build", "field", "allowed"),
     [
-        (lambda: Rollout(rollout_id="r", start_time=0, status="done"), "status", "queuing"),
-        (lambda: Rollout(rollout_id="r", start_time=0, mode="prod"), "mode", "train"),
+        (lambda: Rollout(rollout_id="r", start_time=0, status="done"), "status", "queuing"),  # pyright: ignore[reportArgumentType]
+        (lambda: Rollout(rollout_id="r", start_time=0, mode="prod"), "mode", "train"),  # pyright: ignore[reportArgumentType]
         (
-            lambda: Attempt(rollout_id="r", attempt_id="a", sequence_id=1, start_time=0, status="x"),
+            lambda: Attempt(rollout_id="r", attempt_id="a", sequence_id=1, start_time=0, status="x"),  # pyright: ignore[reportArgumentType]
             "status",
             "timeout",
         ),
@@ -101,8 +101,8 @@ def test_resource_union_is_discriminated() -> None:
             "greater",
         ),
         (lambda: RolloutConfig(max_attempts=0), "max_attempts", "greater"),
-        (lambda: RolloutConfig(retry_condition=["cancelled"]), "retry_condition", "unresponsive"),
-        (lambda: PromptTemplate(template="x", engine="mustache"), "engine", "jinja"),
+        (lambda: RolloutConfig(retry_condition=["cancelled"]), "retry_condition", "unresponsive"),  # pyright: ignore[reportArgumentType]
+        (lambda: PromptTemplate(template="x", engine="mustache"), "engine", "jinja"),  # pyright: ignore[reportArgumentType]
     ],
 )
 def test_validation_errors_name_the_field_and_the_allowed_values(
