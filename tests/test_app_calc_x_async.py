@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parent.parent
-APP = ROOT / "apps" / "train_calc_x.py"
-MODEL = ROOT / "apps" / "calc_tiny" / "model"
+from tests.test_app_calc_x import MODEL, run_app
+
 K, STEPS, PROMPTS, N = 2, 5, 4, 4
 
 
@@ -26,9 +23,7 @@ def test_max_staleness_trains_on_samples_within_k_versions(tmp_path: Path) -> No
     run = tmp_path / "run"
     flags = ["--steps", str(STEPS), "--prompts-per-step", str(PROMPTS), "--n", str(N), "--val-size", "8"]
     flags += ["--val-every", "0", "--max-staleness", str(K), "--seed", "2", "--output-dir", str(run)]
-    result = subprocess.run(
-        [sys.executable, str(APP), *flags], cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
+    result = run_app(*flags, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     train = [

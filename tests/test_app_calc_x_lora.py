@@ -4,8 +4,6 @@ the checkpoints hold the adapter alone, and a resumed run continues from one (is
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,15 +11,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-ROOT = Path(__file__).resolve().parent.parent
-APP = ROOT / "apps" / "train_calc_x.py"
-MODEL = ROOT / "apps" / "calc_tiny" / "model"
-
-
-def run_app(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(APP), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
-    )
+from tests.test_app_calc_x import MODEL, run_app
 
 
 @pytest.mark.slow

@@ -17,9 +17,8 @@ from agl.testing.processes import wait_until
 
 pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parent.parent
-APP = ROOT / "apps" / "train_calc_x.py"
-MODEL = ROOT / "apps" / "calc_tiny" / "model"
+from tests.test_app_calc_x import APP, MODEL, ROOT, run_app
+
 STEPS, PROMPTS, N, VAL = 4, 4, 4, 8
 FLAGS = ["--steps", str(STEPS), "--prompts-per-step", str(PROMPTS), "--n", str(N), "--val-size", str(VAL)]
 FLAGS += ["--val-every", "2", "--checkpoint-every", "1", "--seed", "3"]
@@ -57,13 +56,7 @@ def test_a_run_killed_after_a_checkpoint_resumes_and_counts_every_step_once(tmp_
     killed_at = _checkpoint_step(run)
     assert 2 <= killed_at < STEPS
 
-    second = subprocess.run(
-        [sys.executable, str(APP), *FLAGS, "--resume", str(run)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    second = run_app(*FLAGS, "--resume", str(run))
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert f"continuing after step {killed_at}" in second.stderr
 
