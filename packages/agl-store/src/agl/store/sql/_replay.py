@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import sqlalchemy as sa
 
-from ..http.server._replay import KeyHolds, KeyReused, RecordedAnswer, WriteLog
+from ..http.server._replay import KeyHolds, KeyReused, RecordedAnswer, WriteLog, body_differs
 from . import schema
 from ._steps import execute, prepared
 from ._writelog import ROW as _ROW
@@ -81,12 +81,6 @@ def _answer(row: dict[str, Any]) -> RecordedAnswer:
     return RecordedAnswer(int(row["status"]), headers, bytes(row["body"] or b""))
 
 
-def _reused(row: dict[str, Any], fingerprint: str) -> bool:
-    """Whether the key's row is another request's (a row of an older store has no fingerprint)."""
-    first = row["request_hash"]
-    return bool(fingerprint and first and first != fingerprint)
-
-
 def _try_claim(conn: sa.Connection, key: str, run_id: str, fingerprint: str, now: float) -> bool:
     """Hold ``key`` if nobody has it yet (one statement: on PostgreSQL it runs without a transaction)."""
     dialect = conn.dialect.name
@@ -130,7 +124,7 @@ def _claim(
         return _HELD  # deleted meanwhile (a fault): claim again
     row = rows[0]
     fresh = now - row["claimed"] <= ttl
-    if fresh and _reused(row, fingerprint):
+    if fresh and body_differs(row["request_hash"], fingerprint):
         return _REUSED
     if row["state"] == "done" and fresh:
         return _answer(row)
@@ -222,7 +216,7 @@ def _found(row: dict[str, Any] | None, fingerprint: str) -> RecordedAnswer | Ent
     """What a claim (holds in memory) finds in the key's row: its answer, an earlier try's log, or nothing."""
     if row is None:
         return None
-    if _reused(row, fingerprint):
+    if body_differs(row["request_hash"], fingerprint):
         raise KeyReused
     if row["state"] == "done":
         return _answer(row)

@@ -86,9 +86,7 @@ class Inbox:
         if finished is None:
             self.finished.notify(reread=True)
         elif finished:
-            for tell in list(self.finish_listeners):
-                tell(finished)
-            self.finished.notify()
+            self.local(False, finished, committed=True)
 
     def reread(self) -> None:
         """Anything may have changed: every waiter reads the database again."""

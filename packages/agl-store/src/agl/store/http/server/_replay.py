@@ -40,6 +40,7 @@ __all__ = [
     "RecordedAnswer",
     "ReplayCache",
     "WriteLog",
+    "body_differs",
     "current_writes",
 ]
 
@@ -62,6 +63,12 @@ class RecordedAnswer:
 
 class KeyReused(AglError):
     """An idempotency key came back with another request body than the one it was first used with."""
+
+
+def body_differs(first: str | None, fingerprint: str) -> bool:
+    """Whether a request whose body hashes to ``fingerprint`` is not the one a key was first used with
+    (``first``); an unknown hash on either side (an older store's row, a request without a body) never is."""
+    return bool(fingerprint and first and first != fingerprint)
 
 
 @dataclass(eq=False, slots=True)
@@ -192,7 +199,7 @@ class MemoryReplayCache:
             if found is not None:
                 recorded, answer, first = found
                 if time.monotonic() - recorded <= self.ttl_seconds:
-                    if fingerprint and first and first != fingerprint:
+                    if body_differs(first, fingerprint):
                         raise KeyReused
                     return answer
                 self._drop(key)

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agl.types import ATTEMPT_STATUSES, FINISHED_STATUSES, ROLLOUT_STATUSES
 from agl.types.env import PROMETHEUS_MULTIPROC_DIR
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -52,18 +53,7 @@ __all__ = [
 METRICS_PATH = "/metrics"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
-_ROLLOUT_STATUSES: tuple[RolloutStatus, ...] = (
-    "queuing",
-    "preparing",
-    "running",
-    "failed",
-    "succeeded",
-    "cancelled",
-    "requeuing",
-)
-_ATTEMPT_STATUSES = ("preparing", "running", "failed", "succeeded", "unresponsive", "timeout")
 _WORKER_STATUSES = ("idle", "busy", "unknown")
-_FINISHED = frozenset({"failed", "succeeded", "cancelled"})
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -288,7 +278,7 @@ class _AttemptTally:
         while True:
             page = await store.query_rollouts(limit=_PAGE, offset=self._seen)
             for rollout in page:
-                if rollout.status in _FINISHED:
+                if rollout.status in FINISHED_STATUSES:
                     await self._count_finished(store, rollout)
                 else:
                     unfinished.add(rollout.rollout_id)
@@ -316,7 +306,7 @@ class _AttemptTally:
         """Count the rollouts that were unfinished and are not now (finished, or gone from the store)."""
         for start in range(0, len(left), _PAGE):
             for rollout in await store.query_rollouts(rollout_id_in=left[start : start + _PAGE]):
-                if rollout.status in _FINISHED:
+                if rollout.status in FINISHED_STATUSES:
                     await self._count_finished(store, rollout)
                 else:  # unfinished again (requeued) since the read above: the next scrape counts it
                     self._active.add(rollout.rollout_id)
@@ -332,7 +322,7 @@ class _AttemptTally:
 
 
 _PAGE = 1000
-_UNFINISHED: list[RolloutStatus] = [s for s in _ROLLOUT_STATUSES if s not in _FINISHED]
+_UNFINISHED: list[RolloutStatus] = [s for s in ROLLOUT_STATUSES if s not in FINISHED_STATUSES]
 
 
 def _add(into: dict[str, int], counts: dict[str, int]) -> None:
@@ -390,10 +380,10 @@ class StoreFigures(Collector):
         store = self.store
         snap = _Snapshot()
         stats: dict[str, Any] = dict(await store.statistics())
-        snap.rollouts = dict.fromkeys(_ROLLOUT_STATUSES, 0)
-        for status in _ROLLOUT_STATUSES:
-            snap.rollouts[status] = (await store.query_rollouts(status_in=[status], limit=0)).total
-        snap.attempts = dict.fromkeys(_ATTEMPT_STATUSES, 0)
+        snap.rollouts = {
+            s: (await store.query_rollouts(status_in=[s], limit=0)).total for s in ROLLOUT_STATUSES
+        }
+        snap.attempts = dict.fromkeys(ATTEMPT_STATUSES, 0)
         snap.attempts.update(await self._tally.read(store))
         workers = await store.query_workers()
         snap.workers = dict.fromkeys(_WORKER_STATUSES, 0)
