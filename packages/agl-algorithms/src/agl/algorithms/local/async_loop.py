@@ -20,12 +20,12 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agl.store import LightningStore
-from agl.types import Dataset, EnqueueRolloutRequest, Rollout, Span, Triplet
+from agl.types import Dataset, Rollout, Span, Triplet
 
 from ._samples import batch_samples
 from .staleness import GroupPool, GroupState
@@ -59,6 +59,10 @@ class Learner(Protocol):
 
     def push_weights(self) -> int: ...
 
+    async def enqueue(
+        self, store: LightningStore, tasks: Sequence[Any], mode: str, resources_id: str
+    ) -> list[str]: ...
+
     async def update(
         self, optimizer: Any, samples: list[Sample], step: int, correction: Correction = "none"
     ) -> dict[str, float]: ...
@@ -71,7 +75,9 @@ class Learner(Protocol):
 
     def tally_no_data(self, rollouts: list[Rollout], spans: list[list[Span]], step: int) -> NoDataTally: ...
 
-    def tool_used(self, triplets: list[Triplet]) -> bool: ...
+    def episode_metrics(
+        self, rollouts: list[Rollout], episodes: list[tuple[float, list[Triplet]]]
+    ) -> dict[str, float]: ...
 
 
 @dataclass
@@ -161,13 +167,17 @@ class AsyncTraining:
 
     async def finish(self) -> None:
         """Cancel what is still queued (nothing will train on it); finished rollouts stay as they are."""
-        pending = [rid for rid, gid in self.owner.items() if rid not in self.groups[gid].finished]
+        pending = self._pending()
         for rollout in await self.store.query_rollouts(
             rollout_id_in=pending, status_in=["queuing", "requeuing"]
         ):
             await self.store.update_rollout(rollout.rollout_id, status="cancelled")
 
     # -- pieces ------------------------------------------------------------------------------------
+
+    def _pending(self) -> list[str]:
+        """The rollouts enqueued and not yet finished."""
+        return [rid for rid, gid in self.owner.items() if rid not in self.groups[gid].finished]
 
     def _engine_stats(self) -> dict[str, Any]:
         assert self.algorithm.server is not None
@@ -186,15 +196,11 @@ class AsyncTraining:
         while open_groups < target:
             picked = self.rng.sample(range(len(self.train_dataset)), cfg.prompts_per_step)
             tasks = [self.train_dataset[i] for i in picked]
-            requests = [
-                EnqueueRolloutRequest(input=t, mode="train", resources_id=self.resources_id)
-                for t in tasks
-                for _ in range(cfg.n)
-            ]
-            enqueued = await self.store.enqueue_many_rollouts(requests)
+            each = [t for t in tasks for _ in range(cfg.n)]
+            enqueued = await self.algorithm.enqueue(self.store, each, "train", self.resources_id)
             for k in range(len(tasks)):
                 gid = next(self.ids)
-                ids = [r.rollout_id for r in enqueued[k * cfg.n : (k + 1) * cfg.n]]
+                ids = enqueued[k * cfg.n : (k + 1) * cfg.n]
                 self.groups[gid] = _Group(self.version, ids)
                 self.owner.update(dict.fromkeys(ids, gid))
                 self.pool.open(gid, cfg.n)
@@ -220,7 +226,7 @@ class AsyncTraining:
 
     async def _collect(self, timeout: float) -> None:
         """Record the rollouts that finished (with their spans and weights version) in the pool."""
-        pending = [rid for rid, gid in self.owner.items() if rid not in self.groups[gid].finished]
+        pending = self._pending()
         done = [r for r in await self.store.wait_for_rollouts(rollout_ids=pending, timeout=timeout)]
         done = [r for r in done if r.status in _FINISHED]
         if not done:
@@ -267,15 +273,11 @@ class AsyncTraining:
             logger.warning("step %d: some calls recorded no logprobs; this update is not corrected", step)
             correction = "none"
         stats = await algo.update(self.optimizer, samples, step, correction)
-        rewards = [e[0] for e in episodes]
         histogram: dict[int, int] = {}
         for s in stale:
             histogram[s] = histogram.get(s, 0) + 1
         return {
-            "reward": sum(rewards) / len(rewards),
-            "accuracy": sum(r >= cfg.success_threshold for r in rewards) / len(rewards),
-            "tool_use": sum(algo.tool_used(t) for _, t in episodes) / len(episodes),
-            "failed": sum(r.status != "succeeded" for r in rollouts),
+            **algo.episode_metrics(rollouts, episodes),
             **no_data.as_metrics(),
             "groups_trained": kept_groups,
             "samples": len(samples),

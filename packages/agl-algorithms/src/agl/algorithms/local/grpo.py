@@ -349,11 +349,12 @@ class LocalGRPO(Algorithm):
         self, store: LightningStore, tasks: Sequence[Any], mode: str, resources_id: str
     ) -> tuple[list[Rollout], list[list[Span]]]:
         """Enqueue the tasks, wait until all finish, and return them with their spans (in task order)."""
-        return await self._collect_rollouts(store, await self._enqueue(store, tasks, mode, resources_id))
+        return await self._collect_rollouts(store, await self.enqueue(store, tasks, mode, resources_id))
 
-    async def _enqueue(
+    async def enqueue(
         self, store: LightningStore, tasks: Sequence[Any], mode: str, resources_id: str
     ) -> list[str]:
+        """Enqueue ``tasks`` (in ``mode``, under ``resources_id``); their rollout ids, in order."""
         requests = [EnqueueRolloutRequest(input=t, mode=mode, resources_id=resources_id) for t in tasks]  # pyright: ignore[reportArgumentType]
         enqueued = await store.enqueue_many_rollouts(requests)
         return [r.rollout_id for r in enqueued]
@@ -368,7 +369,7 @@ class LocalGRPO(Algorithm):
         if root is not None and step == self._resume_step:
             ids = await take_pending(store, root, step, tasks, resources_id)
         if ids is None:
-            ids = await self._enqueue(store, tasks, "train", resources_id)
+            ids = await self.enqueue(store, tasks, "train", resources_id)
         if root is not None:
             await asyncio.to_thread(write_pending, root, step, ids)
         return ids
@@ -433,6 +434,19 @@ class LocalGRPO(Algorithm):
     def training_data_report(self) -> str | None:
         return None if self._no_data_run is None else self._no_data_run.message(with_fixes=True)
 
+    def episode_metrics(
+        self, rollouts: list[Rollout], episodes: list[tuple[float, list[Triplet]]]
+    ) -> dict[str, float]:
+        """``reward`` (mean), ``accuracy`` (at least ``success_threshold``), ``tool_use`` and ``failed`` of a
+        batch of finished rollouts and their episodes (:meth:`episode`)."""
+        rewards = [e[0] for e in episodes]
+        return {
+            "reward": sum(rewards) / len(rewards),
+            "accuracy": sum(r >= self.config.success_threshold for r in rewards) / len(rewards),
+            "tool_use": sum(self.tool_used(t) for _, t in episodes) / len(episodes),
+            "failed": sum(r.status != "succeeded" for r in rollouts),
+        }
+
     def tool_used(self, triplets: list[Triplet]) -> bool:
         """Whether an episode's responses use the tool (``tool_marker``)."""
         marker = self.config.tool_marker
@@ -448,13 +462,9 @@ class LocalGRPO(Algorithm):
         tasks = [val_dataset[i] for i in range(len(val_dataset))]
         rollouts, spans = await self._run_rollouts(store, tasks, "val", resources_id)
         episodes = [self.episode(r, s) for r, s in zip(rollouts, spans, strict=False)]
-        rewards = [e[0] for e in episodes]
         metrics = {
             "step": step,
-            "reward": sum(rewards) / len(rewards),
-            "accuracy": sum(r >= self.config.success_threshold for r in rewards) / len(rewards),
-            "tool_use": sum(self.tool_used(t) for _, t in episodes) / len(episodes),
-            "failed": sum(r.status != "succeeded" for r in rollouts),
+            **self.episode_metrics(rollouts, episodes),
             "seconds": time.perf_counter() - started,
         }
         self.validations.append(metrics)
@@ -513,16 +523,12 @@ class LocalGRPO(Algorithm):
             await validating  # it samples the weights this step started from: swap after it
         waited = time.perf_counter() - waited
         if samples:
-            await asyncio.to_thread(self._serving.update_weights, _lora.merged_state_dict(self.policy))
+            await asyncio.to_thread(self.push_weights)  # (the LoRA merge too: off the event loop)
         t2 = time.perf_counter()
         cpu2 = self.cpu_seconds()
-        all_rewards = [e[0] for e in episodes]
         return {
             "step": step,
-            "reward": sum(all_rewards) / len(all_rewards),
-            "accuracy": sum(r >= cfg.success_threshold for r in all_rewards) / len(all_rewards),
-            "tool_use": sum(self.tool_used(t) for _, t in episodes) / len(episodes),
-            "failed": sum(r.status != "succeeded" for r in rollouts),
+            **self.episode_metrics(rollouts, episodes),
             **no_data.as_metrics(),
             "groups_trained": kept_groups,
             "samples": len(samples),
