@@ -339,14 +339,15 @@ class ProxyApp:
             content_type = response.headers.get("Content-Type", "")
             if not stream or response.status >= 400 or "text/event-stream" not in content_type:
                 data = await response.read()
+                payload = None
                 if call is not None:
                     call.http_status = response.status
-                    _record_whole(call, endpoint, data, response.status)
+                    payload = _record_whole(call, endpoint, data, response.status)
                     problem = await self._commit(call)
                     if problem is not None:
                         raise problem
                 if response.status < 400:
-                    data = mirrored_body(data)
+                    data = mirrored_body(data, payload)
                 await send(
                     {
                         "type": "http.response.start",
@@ -523,21 +524,23 @@ def _gateway_status(exc: Exception) -> int:
     return 502
 
 
-def _record_whole(call: CallRecord, endpoint: str, data: bytes, status: int) -> None:
+def _record_whole(call: CallRecord, endpoint: str, data: bytes, status: int) -> dict[str, Any] | None:
+    """Record a whole answer on ``call``; the JSON object it parsed (``None``: an error or not an object)."""
     if status >= 400:
         call.error_type = f"http_{status}"
         call.error_message = data[:4000].decode(errors="replace")
-        return
+        return None
     try:
         payload = json.loads(data)
     except ValueError:
         call.error_type, call.error_message = "invalid_response", "backend answered with non-JSON"
-        return
+        return None
     assembler = ResponseAssembler(endpoint)
     response = as_dict(payload)
     if response is not None:
         assembler.add_response(response)
     call.assembler = assembler
+    return response
 
 
 async def _wait_disconnect(receive: Receive) -> None:

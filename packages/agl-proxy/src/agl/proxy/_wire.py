@@ -34,14 +34,16 @@ def mirror_token_ids(payload: dict[str, Any]) -> bool:
     return changed
 
 
-def mirrored_body(data: bytes) -> bytes:
-    """A JSON answer's bytes with :func:`mirror_token_ids` applied; anything else as it is."""
+def mirrored_body(data: bytes, payload: dict[str, Any] | None = None) -> bytes:
+    """A JSON answer's bytes with :func:`mirror_token_ids` applied; anything else as it is. ``payload``: the
+    answer already parsed (by the call's recording), so that it is not parsed twice."""
     if b"token_ids" not in data:
         return data
-    try:
-        payload = as_dict(json.loads(data))
-    except (ValueError, RecursionError):
-        return data
+    if payload is None:
+        try:
+            payload = as_dict(json.loads(data))
+        except (ValueError, RecursionError):
+            return data
     if payload is None or not mirror_token_ids(payload):
         return data
     return json.dumps(payload).encode()
