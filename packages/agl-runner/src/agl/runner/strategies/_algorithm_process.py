@@ -13,16 +13,14 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing.connection
-import os
 import pickle
-import signal
 import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
 from ._processes import describe_exit
 from ._runner_process import run_runner_here
-from ._signals import ChildStopEvent, ParentStopEvent
+from ._signals import ChildStopEvent, ParentStopEvent, child_stop_event, stop_pipe
 from .base import StrategyError, run_until_stopped
 
 if TYPE_CHECKING:
@@ -116,13 +114,7 @@ def algorithm_process_main(
     report: Conn,
 ) -> None:
     """Body of the algorithm's process: serve the store, run the algorithm, serve on until told to stop."""
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    if (
-        inherited_stop_writer >= 0
-    ):  # a forked child holds a copy of the parent's end: only the parent closes it
-        with contextlib.suppress(OSError):
-            os.close(inherited_stop_writer)
-    event = ChildStopEvent(stop_reader)
+    event = child_stop_event(stop_reader, inherited_stop_writer)
     server = None
     try:
         algorithm_store, endpoint = store, ""
@@ -158,7 +150,7 @@ def _start(
     algorithm: AlgorithmBundle, store: LightningStore, options: AlgorithmProcessOptions
 ) -> tuple[BaseProcess, ParentStopEvent, Conn]:
     ctx: Any = multiprocessing.get_context(options.start_method)  # (its Process type depends on the method)
-    stop_reader, stop_writer = ctx.Pipe(duplex=False)
+    stop_reader, stop_writer = stop_pipe(ctx)
     report_reader, report_writer = ctx.Pipe(duplex=False)
     inherited = stop_writer.fileno() if options.start_method == "fork" else -1
     proc: BaseProcess = ctx.Process(

@@ -10,14 +10,13 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import os
-import signal
 import sys
 import threading
 import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from ._signals import ChildStopEvent
+from ._signals import ChildStopEvent, child_stop_event
 from .base import run_until_stopped
 
 if TYPE_CHECKING:
@@ -95,14 +94,7 @@ def runner_process_main(
     store: LightningStore | None,
 ) -> None:
     """Body of a runner process: wait for the server's address, then run the runner until stopped."""
-    # SIGTERM (a group kill, a container stop) stops this runner as Ctrl+C does, not through the handler a
-    # forked child inherits from its parent, which is about the parent's resources.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    if inherited_stop_writer >= 0:
-        # A forked child holds a copy of the parent's end; only the parent may close the stop pipe.
-        with contextlib.suppress(OSError):
-            os.close(inherited_stop_writer)
-    event = ChildStopEvent(stop_reader)
+    event = child_stop_event(stop_reader, inherited_stop_writer)
     name = multiprocessing.current_process().name
     try:
         preload_for_children()  # a no-op when forked from a parent that preloaded

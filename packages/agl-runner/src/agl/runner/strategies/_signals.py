@@ -11,10 +11,11 @@ from __future__ import annotations
 import contextlib
 import multiprocessing.connection
 import os
+import signal
 import time
 from typing import Any
 
-__all__ = ["ChildStopEvent", "ParentStopEvent", "stop_pipe"]
+__all__ = ["ChildStopEvent", "ParentStopEvent", "child_stop_event", "stop_pipe"]
 
 
 class ParentStopEvent:
@@ -77,6 +78,21 @@ class ChildStopEvent:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._next_poll = 0.0
+
+
+def child_stop_event(
+    stop_reader: multiprocessing.connection.Connection, inherited_stop_writer: int
+) -> ChildStopEvent:
+    """What a child process (a runner, the algorithm's) does first: SIGTERM (a group kill, a container
+    stop) stops it as Ctrl+C does, not through the handler a forked child inherits from its parent, which is
+    about the parent's resources; a forked child's copy of the parent's end of the stop pipe
+    (``inherited_stop_writer``, -1 for none) is closed, since only the parent may close the pipe. Returns the
+    child's side of the stop signal."""
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    if inherited_stop_writer >= 0:
+        with contextlib.suppress(OSError):
+            os.close(inherited_stop_writer)
+    return ChildStopEvent(stop_reader)
 
 
 def stop_pipe(
