@@ -159,7 +159,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=Path,
         default=None,
         metavar="RUN_DIR",
-        help="continue a killed run from its last checkpoint and its store (give the same other flags)",
+        help="continue a killed run from its last checkpoint and its store (give the same other flags); "
+        "with --algorithm verl, verl's own resume from its checkpoint in RUN_DIR/checkpoint",
     )
     p.add_argument(
         "--lora-rank",

@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 from agl.algorithms import Baseline
+from agl.algorithms.adapter import NoDataReason
+from agl.algorithms.adapter.diagnosis import no_data_metadata
 from agl.proxy import LLMProxy
 from agl.runner import Trainer
 from agl.store import LightningStoreClient
@@ -412,6 +414,24 @@ def test_one_rollout_page_shows_attempts_spans_llm_calls_and_rewards(page: Any, 
     page.wait_for_selector("#span-tree details[open] pre")
     # Secrets in resources are not shown.
     assert TOKEN not in page.inner_text("#view")
+
+
+def test_one_rollout_page_says_why_the_rollout_gave_no_training_data(page: Any, run: Run) -> None:
+    target = sorted(run.rollouts, key=lambda r: r.rollout_id)[-1]
+    login(page, run.endpoint, f"#/rollout/{target.rollout_id}")
+    page.wait_for_selector("#span-tree")
+    assert page.locator("#no-training-data").count() == 0  # it trained: nothing to say
+    reason = NoDataReason.BYPASSED_PROXY
+    post(
+        run.endpoint, f"/v1/agl/rollouts/{target.rollout_id}", {"metadata": no_data_metadata(target, reason)}
+    )
+    try:
+        page.reload()
+        page.wait_for_selector("#no-training-data")
+        notice = page.inner_text("#no-training-data")
+        assert f"No training data: {reason.value}" in notice and f"Fix: {reason.fix}" in notice
+    finally:
+        post(run.endpoint, f"/v1/agl/rollouts/{target.rollout_id}", {"metadata": target.metadata})
 
 
 def test_resources_page_shows_every_version_and_a_template_diff(page: Any, run: Run) -> None:

@@ -15,7 +15,14 @@ import pytest
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from agl.algorithms import Algorithm
-from agl.algorithms.adapter import LlmProxyTraceToTriplet, NoDataReason, NoDataTally, diagnose
+from agl.algorithms.adapter import (
+    NO_TRAINING_DATA,
+    LlmProxyTraceToTriplet,
+    NoDataReason,
+    NoDataTally,
+    diagnose,
+    mark_no_data,
+)
 from agl.proxy import LLMProxy
 from agl.runner import LitAgentRunner, Trainer, rollout
 from agl.store import InMemoryLightningStore
@@ -139,15 +146,18 @@ class _Diagnosing(Algorithm):
 
     def __init__(self) -> None:
         self.tally = NoDataTally()
+        self.marked: list[dict[str, Any]] = []
 
     async def run(self, train_dataset: Any = None, val_dataset: Any = None) -> None:
         store = self.get_store()
         await store.add_resources({"main_llm": LLM(endpoint="http://127.0.0.1:9/v1", model=MODEL)})
         ids = [(await store.enqueue_rollout(input=task)).rollout_id for task in train_dataset or []]
         for finished in await store.wait_for_rollouts(rollout_ids=ids, timeout=60):
-            self.tally.add(
-                diagnose(finished.status, list(await store.query_spans(finished.rollout_id, "latest")))
-            )
+            reason = diagnose(finished.status, list(await store.query_spans(finished.rollout_id, "latest")))
+            self.tally.add(reason)
+            if reason is not None:
+                await mark_no_data(store, finished, reason)
+        self.marked = [r.metadata or {} for r in await store.query_rollouts(rollout_id_in=ids)]
 
     def training_data_report(self) -> str | None:
         return self.tally.message(with_fixes=True)
@@ -161,3 +171,6 @@ def test_the_trainer_shows_the_algorithms_report_at_the_end_of_fit(caplog: pytes
     assert algorithm.tally.rollouts == 2
     assert "2 of 2 rollouts gave no training data: 2 made no LLM call" in caplog.text
     assert NoDataReason.NO_LLM_CALL.fix in caplog.text
+    # each such rollout carries its reason in the store, for the dashboard's rollout page
+    noted = {"reason": NoDataReason.NO_LLM_CALL.value, "fix": NoDataReason.NO_LLM_CALL.fix}
+    assert algorithm.marked == [{NO_TRAINING_DATA: noted}] * 2

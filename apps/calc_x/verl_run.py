@@ -48,8 +48,8 @@ def verl_config(args: Any, out_dir: Path) -> dict[str, Any]:
             "logger": ["console", "file"],
             "project_name": "calc_x",
             "experiment_name": out_dir.name,
-            "default_local_dir": str(out_dir / "checkpoint"),
             "seed": args.seed,
+            **resume_settings(args, out_dir),
         },
         "data": {
             "train_batch_size": batch,
@@ -87,6 +87,51 @@ def verl_config(args: Any, out_dir: Path) -> dict[str, Any]:
         },
         "ray_kwargs": {"ray_init": ray_init},
     }
+
+
+def checkpointed_step(out_dir: Path) -> int:
+    """The step of verl's newest checkpoint of the run in ``out_dir`` (0: none)."""
+    try:
+        return int((out_dir / "checkpoint" / "latest_checkpointed_iteration.txt").read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def resume_settings(args: Any, out_dir: Path) -> dict[str, Any]:
+    """verl's own checkpoint and resume settings from ``--checkpoint-every`` and ``--resume``: verl saves in
+    ``out_dir/checkpoint`` (every N steps and after the last; 0: after the last only) and, resumed, continues
+    from its newest checkpoint there (``resume_mode=auto``) without validating again before training."""
+    every = int(getattr(args, "checkpoint_every", 0))
+    resuming = getattr(args, "resume", None) is not None
+    return {
+        "default_local_dir": str(out_dir / "checkpoint"),
+        "save_freq": every if every > 0 else args.steps,
+        "max_actor_ckpt_to_keep": 2,
+        "resume_mode": "auto" if resuming else "disable",
+        "val_before_train": not (resuming and checkpointed_step(out_dir) > 0),
+    }
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def keep_records_through(out_dir: Path, step: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Before a resume from verl's checkpoint of ``step``: keep the app's records and verl's log lines up
+    to that step (the later ones are redone), verl's in ``verl_metrics.until-step-<step>.jsonl`` (verl's
+    file logger starts its file afresh); the kept (train, validation) records."""
+    verl_log = out_dir / "verl_metrics.jsonl"
+    kept_log = [r for r in _records(verl_log) if int(r.get("step", 0)) <= step]
+    (out_dir / f"verl_metrics.until-step-{step}.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in kept_log)
+    )
+    verl_log.unlink(missing_ok=True)
+    app_log = out_dir / "metrics.jsonl"
+    kept = [r for r in _records(app_log) if int(r.get("step", 0)) <= step]
+    app_log.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    return [r for r in kept if r.get("kind") == "train"], [r for r in kept if r.get("kind") == "validation"]
 
 
 def _val_accuracy(data: dict[str, Any]) -> float | None:
@@ -164,15 +209,19 @@ def run_verl(
     from tqdm import tqdm
 
     started = time.time()
-    history: list[dict[str, Any]] = []
-    validations: list[dict[str, Any]] = []
     from agl.algorithms.metrics import AlgorithmMetrics
 
-    (out_dir / "metrics.jsonl").unlink(missing_ok=True)
+    done = checkpointed_step(out_dir) if args.resume else 0
+    if done:
+        history, validations = keep_records_through(out_dir, done)
+        print(f"resume: continuing after step {done} from verl's checkpoint in {out_dir / 'checkpoint'}")
+    else:
+        history, validations = [], []
+        (out_dir / "metrics.jsonl").unlink(missing_ok=True)
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     # The app's records (verl's own figures under "verl") go to metrics.jsonl and the --logger trackers.
     metrics = AlgorithmMetrics.for_run("verl", out_dir, getattr(args, "logger", "jsonl"), config=settings)
-    bar = tqdm(total=args.steps, desc="VERL GRPO", unit="step", dynamic_ncols=True)
+    bar = tqdm(total=args.steps, initial=done, desc="VERL GRPO", unit="step", dynamic_ncols=True)
 
     def on_train(m: dict[str, Any]) -> None:
         history.append(m)

@@ -25,13 +25,17 @@ else:
     torch = pytest.importorskip("torch")
 
 from agl.algorithms.local.checkpoint import (
+    SUPERSEDED,
     Checkpoint,
     latest_checkpoint,
     read_pending,
     restore_optimizer,
+    supersede_later_steps,
+    take_pending,
     write_checkpoint,
     write_pending,
 )
+from agl.store import InMemoryLightningStore
 
 
 def _model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -159,3 +163,38 @@ def test_pending_rollouts_are_read_back_only_for_their_step(tmp_path: Path) -> N
     assert pending is not None and pending.rollout_ids == ["ro-a", "ro-b"]
     assert read_pending(tmp_path, 4) is None
     assert read_pending(tmp_path / "elsewhere", 3) is None
+
+
+def test_a_checkpoint_forgets_the_rollouts_noted_for_the_steps_it_holds(tmp_path: Path) -> None:
+    for step in (1, 2, 3):
+        write_pending(tmp_path, step, [f"ro-{step}"])
+    model, optimizer = _model_and_optimizer()
+    write_checkpoint(tmp_path, Checkpoint(2, random.Random(2).getstate()), _save_weights(model), optimizer, 3)
+    assert [read_pending(tmp_path, s) is not None for s in (1, 2, 3)] == [False, False, True]
+    write_pending(tmp_path, 3, ["ro-3b"])  # a step redone after a resume replaces its note
+    redone = read_pending(tmp_path, 3)
+    assert redone is not None and redone.rollout_ids == ["ro-3b"]
+
+
+async def test_a_resume_takes_the_first_redone_step_and_marks_the_later_ones(tmp_path: Path) -> None:
+    """Killed in step 5 with the checkpoint of step 2: the rollouts of step 3 came from the checkpoint's weights
+    and are taken; those of steps 4 and 5 came from lost weights and are marked (not deleted), the unfinished
+    ones cancelled, so that every step's rollouts count once."""
+    store = InMemoryLightningStore()
+    tasks = {step: [{"q": step, "i": i} for i in range(2)] for step in (3, 4, 5)}
+    noted: dict[int, list[str]] = {}
+    for step, inputs in tasks.items():
+        noted[step] = [(await store.enqueue_rollout(input=t, mode="train")).rollout_id for t in inputs]
+        write_pending(tmp_path, step, noted[step])
+    for rid in [*noted[3], *noted[4], noted[5][0]]:
+        await store.update_rollout(rid, status="succeeded")
+    await store.update_rollout(noted[4][0], metadata={"kept": True})
+
+    assert await supersede_later_steps(store, tmp_path, 3) == 4
+    later = {r.rollout_id: r for r in await store.query_rollouts(rollout_id_in=[*noted[4], *noted[5]])}
+    assert all((r.metadata or {})[SUPERSEDED] == {"resumed_after_step": 2} for r in later.values())
+    assert (later[noted[4][0]].metadata or {})["kept"] is True
+    assert [later[i].status for i in noted[5]] == ["succeeded", "cancelled"]
+    assert read_pending(tmp_path, 4) is None and read_pending(tmp_path, 5) is None
+    assert await take_pending(store, tmp_path, 3, tasks[3], "rs-1") == noted[3]
+    assert await supersede_later_steps(store, tmp_path, 3) == 0  # done once

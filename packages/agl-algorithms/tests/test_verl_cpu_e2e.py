@@ -34,11 +34,14 @@ def _records(path: Path) -> list[dict[str, Any]]:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.skipif(not (MODEL / "config.json").exists(), reason="apps/calc_tiny/model not built")
-def test_two_grpo_steps_through_verl_on_cpu(tmp_path: Path) -> None:
+def test_two_grpo_steps_through_verl_on_cpu_then_a_third_resumed_from_verls_checkpoint(
+    tmp_path: Path,
+) -> None:
     probe = tmp_path / "probe.jsonl"
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TOKENIZERS_PARALLELISM": "false"}
     args = ["--algorithm", "verl", "--device", "cpu", "--steps", "2", "--prompts-per-step", "4", "--n", "2"]
     args += ["--val-size", "4", "--store", "memory", "--output-dir", str(tmp_path / "run")]
+    args += ["--checkpoint-every", "1"]
     args += ["--trace-level", "trajectory", "--credit", "turn-discount", "--verl-probe-file", str(probe)]
     done = subprocess.run(
         [sys.executable, str(APP), *args], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env
@@ -62,3 +65,22 @@ def test_two_grpo_steps_through_verl_on_cpu(tmp_path: Path) -> None:
     shared = set(first) & set(last)
     assert shared, probes
     assert max(abs(first[t] - last[t]) for t in shared) > 1e-6, "the rollout server's weights did not change"
+
+    # --resume: verl's own resume (resume_mode=auto in the run's checkpoint folder) continues at step 3
+    run = tmp_path / "run"
+    assert (run / "checkpoint" / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    more = [*args, "--resume", str(run)]
+    more[more.index("--steps") + 1] = "3"
+    resumed = subprocess.run(
+        [sys.executable, str(APP), *more], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env
+    )
+    tail = (resumed.stdout + resumed.stderr)[-6000:]
+    assert resumed.returncode == 0, tail
+    assert "resume: continuing after step 2" in resumed.stdout, tail
+    assert f"Resuming from {run / 'checkpoint' / 'global_step_2'}" in resumed.stdout + resumed.stderr, tail
+    assert [r["step"] for r in _records(run / "verl_metrics.jsonl") if "critic/score/mean" in r["data"]] == [
+        3
+    ]
+    app_records = _records(run / "metrics.jsonl")
+    assert [r["step"] for r in app_records if r["kind"] == "train"] == [1, 2, 3]
+    assert (run / "checkpoint" / "latest_checkpointed_iteration.txt").read_text().strip() == "3"

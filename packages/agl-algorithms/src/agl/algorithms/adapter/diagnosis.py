@@ -12,7 +12,8 @@ are few, and the spans of the attempt tell them apart (checked in this order):
 
 :func:`diagnose` names the cause for one rollout; :class:`NoDataTally` counts them over a step or a run and
 writes the line the algorithms log, e.g. ``12 of 128 rollouts gave no training data: 9 no reward emitted,
-3 calls bypassed the LLM proxy``.
+3 calls bypassed the LLM proxy``; :func:`mark_no_data` notes the cause and its fix in the rollout's metadata
+(under :data:`NO_TRAINING_DATA`), where the dashboard's rollout page shows it.
 """
 
 from __future__ import annotations
@@ -21,15 +22,21 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agl.tracer import find_final_reward, get_reward_value
-from agl.types import Span
+from agl.types import Rollout, Span
 
 from ._llm_call import extract_llm_call
 from .triplet import DEFAULT_LLM_CALL_MATCH, PROXY_CALL_NAMES
 
-__all__ = ["NoDataReason", "NoDataTally", "diagnose"]
+if TYPE_CHECKING:
+    from agl.store import LightningStore
+
+__all__ = ["NO_TRAINING_DATA", "NoDataReason", "NoDataTally", "diagnose", "mark_no_data", "no_data_metadata"]
+
+NO_TRAINING_DATA = "no_training_data"
+"""The key of a rollout's metadata that says why it gave no training data: ``{"reason": ..., "fix": ...}``."""
 
 
 class NoDataReason(str, Enum):
@@ -128,3 +135,13 @@ class NoDataTally:
         if with_fixes:
             text += "".join(f"\n  - {reason.value}: {reason.fix}" for reason, _ in self.reasons.most_common())
         return text
+
+
+def no_data_metadata(rollout: Rollout, reason: NoDataReason) -> dict[str, Any]:
+    """``rollout``'s metadata with ``reason`` and its fix noted under :data:`NO_TRAINING_DATA`."""
+    return {**(rollout.metadata or {}), NO_TRAINING_DATA: {"reason": reason.value, "fix": reason.fix}}
+
+
+async def mark_no_data(store: LightningStore, rollout: Rollout, reason: NoDataReason) -> None:
+    """Note in the store why ``rollout`` gave no training data (its other metadata kept)."""
+    await store.update_rollout(rollout.rollout_id, metadata=no_data_metadata(rollout, reason))

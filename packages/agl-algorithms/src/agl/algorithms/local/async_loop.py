@@ -73,7 +73,9 @@ class Learner(Protocol):
 
     def episode(self, rollout: Rollout, spans: list[Span]) -> tuple[float, list[Triplet]]: ...
 
-    def tally_no_data(self, rollouts: list[Rollout], spans: list[list[Span]], step: int) -> NoDataTally: ...
+    async def tally_no_data(
+        self, rollouts: list[Rollout], spans: list[list[Span]], step: int
+    ) -> NoDataTally: ...
 
     def episode_metrics(
         self, rollouts: list[Rollout], episodes: list[tuple[float, list[Triplet]]]
@@ -264,7 +266,7 @@ class AsyncTraining:
         for gid in batch:
             self._forget(gid)
         episodes = [algo.episode(r, t) for r, t in zip(rollouts, traces, strict=True)]
-        no_data = algo.tally_no_data(rollouts, traces, step)
+        no_data = await algo.tally_no_data(rollouts, traces, step)
         samples, kept_groups = batch_samples(
             episodes, [g for g, _ in members], algo.credit, behaviour_logprobs=True
         )

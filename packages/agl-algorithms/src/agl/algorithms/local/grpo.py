@@ -41,6 +41,7 @@ from .checkpoint import (
     Checkpoint,
     restore_optimizer,
     resume_point,
+    supersede_later_steps,
     take_pending,
     write_checkpoint,
     write_pending,
@@ -367,6 +368,7 @@ class LocalGRPO(Algorithm):
         root = Path(self.config.checkpoint_dir) if self.config.checkpoint_dir else None
         ids = None
         if root is not None and step == self._resume_step:
+            await supersede_later_steps(store, root, step)
             ids = await take_pending(store, root, step, tasks, resources_id)
         if ids is None:
             ids = await self.enqueue(store, tasks, "train", resources_id)
@@ -417,16 +419,21 @@ class LocalGRPO(Algorithm):
             reward = 0.0
         return float(reward), triplets
 
-    def tally_no_data(self, rollouts: list[Rollout], spans: list[list[Span]], step: int) -> NoDataTally:
-        """Why the step's rollouts without training data have none (logged with the fixes)."""
-        from ..adapter.diagnosis import NoDataTally, diagnose
+    async def tally_no_data(self, rollouts: list[Rollout], spans: list[list[Span]], step: int) -> NoDataTally:
+        """Why the step's rollouts without training data have none (logged with the fixes, and noted on
+        each such rollout in the store for the dashboard)."""
+        from ..adapter.diagnosis import NoDataTally, diagnose, mark_no_data
 
         tally = NoDataTally()
         self._no_data_run = self._no_data_run or NoDataTally()
+        marks: list[Awaitable[None]] = []
         for rollout, trace in zip(rollouts, spans, strict=True):
             reason = diagnose(rollout.status, trace)
             tally.add(reason)
             self._no_data_run.add(reason)
+            if reason is not None:
+                marks.append(mark_no_data(self.get_store(), rollout, reason))
+        await asyncio.gather(*marks)
         if (message := tally.message(with_fixes=True)) is not None:
             logger.warning("step %d: %s", step, message)
         return tally
@@ -514,7 +521,7 @@ class LocalGRPO(Algorithm):
         )
 
         episodes = [self.episode(r, s) for r, s in zip(rollouts, spans, strict=False)]
-        no_data = self.tally_no_data(rollouts, spans, step)
+        no_data = await self.tally_no_data(rollouts, spans, step)
         samples, kept_groups = batch_samples(episodes, groups, self.credit)
         stats = await self.update(optimizer, samples, step)
         threads = int(stats["threads"])

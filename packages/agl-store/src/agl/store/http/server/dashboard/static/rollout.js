@@ -30,6 +30,7 @@ export async function render({ path }) {
     { "data-finished": FINISHED.has(rollout.status) ? "true" : "false" },
     h("p", {}, h("a", { href: "#/rollouts" }, "‹ rollouts")),
     h("h2", {}, "Rollout ", h("span", { class: "mono", id: "rollout-id" }, rollout.rollout_id)),
+    noTrainingData(rollout),
     h(
       "div",
       { class: "cards" },
@@ -66,6 +67,18 @@ export async function render({ path }) {
   );
   node.refreshable = !FINISHED.has(rollout.status);
   return node;
+}
+
+// An algorithm notes in the rollout's metadata why it gave no training data (agl.algorithms.adapter.mark_no_data).
+function noTrainingData(rollout) {
+  const noted = rollout.metadata && rollout.metadata.no_training_data;
+  if (!noted || typeof noted !== "object") return null;
+  return h(
+    "div",
+    { class: "notice", id: "no-training-data" },
+    h("div", {}, h("strong", {}, "No training data: "), String(noted.reason ?? "unknown")),
+    noted.fix ? h("div", { class: "muted" }, "Fix: ", String(noted.fix)) : null,
+  );
 }
 
 function card(label, value, testid) {
