@@ -21,6 +21,7 @@ from typing import Any
 
 from agl.algorithms.adapter import TraceToMessages
 from agl.algorithms.apo import APO, AllRolloutsFailed, APORoundSummary
+from agl.algorithms.metrics import AlgorithmMetrics
 from agl.runner import Trainer
 from agl.types import PromptTemplate
 from room_selector.agent import SEED_PROMPT, make_room_selector
@@ -84,12 +85,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--runs-dir", type=Path, default=Path("runs"), help="where run histories go (default: %(default)s)"
     )
     parser.add_argument(
+        "--logger",
+        type=logger_names,
+        default="jsonl",
+        help="where each round's scores go: any of jsonl,tensorboard,mlflow,wandb, comma-separated, each writing "
+        "in the run directory (metrics.jsonl, tensorboard/, an MLflow file store mlruns/, an offline W&B run "
+        "wandb/; nothing is sent unless MLFLOW_TRACKING_URI or WANDB_MODE say so) (default: %(default)s)",
+    )
+    parser.add_argument(
         "--rollout-timeout",
         type=float,
         default=600.0,
         help="seconds to wait for one batch of rollouts (default: %(default)s)",
     )
     return parser.parse_args(argv)
+
+
+def logger_names(spec: str) -> tuple[str, ...]:
+    """``--logger``: the tracker names (see :mod:`agl.algorithms.trackers`)."""
+    from agl.algorithms.trackers import parse_loggers
+
+    try:
+        return parse_loggers(spec)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _cell(value: float | None) -> str:
@@ -165,6 +184,12 @@ def main(argv: list[str] | None = None) -> int:
 
     train, val = split_tasks(load_tasks())
     printer = RoundPrinter(args, len(train), len(val))
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    try:
+        metrics = AlgorithmMetrics.for_run("apo", run_dir, args.logger, config=settings)
+    except ImportError as exc:  # a tracker's library is missing: the message names the extra
+        print(f"--logger: {exc}", file=sys.stderr)
+        return 2
     algorithm: APO[Any] = APO(
         AsyncOpenAI(base_url=base_url),
         gradient_model=args.gradient_model,
@@ -178,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         history_path=run_dir / "apo.jsonl",
         on_round_end=printer,
+        metrics=metrics,
     )
     agent = make_room_selector(
         args.model, base_url=base_url, judge_model=args.judge_model if args.judge else None
@@ -201,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    finally:
+        metrics.close()
 
     best = algorithm.get_best_candidate()
     seed_score = (

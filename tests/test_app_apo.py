@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agl.testing.apo_standin import ApoStandinBackend, serve_apo_standin
@@ -74,7 +75,7 @@ def test_two_rounds_against_the_standin_improve_on_the_seed(tmp_path: Path) -> N
     backend = ApoStandinBackend()
     with serve_apo_standin(backend) as server:
         done = subprocess.run(
-            command("--rounds", "2", "--runs-dir", str(tmp_path)),
+            command("--rounds", "2", "--runs-dir", str(tmp_path), "--logger", "jsonl,tensorboard"),
             cwd=ROOT,
             env=clean_env(OPENAI_API_KEY="test", OPENAI_BASE_URL=server.base_url),
             capture_output=True,
@@ -117,6 +118,17 @@ def test_two_rounds_against_the_standin_improve_on_the_seed(tmp_path: Path) -> N
     scored = {e["version"] for e in events if e["event"] == "score"}
     assert scored == set(candidates)  # each candidate is scored in the round that made it
     assert events[-1]["event"] == "published" and events[-1]["version"] == scores.group(2)
+
+    # --logger: each round's scores in metrics.jsonl and in TensorBoard event files, read back by its own reader
+    rounds = [json.loads(line) for line in (histories[0].parent / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rounds if r["kind"] == "round"] == [0, 1, 2]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events_dir = histories[0].parent / "tensorboard"
+    accumulator: Any = EventAccumulator(str(events_dir))
+    accumulator.Reload()
+    best = [e.value for e in accumulator.Scalars("round/best_score")]
+    assert len(best) == 3 and best[-1] == pytest.approx(float(scores.group(3)), abs=1e-3)
 
 
 def test_the_task_set_is_consistent_with_the_world() -> None:
