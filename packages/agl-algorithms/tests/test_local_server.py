@@ -207,6 +207,10 @@ def test_update_weights_changes_outputs_without_restart(model_dir: Path) -> None
         assert s.update_weights(state) == 1
         second = ask(c, max_tokens=5, logprobs=True, temperature=0)
         assert second.system_fingerprint == "agl-local-v1"
+        streamed = ask(c, max_tokens=5, temperature=0, stream=True, stream_options={"include_usage": True})
+        fingerprints = [chunk.system_fingerprint for chunk in streamed]
+        assert fingerprints[-1] == "agl-local-v1"  # the stream's last word names the weights that made it
+        assert set(fingerprints) <= {None, "agl-local-v1"}
         assert [e.logprob for e in first.choices[0].logprobs.content] != [
             e.logprob for e in second.choices[0].logprobs.content
         ]

@@ -41,16 +41,18 @@ async def test_token_ids_in_both_places(
     assert resource[R.ATTEMPT_ID.value] == rollout.attempt.attempt_id
 
 
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "litellm"])
 async def test_streamed_chunks_carry_token_ids_in_both_places(
-    store: InMemoryLightningStore, standin: StandinServer
+    store: InMemoryLightningStore, standin: StandinServer, direct: bool
 ) -> None:
     rollout = await store.start_rollout(input=None)
-    async with running_proxy(store, standin, direct_forwarding=False) as proxy:
+    async with running_proxy(store, standin, direct_forwarding=direct) as proxy:
         url = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint + "/chat/completions"
         async with httpx.AsyncClient(timeout=30) as http:
             reply = await http.post(
                 url, json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
             )
+    assert reply.text.rstrip().endswith("data: [DONE]")
     ids: list[int] = []
     for event in _events(reply.text):
         for choice in event.get("choices") or ():
@@ -58,3 +60,5 @@ async def test_streamed_chunks_carry_token_ids_in_both_places(
                 assert choice["provider_specific_fields"]["token_ids"] == choice["token_ids"]
                 ids.extend(choice["token_ids"])
     assert ids == token_ids("echo: hi")
+    [span] = await llm_spans(store, rollout, 1)
+    assert span.attributes  # the call is recorded as well

@@ -8,7 +8,10 @@ import pytest
 from agl.store import LightningStore
 from agl.testing.clock import ManualClock
 from agl.testing.spans import claim, make_span, span_for
-from agl.types import EnqueueRolloutRequest, InvalidRequestError, NamedResources, NotFoundError
+from agl.types import EnqueueRolloutRequest, InvalidRequestError, NamedResources, NotFoundError, Span
+from agl.types.semconv import LightningResourceAttributes
+
+SEQUENCE = LightningResourceAttributes.SPAN_SEQUENCE_ID.value
 
 
 async def test_add_span_stores_it_and_is_a_heartbeat(store: LightningStore, clock: ManualClock) -> None:
@@ -76,6 +79,21 @@ async def test_add_spans_in_order_numbers_and_stores_in_one_call(store: Lightnin
     again = await store.add_spans_in_order([spans[0], make_span(r1, a1, 0)])
     assert [s.sequence_id for s in again] == [6]
     assert await store.add_spans_in_order([]) == []
+
+
+async def test_spans_the_store_numbers_carry_their_number_in_the_resource(store: LightningStore) -> None:
+    """As the reference's exported spans: ``agentlightning.span_sequence_id`` beside the rollout and attempt."""
+    rollout = await claim(store)
+    rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
+    attributed = Span.from_item(make_span(rid, aid, 0), rollout_id=rid, attempt_id=aid)
+    assert SEQUENCE not in attributed.resource.attributes  # numbered by the store, below
+    bare = make_span(rid, aid, 0)  # not attributed through its resource: left as it is
+    stored = await store.add_spans_in_order([attributed, bare])
+    queried = {s.span_id: s for s in await store.query_spans(rid)}
+    for span in (stored[0], queried[attributed.span_id]):
+        assert span.resource.attributes[SEQUENCE] == span.sequence_id == 1
+        assert span.resource.attributes[LightningResourceAttributes.ROLLOUT_ID.value] == rid
+    assert SEQUENCE not in queried[bare.span_id].resource.attributes
 
 
 async def test_add_spans_in_order_validates_the_whole_batch_first(store: LightningStore) -> None:

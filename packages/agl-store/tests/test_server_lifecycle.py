@@ -8,6 +8,7 @@ import pickle
 import socket
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -190,6 +191,34 @@ async def test_start_and_stop_can_be_awaited_as_in_the_reference() -> None:
     assert server.is_running
     server.stop()
     assert not server.is_running
+
+
+async def test_the_references_launch_options_are_accepted_and_say_what_they_do_here() -> None:
+    """``LightningStoreServer(store, host, port, launch_mode=..., n_workers=..., tracker=...)`` and
+    ``launcher_args=`` as the reference's programs write them: the address is used, the rest warns."""
+    store = InMemoryLightningStore()
+    with pytest.warns(UserWarning) as caught:
+        server = LightningStoreServer(store, "127.0.0.1", 0, launch_mode="mp", n_workers=2, tracker=object())
+    assert [str(w.message).split("(")[1].split("=")[0] for w in caught] == [
+        "launch_mode",
+        "n_workers",
+        "tracker",
+    ]
+    assert all(w.filename == __file__ for w in caught)  # at the caller's line
+    await server.start()
+    try:
+        assert server.is_running and server.port > 0
+    finally:
+        await server.stop()
+    launcher = SimpleNamespace(host="127.0.0.1", port=4999, launch_mode="thread", n_workers=1)
+    with pytest.warns(DeprecationWarning, match="launcher_args"):
+        server = LightningStoreServer(store, launcher_args=launcher)
+    assert (server.host, server.port) == ("127.0.0.1", 4999)
+    assert (LightningStoreServer(store).host, LightningStoreServer(store).port) == ("127.0.0.1", 4747)
+    with pytest.raises(ValueError, match="cannot be given together with launcher_args"):
+        LightningStoreServer(store, port=1, launcher_args=launcher)
+    with pytest.raises(ValueError, match="launch_mode must be one of"):
+        LightningStoreServer(store, launch_mode="fork")
 
 
 async def test_awaited_run_forever_serves_until_cancelled_or_stopped() -> None:

@@ -12,75 +12,17 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import pytest
 from agl.store import SqlLightningStore
 from agl.testing.clock import ManualClock
 from agl.testing.store.sql import SQL_BACKENDS, fresh_database
+from agl.testing.store.sql_process import StoreProcess
 from agl.types import RolloutConfig
 
 _WAITERS = 200
 _WINDOW_SECONDS = 3.0
-
-_CHILD = textwrap.dedent(
-    """
-    import asyncio, sys
-    from agl.store import SqlLightningStore
-
-    async def main():
-        store = SqlLightningStore(sys.argv[1], **eval(sys.argv[2]))
-        await store.query_rollouts()  # a watched call: this process is known to use the database
-        loop = asyncio.get_running_loop()
-        print("ready", flush=True)
-        while True:
-            command = (await loop.run_in_executor(None, sys.stdin.readline)).strip()
-            if command == "enqueue":
-                print((await store.enqueue_rollout("from another process")).rollout_id, flush=True)
-            elif command.startswith("finish "):
-                claimed = await store.start_attempt(command.split()[1])
-                await store.update_attempt(claimed.rollout_id, claimed.attempt.attempt_id, status="succeeded")
-                print("finished", flush=True)
-            else:
-                break
-        await store.close()
-
-    asyncio.run(main())
-    """
-)
-
-
-class Child:
-    """Another process with its own store on the database, told what to do line by line."""
-
-    def __init__(self, url: str, kwargs: dict[str, Any]) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, url, repr(kwargs)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.read() == "ready"
-
-    def read(self) -> str:
-        assert self.process.stdout is not None
-        return self.process.stdout.readline().strip()
-
-    async def ask(self, command: str) -> str:
-        assert self.process.stdin is not None
-        self.process.stdin.write(command + "\n")
-        self.process.stdin.flush()
-        return await asyncio.get_running_loop().run_in_executor(None, self.read)
-
-    def __enter__(self) -> Child:
-        return self
-
-    def __exit__(self, *_: type[BaseException] | BaseException | TracebackType | None) -> None:
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.close()
-        self.process.wait(timeout=60)
-        self.process.stdout.close()
 
 
 def _cpu_seconds() -> float:
@@ -128,7 +70,7 @@ def test_idle_waiters_read_nothing_and_cost_little_cpu(backend: str, shared: boo
                 await store.close()
 
         if shared:
-            with Child(url, kwargs):
+            with StoreProcess(url, kwargs, watched=True):
                 asyncio.run(main())
         else:
             asyncio.run(main())
@@ -138,7 +80,7 @@ def test_idle_waiters_read_nothing_and_cost_little_cpu(backend: str, shared: boo
 def test_a_waiter_is_woken_by_another_process(backend: str, tmp_path: Path, only_notifications: None) -> None:
     """An enqueue of another process wakes a waiting dequeue, a finish a ``wait_for_rollouts``: PostgreSQL
     notifies; SQLite's watch of the file sees the change (polls of the database are an hour apart here)."""
-    with fresh_database(backend, tmp_path) as (url, kwargs), Child(url, kwargs) as child:
+    with fresh_database(backend, tmp_path) as (url, kwargs), StoreProcess(url, kwargs, watched=True) as child:
 
         async def main() -> None:
             store = SqlLightningStore(url, **kwargs)
@@ -147,7 +89,7 @@ def test_a_waiter_is_woken_by_another_process(backend: str, tmp_path: Path, only
                     waiting = asyncio.ensure_future(store.dequeue_rollout(worker_id="w", timeout=3600))
                     await asyncio.sleep(0.3)  # waiting (a delay, not a wait for a result)
                     assert not waiting.done()
-                    rollout_id = await child.ask("enqueue")
+                    rollout_id = await child.ask_async("enqueue")
                     got = await asyncio.wait_for(waiting, 5)
                     assert got is not None and got.rollout_id == rollout_id
 
@@ -157,7 +99,7 @@ def test_a_waiter_is_woken_by_another_process(backend: str, tmp_path: Path, only
                 )
                 await asyncio.sleep(0.3)
                 assert not finishing.done()
-                assert await child.ask(f"finish {queued.rollout_id}") == "finished"
+                assert await child.ask_async(f"finish {queued.rollout_id}") == "finished"
                 (done,) = await asyncio.wait_for(finishing, 5)
                 assert done.rollout_id == queued.rollout_id and done.status == "succeeded"
             finally:
@@ -196,7 +138,10 @@ def test_waiters_poll_while_postgres_listening_is_down_and_hear_again_after(tmp_
     from agl.store.sql._pgnews import APPLICATION_NAME
     from agl.testing.postgres import require_postgres
 
-    with fresh_database("postgres", tmp_path) as (url, kwargs), Child(url, kwargs) as child:
+    with (
+        fresh_database("postgres", tmp_path) as (url, kwargs),
+        StoreProcess(url, kwargs, watched=True) as child,
+    ):
 
         async def main() -> None:
             store = SqlLightningStore(url, **kwargs)
@@ -206,7 +151,7 @@ def test_waiters_poll_while_postgres_listening_is_down_and_hear_again_after(tmp_
                 assert (
                     await _terminate(require_postgres(), APPLICATION_NAME) >= 2
                 )  # this process's, the child's
-                rollout_id = await child.ask("enqueue")  # maybe before anyone listens again
+                rollout_id = await child.ask_async("enqueue")  # maybe before anyone listens again
                 got = await asyncio.wait_for(waiting, 5)
                 assert got is not None and got.rollout_id == rollout_id
                 waiting = asyncio.ensure_future(store.dequeue_rollout(worker_id="w", timeout=3600))
@@ -214,7 +159,7 @@ def test_waiters_poll_while_postgres_listening_is_down_and_hear_again_after(tmp_
                 reads = store._db.reads
                 await asyncio.sleep(0.5)
                 assert store._db.reads == reads
-                rollout_id = await child.ask("enqueue")
+                rollout_id = await child.ask_async("enqueue")
                 got = await asyncio.wait_for(waiting, 5)
                 assert got is not None and got.rollout_id == rollout_id
             finally:

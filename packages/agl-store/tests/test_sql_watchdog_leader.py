@@ -7,84 +7,15 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
-from types import TracebackType
-from typing import Any
 
 import pytest
 from agl.store import SqlLightningStore
 from agl.testing.clock import ManualClock
 from agl.testing.store.sql import SQL_BACKENDS, fresh_database
+from agl.testing.store.sql_process import StoreProcess
 from agl.types import RolloutConfig
-
-_CHILD = textwrap.dedent(
-    """
-    import asyncio, sys
-    from agl.store import SqlLightningStore
-
-    async def main():
-        store = SqlLightningStore(sys.argv[1], scan_debounce_seconds=0, **eval(sys.argv[2]))
-        loop = asyncio.get_running_loop()
-        print("ready", flush=True)
-        while True:
-            command = (await loop.run_in_executor(None, sys.stdin.readline)).strip()
-            if command == "scan":  # a watched call: scans if this process may; says whether it leads
-                await store.query_rollouts()
-                print(getattr(store, "_leading", getattr(store, "_lease_held", None)), flush=True)
-            elif command == "enqueue":
-                print((await store.enqueue_rollout("from another process")).rollout_id, flush=True)
-            elif command.startswith("finish "):
-                claimed = await store.start_attempt(command.split()[1])
-                await store.update_attempt(claimed.rollout_id, claimed.attempt.attempt_id, status="succeeded")
-                print("finished", flush=True)
-            elif command == "close":
-                await store.close()
-                print("closed", flush=True)
-            else:
-                break
-
-    asyncio.run(main())
-    """
-)
-
-
-class Child:
-    """Another process with its own store on the database, told what to do line by line."""
-
-    def __init__(self, url: str, kwargs: dict[str, Any]) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, url, repr(kwargs)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.read() == "ready"
-
-    def read(self) -> str:
-        assert self.process.stdout is not None
-        return self.process.stdout.readline().strip()
-
-    def ask(self, command: str) -> str:
-        assert self.process.stdin is not None
-        self.process.stdin.write(command + "\n")
-        self.process.stdin.flush()
-        return self.read()
-
-    def __enter__(self) -> Child:
-        return self
-
-    def __exit__(self, *_: type[BaseException] | BaseException | TracebackType | None) -> None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGCONT)
-            self.process.kill()
-        self.process.wait(timeout=30)
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.close()
-        self.process.stdout.close()
 
 
 async def _status(store: SqlLightningStore, rollout_id: str) -> str:
@@ -110,7 +41,10 @@ _QUICK = RolloutConfig(timeout_seconds=0.3)
 def test_a_killed_leader_is_replaced_at_once(backend: str, tmp_path: Path) -> None:
     """kill -9 of the process running the watchdog: the next scan of another process runs it (the lease row
     kept it blind until the lease expired, 10 s at least)."""
-    with fresh_database(backend, tmp_path) as (url, kwargs), Child(url, kwargs) as child:
+    with (
+        fresh_database(backend, tmp_path) as (url, kwargs),
+        StoreProcess(url, {**kwargs, "scan_debounce_seconds": 0}) as child,
+    ):
         assert child.ask("scan") == "True", "the other process runs the watchdog"
 
         async def main() -> None:
@@ -134,7 +68,10 @@ def test_a_closing_leader_hands_over_and_a_paused_one_keeps_the_watchdog(
 ) -> None:
     """While the leader lives, even paused (SIGSTOP), no other process scans; it closes its store: the next
     scan of another process runs the watchdog."""
-    with fresh_database(backend, tmp_path) as (url, kwargs), Child(url, kwargs) as child:
+    with (
+        fresh_database(backend, tmp_path) as (url, kwargs),
+        StoreProcess(url, {**kwargs, "scan_debounce_seconds": 0}) as child,
+    ):
         assert child.ask("scan") == "True"
 
         async def main() -> None:

@@ -9,7 +9,7 @@ import io
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -363,11 +363,16 @@ class ProxyApp:
             if call is not None:
                 call.http_status = response.status
 
-            async def chunks() -> Any:
+            async def chunks() -> AsyncIterator[bytes]:
                 async for data in response.content.iter_any():
                     yield data
 
-            await self._stream(receive, send, endpoint, chunks(), call, raw=True)
+            if (
+                self.settings.return_token_ids
+            ):  # mirrored into each event: relayed re-serialised, not as bytes
+                await self._stream(receive, send, endpoint, _mirrored_events(chunks()), call, raw=False)
+            else:
+                await self._stream(receive, send, endpoint, chunks(), call, raw=True)
         finally:
             response.release()
 
@@ -470,6 +475,15 @@ class ProxyApp:
                 yield payload
 
         await self._stream(receive, send, endpoint, chunks(), call, raw=False)
+
+
+async def _mirrored_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
+    """The JSON events of a raw SSE stream, each with its token ids in both places (:mod:`._wire`)."""
+    parser = SSEParser()
+    async for data in chunks:
+        for payload in parser.feed(data):
+            mirror_token_ids(payload)
+            yield payload
 
 
 def _framed(item: Any, parser: SSEParser, *, raw: bool) -> tuple[bytes, list[Any]]:

@@ -481,7 +481,7 @@ class LightningStore(ABC):
         if not spans:
             return []
         ids = await self.get_many_span_sequence_ids([(s.rollout_id, s.attempt_id) for s in spans])
-        numbered = [s.model_copy(update={"sequence_id": seq}) for s, seq in zip(spans, ids, strict=True)]
+        numbered = [s.with_sequence_id(seq) for s, seq in zip(spans, ids, strict=True)]
         return await self.add_many_spans(numbered)
 
     async def add_otel_span(

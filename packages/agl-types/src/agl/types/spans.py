@@ -130,6 +130,16 @@ class Span(BaseModel):
     parent: SpanContext | None = None
     resource: OtelResource = Field(default_factory=OtelResource)
 
+    def with_sequence_id(self, sequence_id: int) -> Span:
+        """A copy numbered ``sequence_id``; a span attributed to its attempt (its resource names the rollout, as
+        :func:`attempt_resource` writes it) also gets ``agentlightning.span_sequence_id`` in its resource."""
+        update: dict[str, Any] = {"sequence_id": sequence_id}
+        attributes = self.resource.attributes
+        if LightningResourceAttributes.ROLLOUT_ID.value in attributes:
+            numbered = {**attributes, LightningResourceAttributes.SPAN_SEQUENCE_ID.value: sequence_id}
+            update["resource"] = OtelResource(attributes=numbered, schema_url=self.resource.schema_url)
+        return self.model_copy(update=update)
+
     @classmethod
     def from_attributes(
         cls,

@@ -32,6 +32,7 @@ from ._chat import parse_tool_calls, render_prompt, visible_prefix
 from ._serving import ServedModel
 from ._weights import WeightsMismatch, refuse_non_regular_file
 from .engine import GenerationEngine, GenerationResult, SamplingParams
+from .versions import weights_fingerprint
 
 __all__ = ["ModelServer", "load_model"]
 
@@ -322,7 +323,7 @@ class ModelServer(ServedModel):
                 "completion_tokens": completion_tokens,
                 "total_tokens": len(prompt_ids) + completion_tokens,
             },
-            "system_fingerprint": f"agl-local-v{results[0].model_version}",
+            "system_fingerprint": weights_fingerprint(results[0].model_version),
         }
         if want_ids:
             response["prompt_token_ids"] = prompt_ids
@@ -406,36 +407,29 @@ class ModelServer(ServedModel):
         future.add_done_callback(lambda _: post(None))
         created = int(time.time())
 
-        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
-            choice.update(extra)
+        def sse(choices: list[dict[str, Any]], **fields: Any) -> str:
             payload: dict[str, Any] = {
                 "id": completion_id,
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": self.served_model_name,
-                "choices": [choice],
+                "choices": choices,
+                **fields,
             }
             return f"data: {json.dumps(payload)}\n\n"
 
-        first: dict[str, Any] = {
-            "id": completion_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": self.served_model_name,
-            "choices": [
-                {
-                    "index": 0,
-                    "delta": {"role": "assistant", "content": ""},
-                    "finish_reason": None,
-                    "logprobs": None,
-                }
-            ],
+        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+            return sse([{**choice, **extra}])
+
+        first = {
+            "index": 0,
+            "delta": {"role": "assistant", "content": ""},
+            "finish_reason": None,
+            "logprobs": None,
         }
-        if want_ids:
-            first["prompt_token_ids"] = prompt_ids
         try:
-            yield f"data: {json.dumps(first)}\n\n"
+            yield sse([first], **({"prompt_token_ids": prompt_ids} if want_ids else {}))
             generated: list[int] = []
             sent = ""
             while (event := await events.get()) is not None:
@@ -456,22 +450,20 @@ class ModelServer(ServedModel):
                 yield f"data: {json.dumps({'error': {'message': str(exc), 'type': 'server_error'}})}\n\n"
                 yield "data: [DONE]\n\n"
                 return
-            yield chunk(*_final_delta(result.text, result.finish_reason, sent))
+            # the weights that made the answer, known once it is done: on the last chunks (a reader keeps the last)
+            fingerprint = weights_fingerprint(result.model_version)
+            delta, finish = _final_delta(result.text, result.finish_reason, sent)
+            yield sse(
+                [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+                system_fingerprint=fingerprint,
+            )
             if include_usage:
                 usage = {
                     "prompt_tokens": len(prompt_ids),
                     "completion_tokens": len(result.token_ids),
                     "total_tokens": len(prompt_ids) + len(result.token_ids),
                 }
-                payload: dict[str, Any] = {
-                    "id": completion_id,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": self.served_model_name,
-                    "choices": [],
-                    "usage": usage,
-                }
-                yield f"data: {json.dumps(payload)}\n\n"
+                yield sse([], usage=usage, system_fingerprint=fingerprint)
             yield "data: [DONE]\n\n"
         finally:
             future.cancel()  # when the client went away: free its row in the batch (a no-op once answered)

@@ -243,7 +243,7 @@ def _add(
 
     if allocate:
         ids = allocate_sequence_ids(conn, ctx, [(s.rollout_id, s.attempt_id) for s in spans])
-        spans = [s.model_copy(update={"sequence_id": seq}) for s, seq in zip(spans, ids, strict=True)]
+        spans = [s.with_sequence_id(seq) for s, seq in zip(spans, ids, strict=True)]
     else:
         highest: dict[str, int] = {}  # counters to raise; one already as high stays (they only grow)
         for span in spans:

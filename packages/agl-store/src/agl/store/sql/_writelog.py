@@ -85,7 +85,7 @@ class _SpansCodec(_Codec):
             return super().load(text, args)
         given = _spans_argument(args)
         refs: list[tuple[int, int]] = found["spans"]
-        spans = [given[index].model_copy(update={"sequence_id": seq}) for index, seq in refs]
+        spans = [given[index].with_sequence_id(seq) for index, seq in refs]
         return spans, self._rest.validate_python(found["rest"])
 
 

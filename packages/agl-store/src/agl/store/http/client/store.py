@@ -363,7 +363,4 @@ class LightningStoreClient(HttpTransport, LightningStore):
 
 def _numbered(batch: list[Span], answer: AddSpansInOrderResponse) -> list[Span]:
     """The spans of ``batch`` the server stored, with the sequence ids it gave them."""
-    return [
-        batch[i].model_copy(update={"sequence_id": seq})
-        for i, seq in zip(answer.stored, answer.sequence_ids, strict=True)
-    ]
+    return [batch[i].with_sequence_id(seq) for i, seq in zip(answer.stored, answer.sequence_ids, strict=True)]

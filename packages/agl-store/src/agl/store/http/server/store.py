@@ -35,6 +35,7 @@ from ._done import COMPLETED, ServerCall, loop_running_here
 from ._gc import serving_gc
 from ._hosts import local_host_names
 from ._loop import new_event_loop as _new_event_loop
+from ._reference import reference_launch
 from ._uvicorn import ConnectionLimits, server_protocol_class
 
 if TYPE_CHECKING:
@@ -71,8 +72,8 @@ class LightningStoreServer(ForwardingStore):
 
     Args:
         store: The store to serve. The server never closes it; its owner does.
-        host: Interface to bind; ``127.0.0.1`` unless you mean to accept other machines.
-        port: TCP port; ``0`` picks a free one (read it back from :attr:`port` after :meth:`start`).
+        host: Interface to bind (default ``127.0.0.1``); another only if you mean to accept other machines.
+        port: TCP port (default 4747); ``0`` picks a free one (read it back from :attr:`port` after :meth:`start`).
         token: Bearer token required on every route but ``/v1/agl/health``. ``None`` reads
             ``AGL_STORE_TOKEN``; empty or unset means no authentication.
         cors_allow_origins: Origins allowed by CORS (``"*"`` for any); none by default.
@@ -90,6 +91,9 @@ class LightningStoreServer(ForwardingStore):
             deadlines, the one-write answers and the hot routes answered by the protocol. Answers are
             the same, only slower; the switch for a uvicorn release that changed the internals the
             faster protocol relies on (see ``tests/test_server_uvicorn_internals.py``).
+        launch_mode, launcher_args, n_workers, tracker: The reference's launch options, accepted for its users'
+            programs: the host and port of ``launcher_args`` are used; the rest warn, as this server always
+            serves from a thread of its own and keeps its figures at ``/metrics`` (``_reference.py``).
 
     The dashboard is served at ``/`` and ``/dashboard`` (its page asks for the token).
 
@@ -103,8 +107,8 @@ class LightningStoreServer(ForwardingStore):
     def __init__(
         self,
         store: LightningStore,
-        host: str = "127.0.0.1",
-        port: int = DEFAULT_PORT,
+        host: str | None = None,
+        port: int | None = None,
         token: str | None = None,
         cors_allow_origins: str | Sequence[str] | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
@@ -114,7 +118,15 @@ class LightningStoreServer(ForwardingStore):
         metrics_public: bool = False,
         connection_limits: ConnectionLimits | None = None,
         plain_http: bool = False,
+        *,
+        launch_mode: str = "thread",
+        launcher_args: Any = None,
+        n_workers: int = 1,
+        tracker: Any = None,
     ) -> None:
+        host, port = reference_launch(host, port, launch_mode, launcher_args, n_workers, tracker)
+        host = "127.0.0.1" if host is None else host
+        port = DEFAULT_PORT if port is None else port
         if not isinstance(cast(object, store), LightningStore):  # callers may pass anything
             raise InvalidRequestError(
                 f"LightningStoreServer serves a LightningStore (e.g. InMemoryLightningStore()), not {store!r}"
