@@ -137,6 +137,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--enforce-eager", action="store_true", help="VERL: no CUDA graphs in vLLM (starts faster)"
     )
     p.add_argument(
+        "--keep-cache-engine",
+        action="store_true",
+        help="VERL: keep vLLM's KV cache while the trainer updates (free_cache_engine=false): more GPU memory, "
+        "no sleep/wake of vLLM between steps (the way round a vLLM whose sleep/wake fails)",
+    )
+    p.add_argument(
         "--verl-probe-file", type=Path, default=None, help=argparse.SUPPRESS
     )  # the GPU smoke's probe
     p.add_argument("--output-dir", type=Path, default=None, help="default: runs/<timestamp>")

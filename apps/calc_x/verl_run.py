@@ -76,7 +76,7 @@ def verl_config(args: Any, out_dir: Path) -> dict[str, Any]:
                 "gpu_memory_utilization": args.gpu_memory_utilization,
                 "max_model_len": max_model_len,
                 "enforce_eager": args.enforce_eager,
-                "free_cache_engine": True,
+                "free_cache_engine": not getattr(args, "keep_cache_engine", False),
             },
         },
         "agentlightning": {

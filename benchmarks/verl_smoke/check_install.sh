@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # CPU-side rehearsal of the GPU machine's install, before spending device time: a Python 3.12 venv holding the
-# image's packages (image_packages.txt, at the resolved versions), the carried parts joined, checked and
-# installed exactly as run_on_gpu.sh does, then every module the smoke needs imported (vLLM's CUDA extension
-# `vllm._C` cannot load without a GPU and only warns).
+# image's packages (image_packages.txt, at the resolved versions), the carried parts checked, joined and
+# unpacked exactly as run_on_gpu.sh does (unpack_site.sh), then every module the smoke needs imported (vLLM's
+# CUDA extension `vllm._C` cannot load without a GPU and only warns).
 #     PY312=/path/to/python3.12 bash benchmarks/verl_smoke/check_install.sh
 set -euo pipefail
 PY312="${PY312:-$(command -v python3.12)}"
@@ -15,12 +15,9 @@ grep -E '^[A-Za-z0-9]' .whl/resolved.txt | sed 's/ .*//' | while read -r pin; do
     grep -qx "$name" "$WORK/image-names" && echo "$pin"
 done > "$WORK/image-reqs.txt"
 uv pip install -q --python "$WORK/image/bin/python" -r "$WORK/image-reqs.txt"
-(cd .whl/parts && sha256sum -c --quiet <(grep ' part' SHA256SUMS))
-cat .whl/parts/part* > "$WORK/wheels.tar" && tar xf "$WORK/wheels.tar" -C "$WORK"
-"$PY312" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$WORK/site" \
-    "$WORK"/wheels/*.whl
+PYTHON="$PY312" bash benchmarks/verl_smoke/unpack_site.sh .whl/parts "$WORK/unpacked"
 SRC=$(ls -d "$PWD"/packages/*/src | paste -sd:)
-PYTHONPATH="$WORK/site:$SRC" "$WORK/image/bin/python" -c "
+PYTHONPATH="$WORK/unpacked/site:$SRC" "$WORK/image/bin/python" -c "
 import vllm, verl, ray, transfer_queue, tensordict, transformers, tokenizers
 import vllm.entrypoints.openai.api_server
 from verl.workers.rollout.vllm_rollout import vllm_async_server

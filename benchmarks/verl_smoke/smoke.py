@@ -1,6 +1,6 @@
 """The VERL GPU smoke: ``train_calc_x.py --algorithm verl`` on the embedded model for a few steps, watched.
 
-    python3 benchmarks/verl_smoke/smoke.py --steps 3 --out smoke-out     # (run_on_gpu.sh calls this)
+    python3 benchmarks/verl_smoke/smoke.py --steps 2 --out smoke-out     # (run_on_gpu.sh calls this)
 
 Batch 8 tasks x n 4, eager vLLM at 0.3 of the GPU. Prints, and writes to ``OUT/smoke.json``:
 steps done, wall time, peak GPU memory (nvidia-smi, polled), reward per step, whether the token ids the
@@ -73,8 +73,11 @@ async def token_id_check(store_path: Path, limit: int = 50) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("smoke-out"))
+    ap.add_argument(
+        "--keep-cache-engine", action="store_true", help="vLLM keeps its KV cache (free_cache_engine=false)"
+    )
     args = ap.parse_args()
     out: Path = args.out
     run_dir = out / "run"
@@ -88,6 +91,7 @@ def main() -> int:
         *("--algorithm", "verl", "--steps", str(args.steps), "--prompts-per-step", "8", "--n", "4"),
         *("--val-size", "16", "--val-every", "0", "--enforce-eager", "--gpu-memory-utilization", "0.3"),
         *("--output-dir", str(run_dir), "--verl-probe-file", str(probe), "--val-temperature", "0"),
+        *(["--keep-cache-engine"] if args.keep_cache_engine else []),
     ]
     with (out / "train.log").open("w") as log:
         rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
@@ -105,6 +109,7 @@ def main() -> int:
     diffs = [r.get("verl", {}).get("training/rollout_probs_diff_mean") for r in train]
     result: dict[str, Any] = {
         "exit_code": rc,
+        "free_cache_engine": not args.keep_cache_engine,
         "steps_done": len(train),
         "wall_s": round(wall, 1),
         "peak_gpu_mib": watch.peak_mib,
