@@ -51,6 +51,40 @@ def test_the_app_asks_for_no_more_positions_than_the_model_has(tmp_path: Path) -
     validate(compose_config(config | {"data": {**data, "train_files": "t", "val_files": "v"}}))
 
 
+def test_the_apps_checkpoint_resume_and_cache_flags_become_verls_own_settings(tmp_path: Path) -> None:
+    """``--checkpoint-every``, ``--resume`` and ``--keep-cache-engine`` drive verl's settings (issues 29, 31)."""
+    from agl.algorithms.verl.config import compose_config, validate
+    from calc_x.verl_run import verl_config
+
+    app = _app()
+    fresh = verl_config(app.parse_args(["--algorithm", "verl", "--steps", "7"]), tmp_path)
+    trainer = fresh["trainer"]
+    assert (trainer["save_freq"], trainer["resume_mode"], trainer["val_before_train"]) == (5, "disable", True)
+    assert trainer["default_local_dir"] == str(tmp_path / "checkpoint")
+    assert fresh["actor_rollout_ref"]["rollout"]["free_cache_engine"] is True
+    argv = [
+        "--algorithm",
+        "verl",
+        "--checkpoint-every",
+        "0",
+        "--keep-cache-engine",
+        "--resume",
+        str(tmp_path),
+    ]
+    resumed = verl_config(app.parse_args([*argv, "--steps", "7"]), tmp_path)
+    trainer = resumed["trainer"]
+    # no checkpoint yet: verl starts afresh (and validates first); 0 saves after the last step only
+    assert (trainer["save_freq"], trainer["resume_mode"], trainer["val_before_train"]) == (7, "auto", True)
+    assert resumed["actor_rollout_ref"]["rollout"]["free_cache_engine"] is False
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "latest_checkpointed_iteration.txt").write_text("3")
+    assert (
+        verl_config(app.parse_args([*argv, "--steps", "7"]), tmp_path)["trainer"]["val_before_train"] is False
+    )
+    data = resumed["data"]
+    validate(compose_config(resumed | {"data": {**data, "train_files": "t", "val_files": "v"}}))
+
+
 def test_validate_refuses_a_max_model_len_over_the_models_positions() -> None:
     from agl.algorithms.verl.config import compose_config, validate
 
