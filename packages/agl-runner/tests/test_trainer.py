@@ -57,7 +57,7 @@ def test_bad_specs_say_what_is_wrong() -> None:
     with pytest.raises(ValueError, match="strategy"):
         Trainer(strategy="nonsense")
     with pytest.raises(TypeError, match="algorithm must be a Algorithm"):
-        Trainer(algorithm=lambda: 3)
+        Trainer(algorithm=lambda: 3)  # pyright: ignore[reportArgumentType]
     with pytest.raises(TypeError, match="Hook"):
         Trainer(hooks=[object()])  # pyright: ignore[reportArgumentType]
     with pytest.raises(ValueError, match="n_runners"):

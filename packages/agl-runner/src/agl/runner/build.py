@@ -7,9 +7,13 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, Literal, TypeVar, cast, overload
 
-__all__ = ["build_component", "load_object"]
+__all__ = ["ComponentSpec", "build_component", "load_object"]
 
 T = TypeVar("T")
+
+ComponentSpec = T | type[T] | str | Mapping[str, Any] | Callable[[], T] | None
+"""What a user may pass for a component of type ``T`` (see :func:`build_component`): an instance, a class, a
+registry alias or import path, a dict with ``type`` and keyword arguments, a factory, or ``None`` (the default)."""
 
 
 def load_object(path: str) -> Any:

@@ -8,14 +8,16 @@ import copy
 import logging
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agl.algorithms import Algorithm, Baseline, FastAlgorithm, SupportsAdapt, SupportsLLMProxy
+from agl.store import LightningStore
+from agl.tracer import Tracer
 from agl.types import Dataset, NamedResources
 from agl.types.env import SERVER_HOST, SERVER_PORT
 
 from ._bounds import check_at_least
-from .build import build_component
+from .build import ComponentSpec, build_component
 from .events import ExecutionEvent
 from .hooks import Hook
 from .litagent import LitAgent
@@ -23,10 +25,6 @@ from .progress import ProgressMonitor
 from .runner import LitAgentRunner, Runner
 from .strategies import STRATEGY_REGISTRY, ExecutionStrategy
 from .strategies.base import call_sync_in_daemon_thread, wait_event
-
-if TYPE_CHECKING:
-    from agl.store import LightningStore
-    from agl.tracer import Tracer
 
 __all__ = ["Trainer"]
 
@@ -93,16 +91,16 @@ class Trainer:
     def __init__(
         self,
         *,
-        algorithm: Any = None,
+        algorithm: ComponentSpec[Algorithm] = None,
         n_runners: int | None = None,
-        store: Any = None,
-        tracer: Any = None,
-        adapter: Any = None,
-        strategy: Any = None,
+        store: ComponentSpec[LightningStore] = None,
+        tracer: ComponentSpec[Tracer] = None,
+        adapter: ComponentSpec[SupportsAdapt] = None,
+        strategy: ComponentSpec[ExecutionStrategy] = None,
         initial_resources: NamedResources | None = None,
         hooks: Hook | Sequence[Hook] | None = None,
-        llm_proxy: Any = None,
-        runner: Any = None,
+        llm_proxy: ComponentSpec[SupportsLLMProxy] = None,
+        runner: ComponentSpec[Runner[Any]] = None,
         max_rollouts: int | None = None,
         port: int | None = None,
         progress: bool | None = None,
@@ -110,7 +108,7 @@ class Trainer:
         daemon: bool = True,
         n_workers: int | None = None,
         max_tasks: int | None = None,
-        triplet_exporter: Any = None,
+        triplet_exporter: ComponentSpec[SupportsAdapt] = None,
     ) -> None:
         n_runners = _renamed("n_workers", n_workers, "n_runners", n_runners)
         max_rollouts = _renamed("max_tasks", max_tasks, "max_rollouts", max_rollouts)
