@@ -199,3 +199,44 @@ def test_a_registration_prometheus_refuses_leaves_the_name_free() -> None:
         prometheus.register_counter("taken")
     with pytest.raises(ValueError, match="not registered"):
         asyncio.run(prometheus.inc_counter("taken"))
+
+
+async def test_a_store_server_started_from_launcher_args() -> None:
+    """As the reference's parallelisation guide writes it: ``launcher_args=PythonServerLauncherArgs(...)``."""
+    from agl.testing.openai_standin import free_port
+
+    port = free_port()
+    args = agl.PythonServerLauncherArgs(port=port, host="127.0.0.1", launch_mode="thread")
+    with pytest.warns(DeprecationWarning, match="launcher_args"):
+        server = agl.LightningStoreServer(agl.InMemoryLightningStore(), launcher_args=args)
+    await server.start()
+    try:
+        client = agl.LightningStoreClient(f"http://127.0.0.1:{port}")
+        try:
+            rollouts = await client.enqueue_many_rollouts(
+                rollouts=[agl.EnqueueRolloutRequest(input={"q": 1})]
+            )
+            assert [r.status for r in rollouts] == ["queuing"]
+        finally:
+            await client.close()
+    finally:
+        await server.stop()
+
+
+def test_openai_messages_is_the_adapters_message_list_type() -> None:
+    messages: agl.OpenAIMessages = {"messages": [{"role": "user", "content": "hi"}], "tools": None}
+    assert messages["messages"][0]["content"] == "hi"
+
+
+def test_trainer_components_named_by_the_references_import_paths() -> None:
+    """``Trainer(adapter="agentlightning.adapter.TraceToMessages")``, as the parallelisation guide writes it."""
+    trainer = agl.Trainer(
+        adapter="agentlightning.adapter.TraceToMessages",
+        tracer={"type": "agentlightning.tracer.otel.OtelTracer"},
+        strategy="shm",
+        n_runners=1,
+    )
+    assert isinstance(trainer.adapter, agl.TraceToMessages)
+    assert isinstance(trainer.tracer, agl.OtelTracer)
+    with pytest.raises(ValueError, match="cannot import 'agentlightning.adapter'"):
+        agl.Trainer(adapter="agentlightning.adapter.NoSuchAdapter")

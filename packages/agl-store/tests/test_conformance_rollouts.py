@@ -312,3 +312,21 @@ async def test_wait_for_rollouts_wakes_up_when_one_finishes(
     await store.update_attempt(rollout.rollout_id, "latest", status="failed")
     result = await asyncio.wait_for(waiting, NOTIFIED_WITHIN)
     assert [r.status for r in result] == ["failed"]
+
+
+async def test_the_references_spellings_of_query_and_batch_enqueue_arguments(store: LightningStore) -> None:
+    """``enqueue_many_rollouts(rollouts=...)`` and the deprecated ``query_rollouts(status=, rollout_ids=)``."""
+    first, second = await store.enqueue_many_rollouts(
+        rollouts=[EnqueueRolloutRequest(input=1), EnqueueRolloutRequest(input=2)]
+    )
+    await store.update_rollout(second.rollout_id, status="cancelled")
+    with pytest.warns(DeprecationWarning, match="status_in= and rollout_id_in="):
+        cancelled = await store.query_rollouts(status=["cancelled"])
+    assert [r.rollout_id for r in cancelled] == [second.rollout_id]
+    with pytest.warns(DeprecationWarning):
+        named = await store.query_rollouts(
+            rollout_ids=[first.rollout_id, second.rollout_id], status_in=["queuing"]
+        )
+    assert [r.rollout_id for r in named] == [first.rollout_id]
+    with pytest.warns(DeprecationWarning):  # the new spelling wins over the old
+        assert (await store.query_rollouts(status=["cancelled"], status_in=["queuing"])).total == 1

@@ -114,3 +114,19 @@ async def test_the_client_raises_store_full_at_once_instead_of_retrying() -> Non
         finally:
             await client.close()
     assert isinstance(caught.value, StoreFullError) and caught.value.status == 507
+
+
+def test_the_references_memory_arguments_are_accepted() -> None:
+    """``InMemoryLightningStore(thread_safe=True, eviction_memory_threshold=..., tracker=...)``, as the
+    reference's programs write it: the threshold becomes the bound, the rest warn at the caller's line."""
+    with pytest.warns(DeprecationWarning, match="bounds the store at 123456 bytes") as caught:
+        store = InMemoryLightningStore(thread_safe=True, eviction_memory_threshold=123456)
+    assert caught[0].filename == __file__
+    assert store.capabilities.get("thread_safe")
+    with pytest.warns(DeprecationWarning, match="max_bytes= instead"):
+        halved = InMemoryLightningStore(eviction_memory_threshold=0.5)
+    assert halved is not None
+    with pytest.warns(UserWarning, match=r"tracker=\.\.\.\) has no effect"):
+        InMemoryLightningStore(tracker=object())
+    with pytest.raises(ValueError, match="eviction_memory_threshold"):
+        InMemoryLightningStore(eviction_memory_threshold=-1)

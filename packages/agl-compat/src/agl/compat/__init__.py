@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         algo,
         batch_iter_over_dataset,
     )
+    from agl.algorithms.adapter import OpenAIMessages
     from agl.proxy import LLMProxy
     from agl.runner import (
         ClientServerExecutionStrategy,
@@ -169,6 +170,7 @@ if TYPE_CHECKING:
         LightningStoreThreaded,
         ModelConfig,
         MultiprocessingEvent,
+        PythonServerLauncherArgs,
         Resource,
         SpanAttributeNames,
         SpanLike,
@@ -238,6 +240,7 @@ __all__ = [
     "MultiMetricsBackend",
     "MultiprocessingEvent",
     "NamedResources",
+    "OpenAIMessages",
     "OtelResource",
     "OtelTraceAdapter",
     "OtelTracer",
@@ -246,6 +249,7 @@ __all__ = [
     "PrometheusMetricsBackend",
     "PromptTemplate",
     "ProxyLLM",
+    "PythonServerLauncherArgs",
     "Resource",
     "ResourceUnion",
     "ResourcesUpdate",

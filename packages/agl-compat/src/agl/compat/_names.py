@@ -139,8 +139,11 @@ _TRACER = _same(
 _OTEL = _same("agl.compat.otel", "full_qualified_name", "get_tracer", "get_tracer_provider")
 """The rest of ``agentlightning.utils.otel``."""
 
-_PROXY = {**_same("agl.proxy", "LLMProxy"), **_same("agl.compat.shims", "ModelConfig")}
-"""``agentlightning.llm_proxy``."""
+_PROXY = {
+    **_same("agl.proxy", "LLMProxy"),
+    **_same("agl.compat.shims", "ModelConfig", "PythonServerLauncherArgs"),
+}
+"""``agentlightning.llm_proxy`` and ``agentlightning.utils.server_launcher``."""
 
 _ALGORITHMS = _same(
     "agl.algorithms",
@@ -160,6 +163,7 @@ _ALGORITHMS = _same(
     "TracerTraceToTriplet",
 )
 """``agentlightning.algorithm`` and ``agentlightning.adapter``."""
+_ALGORITHMS["OpenAIMessages"] = ("agl.algorithms.adapter", "OpenAIMessages")
 
 _RUNNER = {
     **_same(

@@ -8,18 +8,22 @@
   :mod:`agl.types.semconv`); :data:`SpanLike`, :data:`TraceState`: its type aliases;
 - :class:`Resource`: the base of the resources (``isinstance(x, Resource)`` holds for ``LLM``, ``ProxyLLM``,
   ``PromptTemplate``);
-- :class:`ModelConfig`: one entry of an ``LLMProxy`` model list.
+- :class:`ModelConfig`: one entry of an ``LLMProxy`` model list;
+- :class:`PythonServerLauncherArgs`: the reference's server launch options, which ``LightningStoreServer`` and
+  ``LLMProxy`` accept as ``launcher_args`` (their host and port are used; see MIGRATING.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import multiprocessing
 import threading
+from dataclasses import dataclass
 from enum import Enum
 from multiprocessing.context import BaseContext
 from multiprocessing.synchronize import Event as EventType
-from typing import Any, TypedDict, Union
+from typing import Any, Literal, TypedDict, Union
 
 from agl.store import LightningStore, LoopBoundStore
 from agl.types import LLM, PromptTemplate, ProxyLLM, Span
@@ -29,6 +33,7 @@ __all__ = [
     "LightningStoreThreaded",
     "ModelConfig",
     "MultiprocessingEvent",
+    "PythonServerLauncherArgs",
     "Resource",
     "SpanAttributeNames",
     "SpanLike",
@@ -144,3 +149,24 @@ class ModelConfig(TypedDict):
     """The name clients ask for."""
     litellm_params: dict[str, Any]
     """What LiteLLM calls (``model``, ``api_base``, ...)."""
+
+
+@dataclass
+class PythonServerLauncherArgs:
+    """The reference's launch options of its HTTP servers. Here ``LightningStoreServer(launcher_args=...)`` and
+    ``LLMProxy(launcher_args=...)`` use ``host``, ``port`` and ``launch_mode`` (both always serve from a thread of
+    this process); the other fields are kept for code that reads them back."""
+
+    port: int | None = None
+    host: str | None = None
+    access_host: str | None = None
+    launch_mode: Literal["asyncio", "thread", "mp"] = "asyncio"
+    n_workers: int = 1
+    healthcheck_url: str | None = None
+    log_level: int = logging.INFO
+    access_log: bool = False
+    startup_timeout: float = 60.0
+    kill_unhealthy_server: bool = True
+    thread_join_timeout: float = 10.0
+    process_join_timeout: float = 10.0
+    timeout_keep_alive: int = 30

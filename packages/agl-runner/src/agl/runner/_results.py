@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -29,10 +30,12 @@ def _is_reward(result: Any) -> bool:
     return isinstance(result, (bool, int, float))
 
 
-def record_returned_reward(result: Any, rollout_id: str) -> None:
-    """Inside the trace context: turn a returned number into a reward span of the trace."""
+def record_returned_reward(result: Any, rollout_id: str) -> bool:
+    """Inside the trace context: turn a returned number into a reward span of the trace; whether it did (a
+    tracer whose ``trace_context`` makes no tracer active, as a user's own may, leaves it to
+    :func:`rollout_result_to_spans`)."""
     if not _is_reward(result):
-        return
+        return False
     if not isinstance(result, float):
         logger.warning(
             "Rollout %s returned %s %r as its reward; converting it to float",
@@ -40,19 +43,29 @@ def record_returned_reward(result: Any, rollout_id: str) -> None:
             type(result).__name__,
             result,
         )
-    from agl.tracer import emit_reward
+    from agl.tracer import emit_reward, get_active_tracer
 
+    if get_active_tracer() is None:
+        return False
     emit_reward(float(result))
+    return True
 
 
 async def rollout_result_to_spans(
-    result: Any, *, store: LightningStore, tracer: Tracer, rollout_id: str, attempt_id: str
+    result: Any,
+    *,
+    store: LightningStore,
+    tracer: Tracer,
+    rollout_id: str,
+    attempt_id: str,
+    reward_in_trace: bool = True,
 ) -> list[Span]:
     """The spans of the attempt after its rollout returned ``result``.
 
     - ``None``: the spans the tracer recorded.
     - a number (``bool``/``int`` are accepted with a warning): the final reward, already added to the trace
-      by :func:`record_returned_reward`; the tracer's spans.
+      by :func:`record_returned_reward` (else, ``reward_in_trace=False``, stored here after the trace's
+      spans); the tracer's spans.
     - a list of ``Span``, ``SpanCoreFields`` or OpenTelemetry ``ReadableSpan``: these are the spans; they are
       stored in one batch (spans the tracer already stored are not duplicated).
 
@@ -60,7 +73,14 @@ async def rollout_result_to_spans(
     ``TypeError``.
     """
     if result is None or _is_reward(result):
-        return list(tracer.get_last_trace())
+        spans = list(tracer.get_last_trace())
+        if result is not None and not reward_in_trace:
+            from agl.tracer import emit_reward
+
+            reward = emit_reward(float(result), propagate=False)
+            numbered = Span.from_item(reward, rollout_id=rollout_id, attempt_id=attempt_id)
+            spans += await store.add_spans_in_order([numbered])
+        return spans
     if isinstance(result, (str, bytes)) or not isinstance(result, Sequence):
         raise TypeError(
             f"Rollout {rollout_id} returned {type(result).__name__}; a rollout returns None, a float reward "
@@ -82,3 +102,12 @@ async def rollout_result_to_spans(
         f"Rollout {rollout_id} returned a list mixing {kinds}; return only Span, SpanCoreFields or "
         "ReadableSpan objects"
     )
+
+
+def takes_keyword(function: Any, name: str) -> bool:
+    """Whether ``function`` accepts the keyword argument ``name`` (by name or through ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)

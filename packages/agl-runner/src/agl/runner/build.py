@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, Literal, TypeVar, cast, overload
 
@@ -16,8 +17,16 @@ ComponentSpec = T | type[T] | str | Mapping[str, Any] | Callable[[], T] | None
 registry alias or import path, a dict with ``type`` and keyword arguments, a factory, or ``None`` (the default)."""
 
 
+_REFERENCE_PACKAGE = "agentlightning"
+"""The reference's package: its import paths resolve through :mod:`agl.compat` once that is imported."""
+
+
 def load_object(path: str) -> Any:
-    """Import ``package.module.Name`` or ``package.module:Name``; ``ValueError`` saying what failed."""
+    """Import ``package.module.Name`` or ``package.module:Name``; ``ValueError`` saying what failed.
+
+    A path into the reference's package (``"agentlightning.adapter.TraceToMessages"``), which is not installed
+    here, names the same object of :mod:`agl.compat` when a program has imported it (as its migration does).
+    """
     module_name, sep, attr = path.partition(":")
     if not sep:
         module_name, _, attr = path.rpartition(".")
@@ -26,7 +35,13 @@ def load_object(path: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"cannot import {module_name!r} (from {path!r}): {exc}") from exc
+        reference = module_name.split(".")[0] == _REFERENCE_PACKAGE
+        compat = sys.modules.get("agl.compat") if reference else None
+        if compat is not None and hasattr(compat, attr.split(".")[0]):
+            module, module_name = compat, "agl.compat"
+        else:
+            hint = " (import agl.compat first: it holds the reference's names)" if reference else ""
+            raise ValueError(f"cannot import {module_name!r} (from {path!r}): {exc}{hint}") from exc
     obj: Any = module
     for part in attr.split("."):
         try:

@@ -11,7 +11,7 @@ import traceback
 from abc import abstractmethod
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from agl.types import (
     AttemptedRollout,
@@ -31,7 +31,7 @@ from ._agent_call import run_sync_agent
 from ._bounds import check_at_least
 from ._claims import ClaimBudget, Claimed, ClaimGate, claim_loop
 from ._heartbeat import RunningAttempts, heartbeat_loop
-from ._results import record_returned_reward, rollout_result_to_spans
+from ._results import record_returned_reward, rollout_result_to_spans, takes_keyword
 from .errors import AttemptEnded
 from .events import ExecutionEvent
 from .hooks import Hook
@@ -139,6 +139,9 @@ class LitAgentRunner(Runner[T]):
             attempt took over, the rollout was cancelled), the agent's task is cancelled, the attempt's
             metadata gets the reason (``error.type == "AttemptEnded"``) and the slot takes the next rollout.
         interval_jitter: Random ± spread applied to the poll and heartbeat intervals.
+        heartbeat_launch_mode: The reference's choice of where heartbeats run (``"thread"`` or ``"asyncio"``);
+            accepted for its programs. Here they are tasks of the runner's event loop either way, which sync
+            agents do not block (they run in threads, see ``sync_agent_in_thread``).
         heartbeat_include_gpu: Add GPU figures to the heartbeat snapshot (needs ``nvidia-smi``).
         concurrency: Rollouts this runner executes at the same time (each in its own task).
         sync_agent_in_thread: Run a sync agent in a daemon thread, so heartbeats continue and the agent
@@ -155,10 +158,15 @@ class LitAgentRunner(Runner[T]):
         poll_interval: float = 0.5,
         heartbeat_interval: float = 10.0,
         interval_jitter: float = 0.5,
+        heartbeat_launch_mode: Literal["thread", "asyncio"] = "thread",
         heartbeat_include_gpu: bool = False,
         concurrency: int = 1,
         sync_agent_in_thread: bool = True,
     ) -> None:
+        if heartbeat_launch_mode not in ("thread", "asyncio"):
+            raise ValueError(
+                f"heartbeat_launch_mode must be 'thread' or 'asyncio', got {heartbeat_launch_mode!r}"
+            )
         _check_number("max_rollouts", max_rollouts, integer=True, optional=True)
         _check_number("poll_interval", poll_interval)
         _check_number("heartbeat_interval", heartbeat_interval)
@@ -169,6 +177,8 @@ class LitAgentRunner(Runner[T]):
         check_at_least("interval_jitter", interval_jitter, 0)
         check_at_least("concurrency", concurrency, 1)
         self.tracer = tracer
+        # a user's own tracer may keep the reference's trace_context (no hand_over_to): it stores its spans itself
+        self._tracer_hands_over = takes_keyword(tracer.trace_context, "hand_over_to")
         self.max_rollouts = max_rollouts
         self.poll_interval = poll_interval
         self.heartbeat_interval = heartbeat_interval
@@ -182,6 +192,10 @@ class LitAgentRunner(Runner[T]):
         self.worker_id: int | str | None = None
         self._attempts = RunningAttempts()
         self._processed = 0
+
+    def _hand_over(self, unsent: list[Span]) -> dict[str, Any]:
+        """``trace_context``'s ``hand_over_to=unsent`` where the tracer takes it."""
+        return {"hand_over_to": unsent} if self._tracer_hands_over else {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -376,16 +390,21 @@ class LitAgentRunner(Runner[T]):
             await self._run_hooks("on_rollout_start", rollout=rollout)
             try:
                 async with self.tracer.trace_context(
-                    name=rollout_id, rollout_id=rollout_id, attempt_id=attempt_id, hand_over_to=unsent
+                    name=rollout_id, rollout_id=rollout_id, attempt_id=attempt_id, **self._hand_over(unsent)
                 ):
                     await self._run_hooks("on_trace_start", tracer=self.tracer, rollout=rollout)
                     result = await self._await_agent(rollout, named)
                     # A returned reward joins the trace, so it ships in the same batch as the agent's spans.
-                    record_returned_reward(result, rollout_id)
+                    in_trace = record_returned_reward(result, rollout_id)
             finally:  # after the trace is finished: the hook's tracer.get_last_trace() is this rollout's
                 await self._run_hooks("on_trace_end", tracer=self.tracer, rollout=rollout)
             spans = await rollout_result_to_spans(
-                result, store=store, tracer=self.tracer, rollout_id=rollout_id, attempt_id=attempt_id
+                result,
+                store=store,
+                tracer=self.tracer,
+                rollout_id=rollout_id,
+                attempt_id=attempt_id,
+                reward_in_trace=in_trace,
             )
         except Exception as exc:
             error = exc

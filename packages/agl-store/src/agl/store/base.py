@@ -32,6 +32,7 @@ fields to write (``RolloutUpdate``, ``AttemptUpdate``).
 
 from __future__ import annotations
 
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -188,13 +189,13 @@ class LightningStore(ABC):
         (rollout,) = await self._enqueue_rollouts([request])
         return rollout
 
-    async def enqueue_many_rollouts(self, requests: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
+    async def enqueue_many_rollouts(self, rollouts: Sequence[EnqueueRolloutRequest]) -> list[Rollout]:
         """Enqueue several rollouts in one batch, in order; returns them in the same order."""
-        if not requests:
+        if not rollouts:
             return []
-        if isinstance(requests, (str, bytes, dict)):
-            raise InvalidRequestError(f"requests must be a list of rollouts, not {type(requests).__name__}")
-        return await self._enqueue_rollouts([checked_request(r) for r in requests])
+        if isinstance(rollouts, (str, bytes, dict)):
+            raise InvalidRequestError(f"rollouts must be a list of rollouts, not {type(rollouts).__name__}")
+        return await self._enqueue_rollouts([checked_request(r) for r in rollouts])
 
     @abstractmethod
     async def _enqueue_rollouts(self, requests: list[EnqueueRolloutRequest]) -> list[Rollout]:
@@ -279,13 +280,26 @@ class LightningStore(ABC):
         sort_order: SortOrder = "asc",
         limit: int = -1,
         offset: int = 0,
+        status: Sequence[RolloutStatus] | None = None,
+        rollout_ids: Sequence[str] | None = None,
     ) -> PaginatedResult[Rollout | AttemptedRollout]:
         """Rollouts matching the filters (pooled with ``filter_logic``), each with its latest attempt if any.
 
         ``mode_in`` (ours, not the reference's) keeps rollouts of those modes. Without ``sort_by``, in
-        creation order. Bad arguments raise :class:`~agl.types.InvalidRequestError`.
+        creation order. ``status`` and ``rollout_ids`` are the reference's deprecated spellings of ``status_in``
+        and ``rollout_id_in`` (those win when both are given). Bad arguments raise
+        :class:`~agl.types.InvalidRequestError`.
         """
-        return await self._query_rollouts(RolloutQuery.of(locals()))
+        if status is not None or rollout_ids is not None:
+            warnings.warn(
+                "query_rollouts(status=, rollout_ids=) are deprecated: use status_in= and rollout_id_in=",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            status_in = status_in if status_in is not None else status
+            rollout_id_in = rollout_id_in if rollout_id_in is not None else rollout_ids
+        arguments = {k: v for k, v in locals().items() if k not in ("status", "rollout_ids")}
+        return await self._query_rollouts(RolloutQuery.of(arguments))
 
     @abstractmethod
     async def _query_rollouts(self, query: RolloutQuery) -> PaginatedResult[Rollout | AttemptedRollout]:

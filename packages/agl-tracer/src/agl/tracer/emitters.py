@@ -57,14 +57,16 @@ _OP_INPUT = LightningSpanAttributes.OPERATION_INPUT.value
 _OP_OUTPUT = LightningSpanAttributes.OPERATION_OUTPUT.value
 
 
-def _tracer(propagate: bool) -> Tracer:
+def _tracer(propagate: bool, kind: str) -> Tracer:
+    """The tracer an emitter of a ``kind`` span records into (the message starts as the reference's does)."""
     if not propagate:
         return _DETACHED
     tracer = get_active_tracer()
     if tracer is None:
         raise RuntimeError(
-            "No active tracer found. Emitters record into the active tracer, which exists inside a tracer's "
-            "trace_context (e.g. inside a runner's rollout); pass propagate=False to only build the span."
+            f"No active tracer found. Cannot emit {kind} span. Emitters record into the active tracer, which "
+            "exists inside a tracer's trace_context (e.g. inside a runner's rollout); pass propagate=False to "
+            "only build the span."
         )
     return tracer
 
@@ -89,7 +91,9 @@ def emit_annotation(annotation: Mapping[str, Any], propagate: bool = True) -> Sp
     if "" in flat:
         raise ValueError("annotation keys must be non-empty strings")
     check_attributes_sanity(flat)
-    return _tracer(propagate).create_span(AGL_ANNOTATION, flat, status=TraceStatus(status_code="OK"))
+    return _tracer(propagate, "annotation").create_span(
+        AGL_ANNOTATION, flat, status=TraceStatus(status_code="OK")
+    )
 
 
 def _reward_number(value: Any, where: str, error: type[Exception]) -> float:
@@ -140,7 +144,7 @@ def emit_reward(
     if clash:
         raise ValueError(f"attributes must not set reward keys themselves: {clash}")
     span_attributes.update(extra)
-    return _tracer(propagate).create_span(
+    return _tracer(propagate, "annotation").create_span(
         AGL_ANNOTATION, span_attributes, status=TraceStatus(status_code="OK")
     )
 
@@ -152,7 +156,9 @@ def emit_message(
     if not isinstance(message, str):  # pyright: ignore[reportUnnecessaryIsInstance]  # public API: checks untyped callers
         raise TypeError(f"message must be a str, got {type(message).__name__}")
     span_attributes = {**_extra_attributes(attributes), LightningSpanAttributes.MESSAGE_BODY.value: message}
-    return _tracer(propagate).create_span(AGL_MESSAGE, span_attributes, status=TraceStatus(status_code="OK"))
+    return _tracer(propagate, "message").create_span(
+        AGL_MESSAGE, span_attributes, status=TraceStatus(status_code="OK")
+    )
 
 
 def emit_object(
@@ -180,7 +186,9 @@ def emit_object(
             ) from exc
         span_attributes[LightningSpanAttributes.OBJECT_TYPE.value] = full_qualified_name(type(obj))
         span_attributes[LightningSpanAttributes.OBJECT_JSON.value] = encoded
-    return _tracer(propagate).create_span(AGL_OBJECT, span_attributes, status=TraceStatus(status_code="OK"))
+    return _tracer(propagate, "object").create_span(
+        AGL_OBJECT, span_attributes, status=TraceStatus(status_code="OK")
+    )
 
 
 def emit_exception(
@@ -193,7 +201,7 @@ def emit_exception(
     if not isinstance(exception, BaseException):  # pyright: ignore[reportUnnecessaryIsInstance]  # public API: checks untyped callers
         raise TypeError(f"emit_exception needs an exception, got {type(exception).__name__}")
     span_attributes = {**_extra_attributes(attributes), **format_exception_attributes(exception)}
-    return _tracer(propagate).create_span(
+    return _tracer(propagate, "exception").create_span(
         AGL_EXCEPTION, span_attributes, status=TraceStatus(status_code="OK")
     )
 
@@ -222,6 +230,7 @@ def _bound_inputs(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[st
             **_flatten_under(f"{_OP_INPUT}.args", list(args)),
             **_flatten_under(f"{_OP_INPUT}.kwargs", kwargs),
         }
+    bound.apply_defaults()  # (the reference records the parameters left at their defaults too)
     out: dict[str, Any] = {}
     for name, value in bound.arguments.items():
         out.update(
