@@ -238,5 +238,5 @@ def test_trainer_components_named_by_the_references_import_paths() -> None:
     )
     assert isinstance(trainer.adapter, agl.TraceToMessages)
     assert isinstance(trainer.tracer, agl.OtelTracer)
-    with pytest.raises(ValueError, match="cannot import 'agentlightning.adapter'"):
+    with pytest.raises(ValueError, match=r"cannot import 'agentlightning\.adapter'"):
         agl.Trainer(adapter="agentlightning.adapter.NoSuchAdapter")
