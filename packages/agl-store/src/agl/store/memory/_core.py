@@ -41,6 +41,7 @@ from ..errors import StoreFullError
 from ._cap import ATTEMPT_BYTES, MemoryCap, rollout_size
 from ._query import filter_where
 from ._records import RolloutRecord, copy_attempted, new_metadata
+from ._reference import reference_memory_bound
 from ._spans import SpanCache
 
 __all__ = ["MemoryCore", "by_creation"]
@@ -56,7 +57,18 @@ class MemoryCore:
         scan_debounce_seconds: float = 10.0,
         max_rollouts: int | None = None,
         max_bytes: int | None = None,
+        thread_safe: bool = True,
+        eviction_memory_threshold: float | None = None,
+        safe_memory_threshold: float | None = None,
+        span_size_estimator: Any = None,
+        tracker: Any = None,
     ) -> None:
+        # thread_safe and the rest are the reference's InMemoryLightningStore arguments (see _reference.py);
+        # this store is always safe to share between threads
+        del thread_safe
+        max_bytes = reference_memory_bound(
+            max_bytes, eviction_memory_threshold, safe_memory_threshold, span_size_estimator, tracker
+        )
         self._cap = MemoryCap(max_rollouts, max_bytes)
         self._bytes = 0
         self._evicted = 0

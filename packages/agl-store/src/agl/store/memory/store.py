@@ -56,7 +56,6 @@ from ._records import (
     resources_update,
     write_fields,
 )
-from ._reference import reference_memory_bound
 from ._spans import ATTEMPT_ID, StoredSpan, encode_span, query_stored_spans
 
 __all__ = ["InMemoryLightningStore"]
@@ -83,31 +82,7 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
     Queued and running rollouts are never evicted.
     """
 
-    def __init__(
-        self,
-        *,
-        clock: Callable[[], float] = time.time,
-        scan_debounce_seconds: float = 10.0,
-        max_rollouts: int | None = None,
-        max_bytes: int | None = None,
-        thread_safe: bool = True,
-        eviction_memory_threshold: float | None = None,
-        safe_memory_threshold: float | None = None,
-        span_size_estimator: Any = None,
-        tracker: Any = None,
-    ) -> None:
-        """The arguments above; ``thread_safe``, ``eviction_memory_threshold``, ``safe_memory_threshold``,
-        ``span_size_estimator`` and ``tracker`` are the reference's, accepted as ``_reference.py`` says."""
-        del thread_safe  # always safe to share between threads
-        max_bytes = reference_memory_bound(
-            max_bytes, eviction_memory_threshold, safe_memory_threshold, span_size_estimator, tracker
-        )
-        super().__init__(
-            clock=clock,
-            scan_debounce_seconds=scan_debounce_seconds,
-            max_rollouts=max_rollouts,
-            max_bytes=max_bytes,
-        )
+    # __init__ (the arguments above, and the reference's: see _reference.py) is MemoryCore's.
 
     serialises_spans = True
 
