@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from agl.store import LightningStore, LightningStoreClient
+from agl.store.base import DEPRECATED_QUERY_ALIASES
 from agl.testing.spans import claim, make_span, span_for
 from agl.types import (
     AttemptQuery,
@@ -156,7 +157,8 @@ async def test_span_queries_over_several_rollouts_order_ties_by_rollout_id(store
 
 
 def test_the_keyword_lists_are_the_query_fields() -> None:
-    """Each query method's keywords are exactly its query object's fields (written in these two places only)."""
+    """Each query method's keywords are exactly its query object's fields (written in these two places only),
+    besides the reference's deprecated aliases of some of them."""
     pairs = {
         "query_rollouts": RolloutQuery,
         "query_attempts": AttemptQuery,
@@ -166,7 +168,9 @@ def test_the_keyword_lists_are_the_query_fields() -> None:
     }
     for method, model in pairs.items():
         signature = inspect.signature(getattr(LightningStore, method))
-        params = [p for p in signature.parameters.values() if p.name != "self"]
+        aliases = DEPRECATED_QUERY_ALIASES.get(method, {})  # the reference's old spellings of some fields
+        assert set(aliases.values()) <= set(model.model_fields), method
+        params = [p for p in signature.parameters.values() if p.name != "self" and p.name not in aliases]
         assert {p.name for p in params} == set(model.model_fields), method
         for p in params:  # the same defaults
             field = model.model_fields[p.name]

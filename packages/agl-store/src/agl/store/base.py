@@ -94,6 +94,11 @@ _AnyQuery = RolloutQuery | AttemptQuery | ResourcesQuery | SpanQuery | WorkerQue
 
 __all__ = ["FinishedAttempt", "LightningStore", "LightningStoreCapabilities", "LightningStoreStatistics"]
 
+DEPRECATED_QUERY_ALIASES: dict[str, dict[str, str]] = {
+    "query_rollouts": {"status": "status_in", "rollout_ids": "rollout_id_in"},
+}
+"""The reference's deprecated keywords of the query methods, by method: old name -> the query field it means."""
+
 
 class LightningStore(ABC):
     """Rollouts, attempts, spans, resources and workers, with the status machine that links them.
@@ -298,7 +303,7 @@ class LightningStore(ABC):
             )
             status_in = status_in if status_in is not None else status
             rollout_id_in = rollout_id_in if rollout_id_in is not None else rollout_ids
-        arguments = {k: v for k, v in locals().items() if k not in ("status", "rollout_ids")}
+        arguments = {k: v for k, v in locals().items() if k not in DEPRECATED_QUERY_ALIASES["query_rollouts"]}
         return await self._query_rollouts(RolloutQuery.of(arguments))
 
     @abstractmethod
