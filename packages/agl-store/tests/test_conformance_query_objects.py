@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from agl.store import LightningStore, LightningStoreClient
-from agl.store.base import DEPRECATED_QUERY_ALIASES
+from agl.store._reference import DEPRECATED_QUERY_ALIASES
 from agl.testing.spans import claim, make_span, span_for
 from agl.types import (
     AttemptQuery,

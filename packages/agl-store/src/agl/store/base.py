@@ -32,7 +32,6 @@ fields to write (``RolloutUpdate``, ``AttemptUpdate``).
 
 from __future__ import annotations
 
-import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -85,6 +84,7 @@ from ._checks import (
     request_of,
     spans_of,
 )
+from ._reference import DEPRECATED_QUERY_ALIASES, rollout_query_aliases
 from ._results import FinishedAttempt, LightningStoreCapabilities, LightningStoreStatistics
 
 if TYPE_CHECKING:
@@ -93,11 +93,6 @@ if TYPE_CHECKING:
 _AnyQuery = RolloutQuery | AttemptQuery | ResourcesQuery | SpanQuery | WorkerQuery
 
 __all__ = ["FinishedAttempt", "LightningStore", "LightningStoreCapabilities", "LightningStoreStatistics"]
-
-DEPRECATED_QUERY_ALIASES: dict[str, dict[str, str]] = {
-    "query_rollouts": {"status": "status_in", "rollout_ids": "rollout_id_in"},
-}
-"""The reference's deprecated keywords of the query methods, by method: old name -> the query field it means."""
 
 
 class LightningStore(ABC):
@@ -295,14 +290,7 @@ class LightningStore(ABC):
         and ``rollout_id_in`` (those win when both are given). Bad arguments raise
         :class:`~agl.types.InvalidRequestError`.
         """
-        if status is not None or rollout_ids is not None:
-            warnings.warn(
-                "query_rollouts(status=, rollout_ids=) are deprecated: use status_in= and rollout_id_in=",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            status_in = status_in if status_in is not None else status
-            rollout_id_in = rollout_id_in if rollout_id_in is not None else rollout_ids
+        status_in, rollout_id_in = rollout_query_aliases(status_in, rollout_id_in, status, rollout_ids)
         arguments = {k: v for k, v in locals().items() if k not in DEPRECATED_QUERY_ALIASES["query_rollouts"]}
         return await self._query_rollouts(RolloutQuery.of(arguments))
 
