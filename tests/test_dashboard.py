@@ -27,10 +27,10 @@ from typing import Any
 import pytest
 from agl.algorithms import Baseline
 from agl.algorithms.adapter import NoDataReason
-from agl.algorithms.adapter.diagnosis import no_data_metadata
+from agl.algorithms.adapter.diagnosis import no_data_note
 from agl.proxy import LLMProxy
 from agl.runner import Trainer
-from agl.store import LightningStoreClient
+from agl.store import InMemoryLightningStore, LightningStoreClient, LightningStoreServer
 from agl.testing.browser import CHROMIUM_ARGS, find_chromium
 from agl.testing.e2e.dashboard_run import PROMPT_V1, PROMPT_V2, agl_store, calculator_agent
 from agl.testing.e2e.proxy_harness import calculator_script
@@ -272,12 +272,13 @@ def page(browser: Any, run: Run) -> Iterator[Any]:
     finally:
         context.close()
     assert not errors, errors
-    # Nothing but the page's own files and the store's public GET routes (no second query path, no CDN).
+    # Nothing but the page's own files, the store's public GET routes and its /metrics (the algorithm's figures):
+    # no second query path, no CDN.
     for method, url in requests:
         path = urllib.parse.urlsplit(url).path
         assert url.startswith(run.endpoint), url
         assert method == "GET", url
-        assert path in ("/", "/dashboard") or path.startswith(("/dashboard/", "/v1/agl/")), url
+        assert path in ("/", "/dashboard", "/metrics") or path.startswith(("/dashboard/", "/v1/agl/")), url
 
 
 def login(page: Any, endpoint: str, hash: str = "#/rollouts") -> None:
@@ -423,7 +424,9 @@ def test_one_rollout_page_says_why_the_rollout_gave_no_training_data(page: Any, 
     assert page.locator("#no-training-data").count() == 0  # it trained: nothing to say
     reason = NoDataReason.BYPASSED_PROXY
     post(
-        run.endpoint, f"/v1/agl/rollouts/{target.rollout_id}", {"metadata": no_data_metadata(target, reason)}
+        run.endpoint,
+        f"/v1/agl/rollouts/{target.rollout_id}",
+        {"metadata": {**(target.metadata or {}), **no_data_note(reason)}},
     )
     try:
         page.reload()
@@ -505,3 +508,44 @@ def test_dashboard_page_open_times_on_a_large_store(browser: Any, tmp_path: Path
         figures = time_pages(browser, endpoint, TOKEN, big_rollout, CHROMIUM_ARGS)
     print(f"\ndashboard page-open times on 10,000 rollouts / 100,000 spans (SQLite): {figures}")
     assert figures["rollouts_rows"] == 50 and figures["rollout_spans"] == 200
+
+
+def test_training_page_shows_the_algorithms_figures_from_the_stores_metrics(browser: Any) -> None:
+    """An algorithm in the store's process (as under the Trainer) reports staleness, importance ratios and the
+    rest through AlgorithmMetrics; the training page shows them from the store's /metrics."""
+    from agl.algorithms.metrics import AlgorithmMetrics
+
+    figures = {
+        "step": 7,
+        "staleness_max": 2,
+        "staleness": {0: 10, 1: 4, 2: 2},
+        "is_ratio_mean": 0.98,
+        "is_ratio_max": 1.7,
+        "clip_fraction": 0.125,
+        "dropped_samples": 8,
+        "loss": 0.5,
+    }
+    AlgorithmMetrics("dashboard_test").log("train", figures)
+    server = LightningStoreServer(InMemoryLightningStore(), port=0, token=TOKEN)
+    server.start()
+    context = browser.new_context(bypass_csp=True)
+    page = context.new_page()
+    try:
+        login(page, server.endpoint, "#/training")
+        mine = (
+            "#algorithm-figures [data-algorithm=dashboard_test]"  # alone, unless other tests logged figures
+        )
+        page.wait_for_selector(mine)
+        assert page.inner_text(f"{mine} [data-testid=algo-staleness_max]") == "2"
+        assert page.inner_text(f"{mine} [data-testid=algo-is_ratio_max]") == "1.7"
+        assert page.inner_text(f"{mine} [data-testid=algo-clip_fraction]") == "0.125"
+        assert page.inner_text(f"{mine} [data-testid=algo-dropped_samples]") == "8"
+        assert page.locator(f"{mine} [data-testid=chart-staleness] rect").count() == 3
+        row = page.locator(
+            "#algorithm-table tr[data-figure='dashboard_test.train.loss'] td"
+        ).all_text_contents()  # inside the closed <details>
+        assert row[0] == "dashboard_test" and row[-1] == "0.5"
+        shoot(page, "training-algorithm")
+    finally:
+        context.close()
+        server.stop()

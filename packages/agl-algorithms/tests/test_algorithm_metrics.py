@@ -143,3 +143,18 @@ def test_a_new_registry_gets_its_own_metrics_even_at_a_collected_registrys_addre
         assert registry.get_sample_value("agl_algorithm_best_score", labels) == 0.5
         del registry
         gc.collect()
+
+
+def test_a_histogram_figure_gives_a_gauge_per_entry_and_zero_for_entries_gone() -> None:
+    registry = CollectorRegistry()
+    metrics = AlgorithmMetrics("local_grpo", registry=registry)
+    train = {"algorithm": "local_grpo", "kind": "train"}
+    metrics.log("train", {"step": 1, "staleness": {0: 12, 2: 4}, "names": {"a": "text"}})
+    assert registry.get_sample_value("agl_algorithm_staleness_0", train) == 12
+    assert registry.get_sample_value("agl_algorithm_staleness_2", train) == 4
+    assert registry.get_sample_value("agl_algorithm_names_a", train) is None  # not a number
+    metrics.log("train", {"step": 2, "staleness": {0: 10, 1: 6}})
+    assert registry.get_sample_value("agl_algorithm_staleness_1", train) == 6
+    assert registry.get_sample_value("agl_algorithm_staleness_2", train) == 0  # none this step
+    metrics.log("validation", {"staleness": {5: 1}})  # another kind keeps its own entries
+    assert registry.get_sample_value("agl_algorithm_staleness_1", train) == 6

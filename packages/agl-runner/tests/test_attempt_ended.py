@@ -177,3 +177,36 @@ async def test_an_attempt_another_attempt_took_over_is_dropped() -> None:
         metadata = attempts[0].metadata
         assert metadata is not None and "took over" in metadata["error"]["message"]
         assert attempts[1].status == "preparing"  # untouched by the old runner
+
+
+@rollout
+async def waits_for_release(task: str, llm: LLM, rollout: Rollout) -> None:
+    entered[rollout.rollout_id] = time.monotonic()
+    while not RELEASE.is_set():  # noqa: ASYNC110  # set from the test, possibly another thread
+        await asyncio.sleep(0.01)
+    emit_reward(1.0)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["memory", "http"])
+async def test_a_success_reported_after_another_attempt_took_over_is_dropped_by_the_store(kind: str) -> None:
+    """The heartbeat cannot tell this runner in time (here: none runs) that its rollout was retried elsewhere;
+    its agent then returns a success. The store, deciding in the write, drops it: one success per rollout.
+    Before the fix the runner asked the store first, only when it thought the attempt at risk, and wrote it."""
+    async with a_store(kind) as (store, inner):
+        await inner.add_resources(RESOURCES)
+        queued = await inner.enqueue_rollout("task")
+        runner = make_runner(max_rollouts=1, heartbeat_interval=3600)
+        with runner.run_context(agent=waits_for_release, store=store):
+            task = asyncio.create_task(_run_until(runner, 20))
+            await _until_entered(queued.rollout_id)
+            retry = await inner.start_attempt(queued.rollout_id, worker_id="someone-else")
+            RELEASE.set()
+            await task
+        attempts = list(await inner.query_attempts(queued.rollout_id))
+        assert [a.status for a in attempts] == ["failed", "preparing"]
+        metadata = attempts[0].metadata
+        assert metadata is not None and metadata["error"]["type"] == "ResultDropped"
+        await inner.finish_attempt(queued.rollout_id, retry.attempt.attempt_id, status="succeeded")
+        statuses = [a.status for a in await inner.query_attempts(queued.rollout_id)]
+        assert statuses.count("succeeded") == 1

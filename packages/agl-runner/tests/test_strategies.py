@@ -62,10 +62,22 @@ def _is_runner(child: psutil.Process) -> bool:
     return "resource_tracker" not in cmdline and "forkserver" not in cmdline
 
 
-def _no_children_left(deadline: float = 10.0) -> bool:
+def _children() -> set[int]:
+    return {c.pid for c in psutil.Process().children() if _is_runner(c)}
+
+
+@pytest.fixture
+def children_before() -> set[int]:
+    """The test process's children before the test: a child an earlier test left running (a server still
+    stopping, say) is not one of this test's runners."""
+    return _children()
+
+
+def _no_children_left(before: set[int], deadline: float = 10.0) -> bool:
+    """Every child started since ``before`` was taken has ended within ``deadline`` seconds."""
     end = time.monotonic() + deadline
     while time.monotonic() < end:
-        if not [c for c in psutil.Process().children() if _is_runner(c)]:
+        if not _children() - before:
             return True
         time.sleep(0.05)
     return False
@@ -73,7 +85,9 @@ def _no_children_left(deadline: float = 10.0) -> bool:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("strategy", ["cs", "shm"])
-def test_a_crashing_runner_stops_the_algorithm_and_is_reported(strategy: str) -> None:
+def test_a_crashing_runner_stops_the_algorithm_and_is_reported(
+    strategy: str, children_before: set[int]
+) -> None:
     trainer = Trainer(
         algorithm=wait_forever,
         n_runners=2,
@@ -86,12 +100,14 @@ def test_a_crashing_runner_stops_the_algorithm_and_is_reported(strategy: str) ->
     with pytest.raises(StrategyError, match="runner exploded on purpose"):
         trainer.fit(hang_or_succeed)
     assert time.monotonic() - started < 60
-    assert _no_children_left()
+    assert _no_children_left(children_before)
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("strategy", ["cs", "shm"])
-def test_a_crashing_algorithm_stops_the_runners_and_is_reraised(strategy: str) -> None:
+def test_a_crashing_algorithm_stops_the_runners_and_is_reraised(
+    strategy: str, children_before: set[int]
+) -> None:
     store = InMemoryLightningStore()
     trainer = Trainer(
         algorithm=explode,
@@ -104,11 +120,11 @@ def test_a_crashing_algorithm_stops_the_runners_and_is_reraised(strategy: str) -
     )
     with pytest.raises(ValueError, match="algorithm exploded on purpose"):
         trainer.fit(hang_or_succeed)
-    assert _no_children_left()
+    assert _no_children_left(children_before)
 
 
 @pytest.mark.timeout(120)
-def test_shutdown_escalates_until_a_stuck_runner_is_gone() -> None:
+def test_shutdown_escalates_until_a_stuck_runner_is_gone(children_before: set[int]) -> None:
     store = InMemoryLightningStore()
 
     @algo
@@ -130,7 +146,7 @@ def test_shutdown_escalates_until_a_stuck_runner_is_gone() -> None:
     started = time.monotonic()
     trainer.fit(hang_or_succeed)
     assert time.monotonic() - started < 30
-    assert _no_children_left()
+    assert _no_children_left(children_before)
 
 
 def test_shm_runner_on_the_main_thread() -> None:
@@ -159,7 +175,7 @@ def record_process(task: str, llm: LLM) -> float:
 
 
 @pytest.mark.timeout(120)
-def test_cs_runner_on_the_main_process() -> None:
+def test_cs_runner_on_the_main_process(children_before: set[int]) -> None:
     """The reference's ``main_process="runner"``: the runner here, the algorithm and the server in a child."""
     RAN_IN.clear()
 
@@ -174,16 +190,16 @@ def test_cs_runner_on_the_main_process() -> None:
     Trainer(algorithm=one, strategy=strategy, progress=False).fit(record_process)
     [(algorithm_pid, runner_pid)] = RAN_IN
     assert runner_pid == os.getpid() and int(algorithm_pid) != os.getpid()
-    assert _no_children_left()
+    assert _no_children_left(children_before)
 
 
 @pytest.mark.timeout(120)
-def test_cs_runner_on_the_main_process_reraises_the_algorithms_exception() -> None:
+def test_cs_runner_on_the_main_process_reraises_the_algorithms_exception(children_before: set[int]) -> None:
     strategy = ClientServerExecutionStrategy(main_process="runner", server_port=0, graceful_timeout=2.0)
     trainer = Trainer(algorithm=explode, strategy=strategy, initial_resources=RESOURCES, progress=False)
     with pytest.raises(ValueError, match="algorithm exploded on purpose"):
         trainer.fit(hang_or_succeed)
-    assert _no_children_left()
+    assert _no_children_left(children_before)
 
 
 def test_cs_main_process_runner_needs_one_runner_and_both_roles() -> None:

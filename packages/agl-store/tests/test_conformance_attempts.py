@@ -331,3 +331,50 @@ async def test_a_cancelled_rollout_stays_cancelled_when_its_attempt_ends(store: 
     assert attempt.status == "succeeded"
     after = await store.get_rollout_by_id(rollout.rollout_id)
     assert after is not None and after.status == "cancelled"
+
+
+async def test_finish_attempt_drops_the_success_of_an_attempt_a_later_one_took_over(
+    store: LightningStore,
+) -> None:
+    """The store gave up on an attempt and retried the rollout; the first runner reports success late. Decided
+    in the write itself (a runner asking first races the watchdog), the late success is dropped: a rollout
+    never has two attempts that succeeded (the multi-host test saw two)."""
+    rollout = await claim(store, worker_id="w-old")
+    rid, old = rollout.rollout_id, rollout.attempt.attempt_id
+    await store.update_attempt(rid, old, metadata={"note": "kept"})
+    retry = await store.start_attempt(rid, worker_id="w-new")
+    late = await store.finish_attempt(rid, old, [make_span(rid, old, 0)], status="succeeded")
+    assert late.attempt.status == "failed" and late.attempt.end_time is not None
+    assert late.attempt.metadata is not None and late.attempt.metadata["note"] == "kept"
+    error = late.attempt.metadata["error"]
+    assert error["type"] == "ResultDropped" and "a later attempt took over its rollout" in error["message"]
+    assert [s.sequence_id for s in late.spans] == [1]  # its spans are kept
+    current = await store.get_rollout_by_id(rid)
+    assert isinstance(current, AttemptedRollout) and current.attempt.attempt_id == retry.attempt.attempt_id
+    assert current.status == "preparing"  # the retry is untouched
+    # metadata brought with the outcome is kept too; a failure is written as reported
+    again = await store.finish_attempt(rid, old, status="succeeded", metadata={"final_reward": 1.0})
+    assert again.attempt.metadata is not None and again.attempt.metadata["final_reward"] == 1.0
+    assert again.attempt.metadata["error"]["type"] == "ResultDropped"
+    assert (await store.finish_attempt(rid, old, status="failed", metadata={})).attempt.metadata == {}
+    won = await store.finish_attempt(rid, retry.attempt.attempt_id, status="succeeded")
+    assert won.attempt.status == "succeeded"
+    assert [a.status for a in await store.query_attempts(rid)] == ["failed", "succeeded"]
+    assert await rollout_status(store, rid) == "succeeded"
+
+
+async def test_finish_attempt_drops_a_success_reported_after_the_rollout_was_cancelled(
+    store: LightningStore,
+) -> None:
+    rollout = await claim(store)
+    rid, aid = rollout.rollout_id, rollout.attempt.attempt_id
+    await store.update_rollout(rid, status="cancelled")
+    late = await store.finish_attempt(rid, aid, status="succeeded")
+    assert late.attempt.status == "failed"
+    assert (
+        late.attempt.metadata is not None
+        and "its rollout was cancelled" in late.attempt.metadata["error"]["message"]
+    )
+    assert await rollout_status(store, rid) == "cancelled"
+    # update_attempt stays the reference's plain write
+    assert (await store.update_attempt(rid, aid, status="succeeded")).status == "succeeded"

@@ -6,7 +6,7 @@ import asyncio
 import time
 
 import pytest
-from agl.store import LightningStore
+from agl.store import LightningStore, annotate_rollout
 from agl.testing.clock import ManualClock
 from agl.testing.spans import claim
 from agl.types import (
@@ -330,3 +330,20 @@ async def test_the_references_spellings_of_query_and_batch_enqueue_arguments(sto
     assert [r.rollout_id for r in named] == [first.rollout_id]
     with pytest.warns(DeprecationWarning):  # the new spelling wins over the old
         assert (await store.query_rollouts(status=["cancelled"], status_in=["queuing"])).total == 1
+
+
+async def test_annotate_rollout_adds_notes_and_keeps_the_rest_of_the_metadata(store: LightningStore) -> None:
+    queued = await store.enqueue_rollout("x", metadata={"origin": "calc", "note": "old"})
+    noted = await annotate_rollout(store, queued.rollout_id, {"note": "new", "extra": [1, 2]})
+    assert noted.metadata == {"origin": "calc", "note": "new", "extra": [1, 2]}
+    ended = await annotate_rollout(store, queued.rollout_id, {"why": "test"}, status="cancelled")
+    assert ended.status == "cancelled" and ended.end_time is not None
+    fetched = await store.get_rollout_by_id(queued.rollout_id)
+    assert fetched is not None and fetched.metadata == {
+        "origin": "calc",
+        "note": "new",
+        "extra": [1, 2],
+        "why": "test",
+    }
+    with pytest.raises(NotFoundError, match="ro-missing"):
+        await annotate_rollout(store, "ro-missing", {"a": 1})

@@ -369,6 +369,8 @@ class StoreMachine(RuleBasedStateMachine):
         if count:
             a.spans += count
             self.model.heartbeat(r, a)
+        if status == "succeeded" and (a is not r.attempts[-1] or r.status == "cancelled"):
+            status = "failed"  # a late success of an attempt that lost its rollout is dropped
         self.model.set_attempt_status(r, a, status)
         assert got.attempt_id == a.attempt_id
         assert got.status == status

@@ -3,7 +3,8 @@
 An algorithm calls :meth:`AlgorithmMetrics.log` with a kind (``"train"``, ``"validation"``, ``"round"``...)
 and a dict of figures. Every number becomes the gauge ``agl_algorithm_<name>{algorithm, kind}`` (the latest
 value; a figure named like the counter, such as ``records``, becomes ``agl_algorithm_records_value``) and
-the counter ``agl_algorithm_records_total{algorithm, kind}`` counts the calls; with a
+the counter ``agl_algorithm_records_total{algorithm, kind}`` counts the calls (a mapping of numbers, such as a
+histogram, gives one gauge per entry: ``staleness: {0: 12}`` → ``agl_algorithm_staleness_0``); with a
 ``jsonl_path`` each call also appends ``{"kind": kind, **figures}`` as one line.
 
 Every call also goes to the :class:`~agl.algorithms.trackers.MetricsSink` s it was given: the experiment
@@ -24,9 +25,9 @@ import math
 import re
 import threading
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from agl.types.env import PROMETHEUS_MULTIPROC_DIR
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
@@ -64,6 +65,22 @@ def _step_of(figures: Mapping[str, Any]) -> int | None:
     return None
 
 
+def _numbers(figures: Mapping[str, Any]) -> Iterator[tuple[str, float, str | None]]:
+    """The figures that become gauges, as ``(name, value, mapping it came from)``: finite numbers, and those
+    of a mapping one level down as ``<key>_<sub>`` (a histogram such as ``staleness: {0: 12, 1: 4}`` gives
+    ``staleness_0`` and ``staleness_1``)."""
+    for key, value in figures.items():
+        if isinstance(value, Mapping):
+            inner = cast("Mapping[Any, Any]", value)
+            yield from ((f"{key}_{sub}", float(v), key) for sub, v in inner.items() if _is_number(v))
+        elif _is_number(value):
+            yield key, float(value), None
+
+
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
 class AlgorithmMetrics:
     """Reports an algorithm's figures to Prometheus, a JSON-lines file and experiment trackers.
 
@@ -96,6 +113,7 @@ class AlgorithmMetrics:
         self.jsonl_path = Path(jsonl_path) if jsonl_path is not None else None
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
+        self._entries: dict[tuple[str, str], set[str]] = {}  # (kind, mapping figure) -> its gauges' keys
         self.sinks: list[MetricsSink] = [JsonlSink(self.jsonl_path)] if self.jsonl_path is not None else []
         """Where every :meth:`log` call goes besides the gauges (emptied by :meth:`close`)."""
         self.sinks.extend(sinks)
@@ -179,11 +197,21 @@ class AlgorithmMetrics:
                 except Exception:
                     logger.warning("%s could not record a %r event", type(sink).__name__, kind, exc_info=True)
         self._records.labels(self.algorithm, kind).inc()
-        for key, value in figures.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                continue
-            gauge = self._metric(Gauge, _metric_name(key), f"Latest {key!r} reported by the algorithm")
-            gauge.labels(self.algorithm, kind).set(float(value))
+        entries: dict[str, set[str]] = {}
+        for key, value, parent in _numbers(figures):
+            self._gauge(key, kind).set(value)
+            if parent is not None:
+                entries.setdefault(parent, set()).add(key)
+        with self._lock:  # a histogram's entries absent this time are 0 now, not their last value
+            for parent, keys in entries.items():
+                gone = self._entries.get((kind, parent), set()) - keys
+                self._entries[(kind, parent)] = keys
+                for key in gone:
+                    self._gauge(key, kind).set(0.0)
+
+    def _gauge(self, key: str, kind: str) -> Any:
+        gauge = self._metric(Gauge, _metric_name(key), f"Latest {key!r} reported by the algorithm")
+        return gauge.labels(self.algorithm, kind)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         """Serve this registry at ``http://addr:port/metrics`` (for an algorithm outside the store's process)."""

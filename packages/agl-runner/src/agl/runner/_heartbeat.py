@@ -42,8 +42,6 @@ class RunningAttempts:
         self.current: dict[str, AttemptedRollout] = {}
         self.agent_tasks: dict[str, asyncio.Future[Any]] = {}
         self.ended: dict[str, AttemptEnded] = {}
-        self.last_ack: float | None = None
-        """Monotonic time of the last heartbeat the store acknowledged."""
 
     def end(self, attempted: AttemptedRollout, reason: str, status: str | None) -> None:
         """Stop the agent of an attempt the store has ended."""
@@ -55,7 +53,7 @@ class RunningAttempts:
         self.ended[attempt_id] = AttemptEnded(reason, status)
         task = self.agent_tasks.get(attempt_id)
         if task is not None and task.done():
-            return  # the agent has just returned: the outcome report checks the rollout first
+            return  # the agent has just returned: the store decides whether its outcome still counts
         logger.warning(
             "%s: rollout %s attempt %s: %s; cancelling its agent",
             self.worker_id,
@@ -72,14 +70,12 @@ class RunningAttempts:
         if not current:
             return
         now = time.time()
-        sent = time.monotonic()
         for attempted in current:
             attempt = await store.update_attempt(
                 attempted.rollout_id, attempted.attempt.attempt_id, last_heartbeat_time=now
             )
             if attempt.status in _ENDED_ATTEMPT_STATUSES:
                 self.end(attempted, f"the store marked the attempt {attempt.status}", attempt.status)
-        self.last_ack = sent
         rollouts = await store.query_rollouts(rollout_id_in=sorted({a.rollout_id for a in current}))
         by_id = {r.rollout_id: r for r in rollouts}
         for attempted in current:

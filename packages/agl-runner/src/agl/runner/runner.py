@@ -418,7 +418,7 @@ class LitAgentRunner(Runner[T]):
             )
         finally:
             self._attempts.current.pop(attempt_id, None)
-            ended_meanwhile = self._attempts.ended.pop(attempt_id, None)
+            self._attempts.ended.pop(attempt_id, None)
         try:
             await self._run_hooks("on_rollout_end", rollout=rollout, spans=spans)
             metadata = dict(rollout.attempt.metadata or {})
@@ -426,10 +426,6 @@ class LitAgentRunner(Runner[T]):
                 await self._report_ended(rollout, error, metadata, unsent)
                 if raise_on_exception:
                     raise error
-                return None
-            if error is None and await self._superseded(rollout, started, known=ended_meanwhile is not None):
-                if unsent:  # the result is dropped, its spans are kept
-                    _numbered(unsent, await store.add_spans_in_order(unsent))
                 return None
             if error is None:
                 from agl.tracer import find_final_reward
@@ -460,6 +456,17 @@ class LitAgentRunner(Runner[T]):
                 claim_next_for=self.get_worker_id() if claim_next else None,
             )
             _numbered(unsent, finished.spans)
+            if error is None and finished.attempt.status != "succeeded":
+                # The store dropped the result: the attempt had lost its rollout (see finish_attempt).
+                logger.warning(
+                    "%s: rollout %s attempt %s finished, but its result is dropped: %s",
+                    self.get_worker_id(),
+                    rollout_id,
+                    attempt_id,
+                    (finished.attempt.metadata or {})
+                    .get("error", {})
+                    .get("message", finished.attempt.status),
+                )
             following = finished.next
         except Exception:
             logger.exception(
@@ -516,42 +523,6 @@ class LitAgentRunner(Runner[T]):
                 rollout_id, attempt_id, unsent, status=status, metadata=metadata
             )
         _numbered(unsent, finished.spans)
-
-    async def _superseded(self, rollout: AttemptedRollout, started: float, *, known: bool = False) -> bool:
-        """Whether a finished attempt lost its rollout meanwhile (another attempt took over, or it was cancelled).
-
-        Asked only when the store may have ended the attempt: the attempt outlived its timeout, or went
-        longer without an acknowledged heartbeat than its unresponsive limit. A superseded result is
-        dropped, so a rollout never has two attempts that ran to success. ``known``: the heartbeat already
-        heard that the store ended the attempt (the agent returned before it could be cancelled).
-        """
-        config = rollout.config
-        now = time.monotonic()
-        last_sign = max(started, self._attempts.last_ack or started)
-        at_risk = (
-            known
-            or (config.timeout_seconds is not None and now - started > config.timeout_seconds)
-            or (config.unresponsive_seconds is not None and now - last_sign > config.unresponsive_seconds)
-        )
-        if not at_risk:
-            return False
-        current = await self.get_store().get_rollout_by_id(rollout.rollout_id)
-        latest = current.attempt.attempt_id if isinstance(current, AttemptedRollout) else None
-        if current is not None and current.status != "cancelled" and latest == rollout.attempt.attempt_id:
-            return False
-        why = (
-            "the rollout was cancelled"
-            if current is not None and current.status == "cancelled"
-            else (f"attempt {latest} took over")
-        )
-        logger.warning(
-            "%s: rollout %s attempt %s finished after %s; its result is dropped",
-            self.get_worker_id(),
-            rollout.rollout_id,
-            rollout.attempt.attempt_id,
-            why,
-        )
-        return True
 
 
 def _numbered(sent: list[Span], stored: list[Span]) -> None:

@@ -6,6 +6,7 @@ from agl.types.lazy import lazy_exports
 
 from . import errors
 from ._open import DEFAULT_MEMORY_MAX_BYTES, is_store_url, open_store
+from .annotate import annotate_rollout
 from .base import FinishedAttempt, LightningStore, LightningStoreCapabilities, LightningStoreStatistics
 from .errors import *  # noqa: F403  (every error users catch, listed once in errors.__all__)
 from .group_writer import GroupWriter
@@ -45,6 +46,7 @@ __all__ = [
     "LightningStoreStatistics",
     "LoopBoundStore",
     "SqlLightningStore",
+    "annotate_rollout",
     "as_thread_safe",
     "is_store_url",
     "open_store",

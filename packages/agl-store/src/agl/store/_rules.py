@@ -14,6 +14,7 @@ from agl.types import (
     LIVE_ATTEMPT_STATUSES,
     Attempt,
     AttemptStatus,
+    AttemptUpdate,
     InvalidRequestError,
     RolloutConfig,
     RolloutStatus,
@@ -24,6 +25,7 @@ __all__ = [
     "Sorted",
     "attempt_end_time",
     "attempt_status_after_span",
+    "outcome_changes",
     "rollout_end_time",
     "rollout_promoted_by_span",
     "rollout_status_after_attempt",
@@ -63,6 +65,39 @@ def rollout_status_after_attempt(
         return None
     new_status = rollout_status_from_attempt(status, sequence_id, config)
     return None if new_status == rollout_status else new_status
+
+
+def outcome_changes(
+    changes: AttemptUpdate, metadata: dict[str, Any] | None, *, is_latest: bool, rollout_status: RolloutStatus
+) -> AttemptUpdate:
+    """The fields :meth:`~agl.store.LightningStore.finish_attempt` writes: only the attempt that still holds
+    its rollout can succeed.
+
+    A runner may report success after the store gave up on its attempt and retried the rollout elsewhere,
+    or after the rollout was cancelled. Decided in the same transaction as the write (a runner asking first
+    would race the watchdog), such a result is dropped: the attempt becomes ``failed`` and its metadata's
+    ``error`` says why, so a rollout never has two attempts that succeeded. ``metadata``: the attempt's
+    current metadata, kept when ``changes`` bring none.
+    """
+    if changes.get("status") != "succeeded":
+        return changes
+    if rollout_status == "cancelled":
+        reason = "its rollout was cancelled"
+    elif not is_latest:
+        reason = "a later attempt took over its rollout"
+    else:
+        return changes
+    dropped = changes.copy()
+    dropped["status"] = "failed"
+    dropped["metadata"] = {
+        **changes.get("metadata", metadata or {}),
+        "error": {
+            "type": "ResultDropped",
+            "message": f"the agent finished, but {reason}: its result is dropped",
+            "traceback": "",
+        },
+    }
+    return dropped
 
 
 def attempt_end_time(status: AttemptStatus, current_end_time: float | None, now: float) -> float | None:

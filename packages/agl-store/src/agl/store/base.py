@@ -401,6 +401,7 @@ class LightningStore(ABC):
             check_id(claim_next_for, "claim_next_for")
         return await self._finish_attempt(rollout_id, attempt_id, spans_of(spans), changes, claim_next_for)
 
+    @abstractmethod
     async def _finish_attempt(
         self,
         rollout_id: str,
@@ -409,11 +410,9 @@ class LightningStore(ABC):
         changes: AttemptUpdate,
         claim_next_for: str | None,
     ) -> FinishedAttempt:
-        """Backend of :meth:`finish_attempt`, given its checked arguments. This default makes the calls one
-        by one; a backend overrides it to make them one (a request, a transaction)."""
-        stored = await self.add_spans_in_order(spans) if spans else []
-        attempt = await self._update_attempt(rollout_id, attempt_id, changes)
-        return FinishedAttempt(stored, attempt, await self._claim_next(claim_next_for))
+        """Backend of :meth:`finish_attempt`, given its checked arguments: the spans, then the outcome as
+        :func:`~agl.store._rules.outcome_changes` decides it under the backend's lock (a check made before the
+        write would race the watchdog), then :meth:`_claim_next`."""
 
     async def _claim_next(
         self, worker_id: str | None

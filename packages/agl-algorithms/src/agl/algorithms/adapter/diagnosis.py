@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from agl.store import annotate_rollout
 from agl.tracer import find_final_reward, get_reward_value
 from agl.types import Rollout, Span
 
@@ -33,7 +34,7 @@ from .triplet import DEFAULT_LLM_CALL_MATCH, PROXY_CALL_NAMES
 if TYPE_CHECKING:
     from agl.store import LightningStore
 
-__all__ = ["NO_TRAINING_DATA", "NoDataReason", "NoDataTally", "diagnose", "mark_no_data", "no_data_metadata"]
+__all__ = ["NO_TRAINING_DATA", "NoDataReason", "NoDataTally", "diagnose", "mark_no_data", "no_data_note"]
 
 NO_TRAINING_DATA = "no_training_data"
 """The key of a rollout's metadata that says why it gave no training data: ``{"reason": ..., "fix": ...}``."""
@@ -137,11 +138,12 @@ class NoDataTally:
         return text
 
 
-def no_data_metadata(rollout: Rollout, reason: NoDataReason) -> dict[str, Any]:
-    """``rollout``'s metadata with ``reason`` and its fix noted under :data:`NO_TRAINING_DATA`."""
-    return {**(rollout.metadata or {}), NO_TRAINING_DATA: {"reason": reason.value, "fix": reason.fix}}
+def no_data_note(reason: NoDataReason) -> dict[str, Any]:
+    """The note :func:`mark_no_data` adds to a rollout's metadata: ``reason`` and its fix under
+    :data:`NO_TRAINING_DATA`."""
+    return {NO_TRAINING_DATA: {"reason": reason.value, "fix": reason.fix}}
 
 
 async def mark_no_data(store: LightningStore, rollout: Rollout, reason: NoDataReason) -> None:
     """Note in the store why ``rollout`` gave no training data (its other metadata kept)."""
-    await store.update_rollout(rollout.rollout_id, metadata=no_data_metadata(rollout, reason))
+    await annotate_rollout(store, rollout.rollout_id, no_data_note(reason))

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agl.store import LightningStore
+from agl.store import LightningStore, annotate_rollout
 from agl.types import Dataset, Rollout, Span, Triplet
 
 from ._samples import batch_samples
@@ -245,7 +245,7 @@ class AsyncTraining:
         """Mark the rollouts of groups too stale to train on (kept in the store, never deleted)."""
         for state in dropped:
             for rid in self.groups[self._gid(state)].rollout_ids:
-                await self.store.update_rollout(rid, metadata={"dropped_as_stale_at": self.version})
+                await annotate_rollout(self.store, rid, {"dropped_as_stale_at": self.version})
             self._forget(self._gid(state))
 
     def _forget(self, gid: int) -> None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agl.store import annotate_rollout
 from agl.types import EnqueueRolloutRequest
 
 if TYPE_CHECKING:
@@ -229,11 +230,10 @@ async def supersede_later_steps(store: LightningStore, root: Path, step: int) ->
         return 0
     mark = {SUPERSEDED: {"resumed_after_step": step - 1}}
     for rollout in await store.query_rollouts(rollout_id_in=later):
-        metadata = {**(rollout.metadata or {}), **mark}
         if rollout.status in ("succeeded", "failed", "cancelled"):
-            await store.update_rollout(rollout.rollout_id, metadata=metadata)
+            await annotate_rollout(store, rollout.rollout_id, mark)
         else:  # its runner died with the run: nothing will finish it
-            await store.update_rollout(rollout.rollout_id, status="cancelled", metadata=metadata)
+            await annotate_rollout(store, rollout.rollout_id, mark, status="cancelled")
     _write_noted(root, {s: ids for s, ids in noted.items() if s <= step})
     logger.warning("resume: %d rollouts of steps after %d are marked %r", len(later), step, SUPERSEDED)
     return len(later)

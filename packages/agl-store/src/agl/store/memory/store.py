@@ -43,7 +43,8 @@ from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuer
 
 from .._checks import spans_of
 from .._notify import Waiter
-from .._rules import sort_field
+from .._results import FinishedAttempt
+from .._rules import outcome_changes, sort_field
 from ..base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
 from ._cap import SPAN_BYTES, rollout_size
 from ._core import MemoryCore, by_creation
@@ -233,6 +234,25 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
             return copy_rollout(record)
 
     async def _update_attempt(self, rollout_id: str, attempt_id: str, changes: AttemptUpdate) -> Attempt:
+        return self._write_attempt(rollout_id, attempt_id, changes)
+
+    async def _finish_attempt(
+        self,
+        rollout_id: str,
+        attempt_id: str,
+        spans: list[Span],
+        changes: AttemptUpdate,
+        claim_next_for: str | None,
+    ) -> FinishedAttempt:
+        stored = await self.add_spans_in_order(spans) if spans else []
+        attempt = self._write_attempt(rollout_id, attempt_id, changes, outcome=True)
+        return FinishedAttempt(stored, attempt, await self._claim_next(claim_next_for))
+
+    def _write_attempt(
+        self, rollout_id: str, attempt_id: str, changes: AttemptUpdate, *, outcome: bool = False
+    ) -> Attempt:
+        """Write an attempt's fields under the lock; ``outcome``: a runner's final report, to which
+        :func:`~agl.store._rules.outcome_changes` applies."""
         with self._lock:
             now = self._clock()
             self._watch(now)
@@ -242,6 +262,11 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
             attempt = record.attempts[-1] if attempt_id == "latest" else record.find_attempt(attempt_id)
             if attempt is None:
                 raise NotFoundError(f"Attempt {attempt_id} not found for rollout {rollout_id}")
+            if outcome:
+                is_latest = attempt is record.attempts[-1]
+                changes = outcome_changes(
+                    changes, attempt.metadata, is_latest=is_latest, rollout_status=record.rollout.status
+                )
             write_fields(attempt, changes)
             if "status" in changes:
                 self._set_attempt_status(record, attempt, changes["status"], now)

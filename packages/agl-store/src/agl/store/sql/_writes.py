@@ -16,6 +16,7 @@ from agl.types import (
     RUNNING_STATUSES,
     Attempt,
     AttemptedRollout,
+    AttemptUpdate,
     EnqueueRolloutRequest,
     InvalidRequestError,
     NamedResources,
@@ -276,8 +277,17 @@ def update_rollout(
 
 
 def update_attempt(
-    conn: sa.Connection, ctx: Ctx, eff: Effects, rollout_id: str, attempt_id: str, changes: dict[str, Any]
+    conn: sa.Connection,
+    ctx: Ctx,
+    eff: Effects,
+    rollout_id: str,
+    attempt_id: str,
+    changes: AttemptUpdate,
+    *,
+    outcome: bool = False,
 ) -> Attempt:
+    """Write an attempt's fields under its rollout's lock; ``outcome``: a runner's final report, to which
+    :func:`~agl.store._rules.outcome_changes` applies."""
     now = ctx.clock()
     r, row = lock_rollout_with_attempt(conn, rollout_id, attempt_id)
     if r["num_attempts"] == 0:
@@ -285,6 +295,11 @@ def update_attempt(
     if row is None:
         raise NotFoundError(f"Attempt {attempt_id} not found for rollout {rollout_id}")
     attempt = _codec.attempt_from_row(row)
+    if outcome:
+        is_latest = attempt.sequence_id == r["num_attempts"]
+        changes = _rules.outcome_changes(
+            changes, attempt.metadata, is_latest=is_latest, rollout_status=r["status"]
+        )
     try:
         updated = Attempt.model_validate({**attempt.model_dump(), **changes})
     except ValidationError as exc:

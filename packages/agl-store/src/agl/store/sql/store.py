@@ -379,5 +379,5 @@ def _finish_attempt(
 ) -> tuple[list[Span], Attempt]:
     """The spans, then the attempt update, in one transaction: a refused update stores no spans either."""
     numbered, stored = _spans.add_spans_in_order(conn, ctx, eff, spans) if spans else ([], [])
-    attempt = _writes.update_attempt(conn, ctx, eff, rollout_id, attempt_id, changes)
+    attempt = _writes.update_attempt(conn, ctx, eff, rollout_id, attempt_id, changes, outcome=True)
     return [numbered[i] for i in stored], attempt

@@ -59,3 +59,28 @@ export async function all(fetchPage, params, pageSize = 1000, max = 20000) {
     if (page.items.length < pageSize || offset >= page.total || offset >= max) return { items, total: page.total };
   }
 }
+
+/** The algorithm's latest figures, from the gauges of agl.algorithms.metrics on the store's Prometheus /metrics
+ * (present when the algorithm runs in the store's process, as under the Trainer): [{algorithm, kind, name, value}]. */
+export async function algorithmFigures(token = getToken()) {
+  const headers = {};
+  if (token) headers.Authorization = "Bearer " + token;
+  const resp = await fetch("/metrics", { headers, cache: "no-store" });
+  return resp.ok ? parseAlgorithmGauges(await resp.text()) : [];
+}
+
+const GAUGE = /^agl_algorithm_([A-Za-z0-9_]+)\{([^}]*)\}\s+(\S+)$/;
+const LABEL = /(\w+)="((?:[^"\\]|\\.)*)"/g;
+const COUNTER_SERIES = new Set(["records_total", "records_created"]);
+
+/** The agl_algorithm_* gauges of a Prometheus text exposition (the records counter left out). */
+export function parseAlgorithmGauges(text) {
+  const figures = [];
+  for (const line of text.split("\n")) {
+    const m = GAUGE.exec(line.trim());
+    if (!m || COUNTER_SERIES.has(m[1])) continue;
+    const labels = Object.fromEntries([...m[2].matchAll(LABEL)].map(([, key, value]) => [key, value]));
+    figures.push({ algorithm: labels.algorithm ?? "", kind: labels.kind ?? "", name: m[1], value: Number(m[3]) });
+  }
+  return figures;
+}

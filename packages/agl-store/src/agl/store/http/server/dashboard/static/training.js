@@ -1,5 +1,7 @@
-// The training view: counts, rollouts finished per minute, mean reward over time and per resources version.
-import { all, store } from "./api.js";
+// The training view: counts, rollouts finished per minute, mean reward over time and per resources version, and
+// the algorithm's latest figures when it reports them to the store's /metrics.
+import { algorithmSection } from "./algorithm.js";
+import { algorithmFigures, all, store } from "./api.js";
 import { barChart, lineChart } from "./charts.js";
 import { STATUSES } from "./rollouts.js";
 import { finalReward, h, num, time } from "./util.js";
@@ -7,11 +9,12 @@ import { finalReward, h, num, time } from "./util.js";
 export const RECENT = 2000;
 
 export async function render() {
-  const [stats, counts, finished, resources] = await Promise.all([
+  const [stats, counts, finished, resources, figures] = await Promise.all([
     store.statistics(),
     Promise.all(STATUSES.map((st) => store.rollouts({ status_in: st, limit: 0 }).then((p) => [st, p.total]))),
     all(store.rollouts, { status_in: ["succeeded", "failed", "cancelled"], sort_by: "end_time", sort_order: "desc" }, 1000, RECENT),
     all(store.resources, { sort_by: "create_time", sort_order: "asc" }, 500, 5000),
+    algorithmFigures().catch(() => []),
   ]);
   const rows = finished.items.filter((r) => typeof r.end_time === "number");
   const perMinute = new Map();
@@ -53,6 +56,7 @@ export async function render() {
       card("workers", stats.total_workers ?? "", "total-workers"),
       STATUSES.map((st) => card(st, byStatus[st], `count-${st}`)),
     ),
+    algorithmSection(figures),
     h("p", { class: "muted" }, `Charts over the ${rows.length} most recently finished rollouts${finished.total > rows.length ? ` (of ${finished.total})` : ""}.`),
     h(
       "div",
