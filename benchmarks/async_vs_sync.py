@@ -30,12 +30,20 @@ class Figures:
 
     wall_s: float
     step_s: list[float]
+    cpu_s: list[float]  # CPU seconds of each step: the training process and its model server's
+    rollout_s: list[float]
+    update_s: list[float]
     generated_tokens: int
     validations: list[tuple[int, float]]  # (after step, accuracy)
 
     @property
     def s_per_step(self) -> float:
         return sum(self.step_s) / len(self.step_s)
+
+    @property
+    def cores_busy(self) -> float:
+        """CPU seconds per wall second of the steps: how many cores the training process kept busy."""
+        return sum(self.cpu_s) / sum(self.step_s)
 
     @property
     def tokens_per_s(self) -> float:
@@ -62,9 +70,16 @@ def run(staleness: int, flags: list[str], out: Path) -> Figures:
     return Figures(
         wall_s=wall,
         step_s=[r["step_s"] for r in train],
+        cpu_s=[r.get("step_cpu_s", 0.0) for r in train],
+        rollout_s=[r.get("rollout_s", 0.0) for r in train],
+        update_s=[r.get("update_s", 0.0) for r in train],
         generated_tokens=sum(r["generated_tokens"] for r in train),
         validations=[(r["step"], r["accuracy"]) for r in records if r["kind"] == "validation"],
     )
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
 
 
 def main() -> None:
@@ -83,7 +98,10 @@ def main() -> None:
     flags = ["--steps", str(args.steps), "--val-every", str(args.val_every), "--seed", str(args.seed)]
     flags += args.app_flags
     print(f"calc app, {args.steps} steps, seed {args.seed}, validation every {args.val_every} steps")
-    print(f"{'K':>3} {'to target s':>12} {'final acc':>10} {'s/step':>8} {'tokens/s':>9} {'wall s':>8}")
+    print(
+        f"{'K':>3} {'to target s':>12} {'final acc':>10} {'s/step':>8} {'rollout':>8} {'update':>7} "
+        f"{'cores busy':>10} {'tokens/s':>9} {'wall s':>8}"
+    )
     with tempfile.TemporaryDirectory(prefix="agl-async-bench-") as tmp:
         for k in args.staleness:
             figures = run(k, flags, Path(tmp) / f"k{k}")
@@ -92,6 +110,7 @@ def main() -> None:
             print(
                 f"{k:>3} {('-' if reached is None else f'{reached:.1f}'):>12} "
                 f"{('-' if final is None else f'{final:.1%}'):>10} {figures.s_per_step:>8.2f} "
+                f"{_mean(figures.rollout_s):>8.2f} {_mean(figures.update_s):>7.2f} {figures.cores_busy:>10.2f} "
                 f"{figures.tokens_per_s:>9.0f} {figures.wall_s:>8.1f}",
                 flush=True,
             )

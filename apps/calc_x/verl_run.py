@@ -84,9 +84,22 @@ def verl_config(args: Any, out_dir: Path) -> dict[str, Any]:
             "max_tokens": 48,
             "trace_aggregator": {"level": args.trace_level},
             "probe_file": str(args.verl_probe_file) if getattr(args, "verl_probe_file", None) else None,
+            "max_staleness": int(getattr(args, "max_staleness", 0)),
         },
+        "algorithm": {"rollout_correction": rollout_correction(args)},
         "ray_kwargs": {"ray_init": ray_init},
     }
+
+
+def rollout_correction(args: Any) -> dict[str, Any]:
+    """verl's nearest to ``--correction`` for ``--max-staleness`` > 0 (synchronous: none): ``decoupled``,
+    verl's decoupled mode (PPO against the recomputed log-probs of the weights at the update's start, and
+    per-token importance weights of those against the recorded ones, truncated at 2); ``tis``, its bypass
+    mode (the recorded log-probs are PPO's old policy, the ratio clipped as PPO clips it)."""
+    correction = getattr(args, "correction", "none") if int(getattr(args, "max_staleness", 0)) > 0 else "none"
+    if correction == "none":
+        return {"rollout_is": None}
+    return {"rollout_is": "token", "rollout_is_threshold": 2.0, "bypass_mode": correction == "tis"}
 
 
 def checkpointed_step(out_dir: Path) -> int:

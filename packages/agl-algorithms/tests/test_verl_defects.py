@@ -151,8 +151,20 @@ def _triplet(prompt: list[int], response: list[int], logprobs: list[float] | Non
     return Triplet(prompt={"token_ids": prompt}, response=answer, reward=None)
 
 
+def _call_span(fingerprint: str | None = None) -> Any:
+    from agl.algorithms.local.versions import SYSTEM_FINGERPRINT_ATTRIBUTE
+    from agl.testing.spans import make_span
+
+    attributes = {SYSTEM_FINGERPRINT_ATTRIBUTE: fingerprint} if fingerprint else {}
+    return make_span("ro-1", "at-1", 1, name="openai.chat.completion", attributes=attributes)
+
+
 async def _run_bridge(
-    monkeypatch: pytest.MonkeyPatch, triplets: list[Any], mode: str, global_steps: int = 3
+    monkeypatch: pytest.MonkeyPatch,
+    triplets: list[Any],
+    mode: str,
+    global_steps: int = 3,
+    spans: list[Any] | None = None,
 ) -> list[Any]:
     import agl.tracer
     from agl.algorithms.verl.bridge import AglBridgeAgentLoop
@@ -164,7 +176,9 @@ async def _run_bridge(
 
     monkeypatch.setattr(agl.tracer, "find_final_reward", lambda spans: 1.0)
     config = compose_config({"actor_rollout_ref": {"model": {"path": str(MODEL)}}})
-    set_runtime(AglRuntime(store=_Store([object()] if triplets else []), adapter=_Adapter(triplets)))
+    if spans is None:
+        spans = [_call_span()] if triplets else []
+    set_runtime(AglRuntime(store=_Store(spans), adapter=_Adapter(triplets)))
     loop = AglBridgeAgentLoop(
         trainer_config=DictConfigWrap(config),
         server_manager=None,  # pyright: ignore[reportArgumentType]
@@ -196,6 +210,16 @@ async def test_outputs_carry_the_weight_version_verls_metrics_read(
     assert out.extra_fields["min_global_steps"] == version == out.extra_fields["max_global_steps"]
     # what trainer_base._compute_metrics does with the tags verl builds from these fields
     assert np.array([out.extra_fields["min_global_steps"]], dtype=int).tolist() == [version]
+
+
+async def test_outputs_carry_the_versions_the_model_server_recorded_on_the_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In verl's asynchronous mode a rollout's calls may span a weight update: agl's model server stamps each
+    answer with its version, and the outputs carry the oldest and newest (submitted at step 3: version 2)."""
+    spans = [_call_span("agl-local-v4"), _call_span("agl-local-v3"), _call_span("another-server")]
+    (out,) = await _run_bridge(monkeypatch, [_triplet([1, 2], [3, 4], [-0.5, -0.25])], "train", spans=spans)
+    assert (out.extra_fields["min_global_steps"], out.extra_fields["max_global_steps"]) == (3, 4)
 
 
 async def test_outputs_always_carry_logprobs_and_count_the_missing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import io
 import json
 import logging
 import time
@@ -22,6 +21,7 @@ from ._call_record import CallRecord, parse_traceparent
 from ._checks import check_litellm_kwargs, check_request
 from ._router import DIRECT_PROVIDERS, Deployment, ModelRouter
 from ._span_recorder import SpanRecorder
+from ._upstream import ABORTED_RESENDS, post, was_aborted
 from ._wire import mirror_token_ids, mirrored_body
 
 __all__ = ["ProxyApp", "ProxySettings"]
@@ -40,7 +40,6 @@ _ENDPOINTS = {
     "/completions": "completions",
 }
 _JSON = [(b"content-type", b"application/json")]
-_LARGE_BODY = 1024 * 1024
 _SSE = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -328,17 +327,27 @@ class ProxyApp:
             out_headers["Authorization"] = f"Bearer {deployment.api_key}"
         if call is not None:
             call.route = "direct"
-        body: Any = _dumps(self._upstream_request(deployment, endpoint, request))
-        if len(body) > _LARGE_BODY:  # aiohttp sends raw bytes in one write (and warns): stream it instead
-            body = io.BytesIO(body)
-        try:
-            response = await self.session.post(url, data=body, headers=out_headers)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            raise _HTTPError(502, f"backend {deployment.api_base} failed: {exc!r}", "bad_gateway") from None
+        upstream_body = _dumps(self._upstream_request(deployment, endpoint, request))
+
+        async def send_upstream() -> aiohttp.ClientResponse:
+            try:
+                return await post(self.session, url, upstream_body, out_headers)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                raise _HTTPError(
+                    502, f"backend {deployment.api_base} failed: {exc!r}", "bad_gateway"
+                ) from None
+
+        response = await send_upstream()
         try:
             content_type = response.headers.get("Content-Type", "")
             if not stream or response.status >= 400 or "text/event-stream" not in content_type:
                 data = await response.read()
+                for _ in range(ABORTED_RESENDS):  # see was_aborted: the answer to record is the whole one
+                    if response.status >= 400 or not was_aborted(data):
+                        break
+                    response.release()
+                    response = await send_upstream()
+                    data = await response.read()
                 payload = None
                 if call is not None:
                     call.http_status = response.status

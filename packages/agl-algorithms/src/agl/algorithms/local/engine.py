@@ -195,9 +195,10 @@ class GenerationEngine:
                 batch.step()
         return [r.future.result() for r in requests]
 
-    def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
+    def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int | None = None) -> int:
         """Load new weights once the sequences in flight have finished (new requests wait meanwhile);
-        returns the new version number.
+        returns the new version number: ``version`` when given (a trainer's own step count, as verl's), else
+        the current one plus one.
 
         ``state_dict`` must give every tensor of the model (one name of tied weights is enough), nothing
         else, in its shapes, finite: else :class:`~agl.algorithms.local._weights.WeightsMismatch` (a
@@ -214,7 +215,7 @@ class GenerationEngine:
                         self.model.load_state_dict(state_dict, strict=False)
                     if self._prefix is not None:
                         self._prefix.clear()  # computed by the old weights
-                    self.version += 1
+                    self.version = self.version + 1 if version is None else int(version)
                     return self.version
             finally:
                 with self._cond:

@@ -171,9 +171,10 @@ class ModelServer(ServedModel):
         self._server = None
         self._thread = None
 
-    def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> int:
-        """Swap in new weights without restarting (between two generation batches); returns the new version."""
-        return self.engine.update_weights(state_dict)
+    def update_weights(self, state_dict: Mapping[str, torch.Tensor], version: int | None = None) -> int:
+        """Swap in new weights without restarting (between two generation batches); returns the new version
+        (``version`` when given, else the next; see :meth:`GenerationEngine.update_weights`)."""
+        return self.engine.update_weights(state_dict, version)
 
     @property
     def stats(self) -> dict[str, Any]:

@@ -12,8 +12,9 @@ replaces a group left without any trajectory by a fresh prompt. An empty ``[]`` 
 "finished" group verl samples (and a whole batch of them stops the run). A validation rollout without a
 sample gives one placeholder output (nothing generated, the fill-in reward), so it counts as a miss.
 
-Every output carries ``min_global_steps`` / ``max_global_steps`` (the weight version that generated it,
-as verl's own ``LLMServerClient`` sets them; verl's staleness control and metrics read them) and, when
+Every output carries ``min_global_steps`` / ``max_global_steps`` (the oldest and newest weight versions
+that served its rollout's calls, as verl's own ``LLMServerClient`` sets them, for verl's metrics: recorded
+on the spans by agl's model server, else the version when the prompt was submitted) and, when
 ``rollout.calculate_log_probs`` is on, ``response_logprobs`` (zeros where the server gave none, counted as
 ``agl/samples_without_logprobs``: verl refuses a batch where only some rows have them).
 
@@ -25,13 +26,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
-from agl.types import AglError, RolloutConfig
+from agl.types import AglError, RolloutConfig, Span
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from ..credit import CreditAssignment
+from ..local.versions import call_weights_version
 from .convert import ConversionStats, LoopSample, convert_rollout, turns_from_triplets
 from .dataset import read_task
 from .runtime import get_runtime
@@ -42,6 +45,7 @@ __all__ = [
     "AglBridgeAgentLoop",
     "NoTrainingSample",
     "placeholder_output",
+    "recorded_versions",
     "to_agent_loop_output",
     "weight_version",
 ]
@@ -62,6 +66,14 @@ def weight_version(global_steps: int, mode: str) -> int:
     """The weight version that served a rollout in verl's sync trainer: a training step ``k`` samples with
     the weights of step ``k - 1`` (updated at its end); validation at step ``k`` with those of step ``k``."""
     return max(0, int(global_steps) - (1 if mode == "train" else 0))
+
+
+def recorded_versions(spans: Iterable[Span], submitted: int) -> tuple[int, int]:
+    """The oldest and newest weight versions that served a rollout's calls, as recorded on their spans (agl's
+    model server stamps each answer; see :mod:`agl.algorithms.local.versions`); ``submitted``, the version
+    when its prompt was submitted, for both when no call recorded one (vLLM stamps none)."""
+    versions = [v for v in (call_weights_version(span) for span in spans) if v is not None]
+    return (min(versions), max(versions)) if versions else (submitted, submitted)
 
 
 class AglAgentLoopOutput(AgentLoopOutput):
@@ -85,12 +97,13 @@ def to_agent_loop_output(
     num_turns: int,
     stats: ConversionStats | None = None,
     *,
-    version: int = 0,
+    versions: tuple[int, int] = (0, 0),
     logprobs: bool = True,
 ) -> AglAgentLoopOutput:
     """verl's output for one sample (the final reward as ``reward_score``, on the last response token).
 
-    ``version``: the weight version that generated it (``min_global_steps`` / ``max_global_steps``).
+    ``versions``: the oldest and newest weight versions that generated it (``min_global_steps`` /
+    ``max_global_steps``).
     ``logprobs``: always carry ``response_logprobs`` (zeros when the sample has none).
     """
     response_logprobs = sample.response_logprobs
@@ -110,8 +123,8 @@ def to_agent_loop_output(
             "agl_rollout_id": rollout_id,
             "agl_turns": sample.turns,
             "agl_truncated": int(sample.truncated),
-            "min_global_steps": version,
-            "max_global_steps": version,
+            "min_global_steps": versions[0],
+            "max_global_steps": versions[1],
             # the rollout's conversion counters ride on its last output (see trainer.conversion_metrics)
             **({"agl_rollout_stats": asdict(stats)} if stats is not None else {}),
         },
@@ -119,7 +132,7 @@ def to_agent_loop_output(
 
 
 def placeholder_output(
-    prompt_ids: list[int], eos_id: int, reward: float, rollout_id: str, version: int
+    prompt_ids: list[int], eos_id: int, reward: float, rollout_id: str, versions: tuple[int, int]
 ) -> AglAgentLoopOutput:
     """A validation rollout without a sample: nothing generated (one masked token), the fill-in reward."""
     sample = LoopSample(
@@ -131,7 +144,7 @@ def placeholder_output(
         token_returns=[0.0],
         turns=[],
     )
-    return to_agent_loop_output(sample, rollout_id, num_turns=0, version=version)
+    return to_agent_loop_output(sample, rollout_id, num_turns=0, versions=versions)
 
 
 @register("agl_bridge")
@@ -158,7 +171,7 @@ class AglBridgeAgentLoop(AgentLoopBase):
         if logprobs:
             stats.samples_without_logprobs = sum(s.response_logprobs is None for s in samples)
         BRIDGE_STATS.__iadd__(stats)
-        version = weight_version(int(kwargs.get("global_steps", 0)), mode)
+        versions = recorded_versions(spans, weight_version(int(kwargs.get("global_steps", 0)), mode))
         if not samples:
             why = (
                 f"rollout {rid} (task uid {kwargs.get('uid')}) gave no sample: status {finished.status}, "
@@ -169,7 +182,7 @@ class AglBridgeAgentLoop(AgentLoopBase):
             if mode == "train":
                 raise NoTrainingSample(why)
             reward = fillna if final is None else float(final)
-            return [placeholder_output(self._prompt_ids(kwargs), self._eos_id(), reward, rid, version)]
+            return [placeholder_output(self._prompt_ids(kwargs), self._eos_id(), reward, rid, versions)]
         last = len(samples) - 1
         return [
             to_agent_loop_output(
@@ -177,7 +190,7 @@ class AglBridgeAgentLoop(AgentLoopBase):
                 rid,
                 num_turns=len(turns),
                 stats=stats if i == last else None,
-                version=version,
+                versions=versions,
                 logprobs=logprobs,
             )
             for i, s in enumerate(samples)

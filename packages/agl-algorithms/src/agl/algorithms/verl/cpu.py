@@ -265,7 +265,7 @@ def _patch_process_group() -> None:
             backend = "gloo"
         return original(timeout_second=timeout_second, backend=backend)
 
-    initialize_global_process_group_ray._agl_cpu = True  # type: ignore[attr-defined]  # pyright: ignore[reportFunctionMemberAccess]  # marks the patch
+    initialize_global_process_group_ray._agl_cpu = True  # pyright: ignore[reportFunctionMemberAccess]  # marks the patch
     distributed.initialize_global_process_group_ray = initialize_global_process_group_ray
 
 

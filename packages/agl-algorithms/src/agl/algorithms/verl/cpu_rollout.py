@@ -49,9 +49,10 @@ class AglModelServerActor:
             self.server = ModelServer(self.model_path, served_model_name=self.served_model_name).start()
         return f"{self.server.host}:{self.server.port}"
 
-    def update_weights(self, state: dict[str, Any]) -> int:
-        """Swap in the trainer's weights; the server's new version."""
-        version = int(self.server.update_weights(state))
+    def update_weights(self, state: dict[str, Any], version: int | None = None) -> int:
+        """Swap in the trainer's weights, served as ``version`` (verl's step; ``None``: the next); the
+        server's new version."""
+        version = int(self.server.update_weights(state, version))
         self.updates += 1
         return version
 
@@ -137,5 +138,8 @@ class AglLocalServerAdapter(BaseRollout):
         if self._server is None:
             cluster: Any = ray
             self._server = cluster.get_actor(server_actor_name(self.replica_rank))
-        version = await self._server.update_weights.remote(state)
+        # verl's step names the version, so the answers' fingerprints (agl-local-v<step>) tell the bridge which
+        # weights served each call, across a resume too
+        steps = kwargs.get("global_steps")
+        version = await self._server.update_weights.remote(state, None if steps is None else int(steps))
         logger.info("agl_local rollout: %d tensors pushed, server version %s", len(state), version)

@@ -101,7 +101,8 @@ def run_driver(config: Any) -> None:
 
 
 class VERL(Algorithm):
-    """verl's V1 synchronous trainer with the agent loop bridged to the store (package README).
+    """verl's V1 trainer (synchronous, or asynchronous with ``max_staleness``) with the agent loop bridged to
+    the store (package README).
 
     Args:
         config: verl configuration overrides (nested dict or DictConfig) on top of verl's ``ppo_trainer``
@@ -112,16 +113,30 @@ class VERL(Algorithm):
 
         device: ``"cuda"`` (vLLM rollouts, the default) or ``"cpu"``: verl's trainer on CPU, FSDP on gloo
             and agl's model server as the rollout (:mod:`agl.algorithms.verl.cpu`); small models only.
+        max_staleness: K > 0 trains asynchronously (verl's ``colocate_async``: generation goes on during the
+            update; no sample is more than K weight versions old, :func:`~agl.algorithms.verl.config.apply_staleness`),
+            as ``LocalGRPO``'s option of that name; 0 (the default) is verl's synchronous trainer. ``None``:
+            ``agentlightning.max_staleness`` of ``config``.
 
     Datasets are sequences of JSON-serialisable task inputs. The served model is published to the store as
     ``main_llm`` (a ``ProxyLLM``); agents must call it (only one LLM is optimised).
     """
 
-    def __init__(self, config: Mapping[str, Any] | Any | None = None, *, device: str = "cuda") -> None:
+    def __init__(
+        self,
+        config: Mapping[str, Any] | Any | None = None,
+        *,
+        device: str = "cuda",
+        max_staleness: int | None = None,
+    ) -> None:
         if device not in DEVICES:
             raise ValueError(f"VERL device must be one of {', '.join(DEVICES)}, got {device!r}")
+        given: Any = max_staleness  # checked, as callers pass what they parsed
+        if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given < 0):
+            raise ValueError(f"VERL max_staleness must be an integer >= 0, got {max_staleness!r}")
         self.config: Mapping[str, Any] | Any = config if config is not None else {}
         self.device = device
+        self.max_staleness = max_staleness
         self.composed: Any = None
         self._server: Any = None
 
@@ -142,7 +157,10 @@ class VERL(Algorithm):
             if self.device == "cpu"
             else {"ray_kwargs": {"ray_init": {"runtime_env": {"env_vars": verl_runtime_env()}}}}
         )
-        config = compose_config(merge(device, given or {}))
+        overrides = merge(device, given or {})
+        if self.max_staleness is not None:
+            overrides = merge(overrides, {"agentlightning": {"max_staleness": self.max_staleness}})
+        config = compose_config(overrides)
         if train_files is not None:
             config.data.train_files = train_files
         if val_files is not None:

@@ -1,15 +1,24 @@
-"""``AglPPOTrainerSync``: verl's V1 synchronous PPO trainer, wired to the store and the LLM proxy.
+"""verl's V1 PPO trainers wired to the store and the LLM proxy: ``agl_sync`` and ``agl_colocate_async``.
 
-Registered as ``trainer.v1.trainer_mode=agl_sync``; it then runs as verl's ``sync`` mode (verl compares
-``trainer_mode == "sync"`` literally: any other name would get the asynchronous replay buffer and the
-async-only checkpoint paths). What it adds to ``PPOTrainerSync``:
+:class:`AglPPOTrainerSync` is registered as ``trainer.v1.trainer_mode=agl_sync`` and runs as verl's ``sync``
+mode; :class:`AglPPOTrainerColocateAsync`, registered as ``agl_colocate_async`` (what
+``agentlightning.max_staleness`` > 0 selects, :func:`~agl.algorithms.verl.config.compose_config`), runs as
+verl's ``colocate_async``: generation goes on across steps, and the replay buffer drops a group submitted
+more than ``max_staleness + 1`` steps before the one that trains on it. verl compares ``trainer_mode`` with
+those names literally (the replay buffer, the async-only checkpoint paths), so each sets its own back.
 
-- ``on_init_end``: after verl's first weight sync, point the LLM proxy at vLLM's OpenAI servers
+What both add to verl's trainer (:class:`AglTrainerMixin`):
+
+- ``on_init_end``: after verl's first weight sync, point the LLM proxy at the inference servers
   (``llm_server_manager.get_addresses()``, served under the model's local path) and publish ``main_llm``
   (a ``ProxyLLM``) with the training sampling parameters;
 - ``on_validate_begin`` / ``on_validate_end``: publish the validation, then again the training, resource;
 - ``_compute_advantage``: with ``agentlightning.credit.mode`` other than ``final``, GRPO advantages from
   the per-token credited returns (:func:`credit_advantages`); ``final`` is verl's own computation.
+
+In the asynchronous mode vLLM aborts the calls in flight when a step's batch is complete; the LLM proxy sends
+such a call again, and vLLM holds it until generation resumes on the new weights
+(:func:`agl.proxy._upstream.was_aborted`), so each recorded call was served whole by one version.
 """
 
 from __future__ import annotations
@@ -19,14 +28,24 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer, register_trainer
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from .._json import is_dict
 from .bridge import TOKEN_RETURNS_KEY
+from .config import ASYNC_TRAINER_MODE, SYNC_TRAINER_MODE
 from .runtime import get_runtime, run_sync
 
-__all__ = ["AglPPOTrainerSync", "conversion_metrics", "credit_advantages", "session_keys_to_groups"]
+__all__ = [
+    "AglPPOTrainerColocateAsync",
+    "AglPPOTrainerSync",
+    "AglTrainerMixin",
+    "conversion_metrics",
+    "credit_advantages",
+    "session_keys_to_groups",
+]
+
 
 logger = logging.getLogger(__name__)
 
@@ -134,14 +153,9 @@ def probe_replica(base: str, model: str, prompt: str, *, chat: bool = False) -> 
     return {str(t["token"]): float(t["logprob"]) for t in top}
 
 
-@register_trainer("agl_sync")
-class AglPPOTrainerSync(PPOTrainerSync):
-    """See the module docstring."""
-
-    def _build_replay_buffer(self) -> Any:
-        # verl picks its replay buffer and async-only paths by comparing trainer_mode with "sync"
-        self.trainer_mode = "sync"
-        return super()._build_replay_buffer()
+class AglTrainerMixin(PPOTrainer):
+    """What the agl trainers add to verl's (see the module docstring); first in their bases, so its hooks
+    run, then verl's mode's own."""
 
     def _agl(self) -> Any:
         return self.config.get("agentlightning", {})
@@ -275,6 +289,25 @@ class AglPPOTrainerSync(PPOTrainerSync):
             advantages.abs().sum() / mask.sum().clamp(min=1)
         )
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
+
+
+@register_trainer(SYNC_TRAINER_MODE)
+class AglPPOTrainerSync(AglTrainerMixin, PPOTrainerSync):
+    """verl's ``sync`` trainer with the agl hooks (see the module docstring)."""
+
+    def _build_replay_buffer(self) -> Any:
+        # verl picks its replay buffer and async-only paths by comparing trainer_mode with "sync"
+        self.trainer_mode = "sync"
+        return super()._build_replay_buffer()
+
+
+@register_trainer(ASYNC_TRAINER_MODE)
+class AglPPOTrainerColocateAsync(AglTrainerMixin, PPOTrainerColocateAsync):
+    """verl's ``colocate_async`` trainer with the agl hooks (see the module docstring)."""
+
+    def _build_replay_buffer(self) -> Any:
+        self.trainer_mode = "colocate_async"  # as above: verl's names, compared literally
+        return super()._build_replay_buffer()
 
 
 def _transfer_queue() -> Any:
