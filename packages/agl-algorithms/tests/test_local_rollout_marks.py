@@ -4,8 +4,9 @@ their metadata and keep what was there: the asynchronous loop's drop once replac
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 from agl.algorithms.adapter.diagnosis import NO_TRAINING_DATA, NoDataReason, mark_no_data
 from agl.algorithms.local.async_loop import AsyncTraining, _Group
@@ -17,24 +18,10 @@ from agl.types import EnqueueRolloutRequest
 ORIGIN = {"origin": {"dataset": "calc", "row": 7}}
 
 
-@dataclass
-class _Server:
-    version: int = 3
-
-
-@dataclass
-class _Config:
-    max_staleness: int = 1
-    prompts_per_step: int = 1
-    n: int = 2
-
-
-@dataclass
-class _Learner:
-    """The part of the Learner protocol that dropping a group reads: the served weights' version."""
-
-    config: _Config = field(default_factory=_Config)
-    server: _Server = field(default_factory=_Server)
+def _learner(version: int) -> Any:
+    """The part of the Learner protocol that dropping a group reads: its config, the served weights' version."""
+    config = SimpleNamespace(max_staleness=1, prompts_per_step=1, n=2)
+    return SimpleNamespace(config=config, server=SimpleNamespace(version=version))
 
 
 async def _enqueued(store: InMemoryLightningStore, count: int) -> list[str]:
@@ -45,7 +32,7 @@ async def _enqueued(store: InMemoryLightningStore, count: int) -> list[str]:
 async def test_a_group_dropped_as_stale_keeps_its_rollouts_metadata() -> None:
     store = InMemoryLightningStore()
     ids = await _enqueued(store, 2)
-    loop = AsyncTraining(_Learner(), store, None, None, [], random.Random(0))  # pyright: ignore[reportArgumentType]
+    loop = AsyncTraining(_learner(3), store, None, None, [], random.Random(0))  # pyright: ignore[reportArgumentType]
     loop.groups[0] = _Group(version=0, rollout_ids=ids)
     loop.owner.update(dict.fromkeys(ids, 0))
     await loop._drop((GroupState(group_id=0, size=2),))

@@ -5,10 +5,7 @@ versions; K = 0 leaves the synchronous configuration exactly as it was. Pinned a
 from __future__ import annotations
 
 import functools
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -20,17 +17,7 @@ pytest.importorskip("transfer_queue")
 
 ROOT = Path(__file__).resolve().parents[3]
 MODEL = ROOT / "apps" / "calc_tiny" / "model"
-APP = ROOT / "apps" / "train_calc_x.py"
 FILES = {"data": {"train_files": "t.parquet", "val_files": "v.parquet"}}
-
-
-def _app() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("agl_test_train_calc_x_async", APP)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _composed(max_staleness: int | None, **config: Any) -> Any:
@@ -131,28 +118,6 @@ def test_verls_replay_buffer_keeps_exactly_the_groups_within_k_versions(
     buffer.finished_keys = {"train": set(groups)}
     dropped = buffer._stale_terminal_keys(trained_at, "train")
     assert dropped == {uid for uid, s in groups.items() if trained_at - s > staleness}
-
-
-def test_the_apps_max_staleness_and_correction_reach_verl(tmp_path: Path) -> None:
-    from agl.algorithms.verl.config import compose_config, validate
-    from calc_x.verl_run import verl_config
-
-    app = _app()
-    sync = verl_config(app.parse_args(["--algorithm", "verl"]), tmp_path)
-    assert sync["agentlightning"]["max_staleness"] == 0
-    assert sync["algorithm"]["rollout_correction"] == {"rollout_is": None}
-    asynchronous = verl_config(app.parse_args(["--algorithm", "verl", "--max-staleness", "2"]), tmp_path)
-    assert asynchronous["agentlightning"]["max_staleness"] == 2
-    correction = asynchronous["algorithm"]["rollout_correction"]
-    assert correction == {"rollout_is": "token", "rollout_is_threshold": 2.0, "bypass_mode": False}
-    tis = verl_config(
-        app.parse_args(["--algorithm", "verl", "--max-staleness", "1", "--correction", "tis"]), tmp_path
-    )
-    assert tis["algorithm"]["rollout_correction"]["bypass_mode"] is True
-    data = {**asynchronous["data"], "train_files": "t", "val_files": "v"}
-    config = compose_config(asynchronous | {"data": data})
-    assert config.trainer.v1.trainer_mode == "agl_colocate_async"
-    validate(config)
 
 
 def test_the_cpu_model_server_serves_verls_step_as_its_version() -> None:

@@ -31,6 +31,21 @@ def _records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _short_cpu_run(run_dir: Path, *flags: str) -> tuple[list[str], dict[str, str], str]:
+    """Run the app for 2 small steps on CPU into ``run_dir`` (the run must pass); its arguments, environment
+    and the end of its output."""
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TOKENIZERS_PARALLELISM": "false"}
+    args = ["--algorithm", "verl", "--device", "cpu", "--steps", "2", "--prompts-per-step", "4", "--n", "2"]
+    args += ["--val-size", "4", "--store", "memory", "--output-dir", str(run_dir), *flags]
+    done = subprocess.run(
+        [sys.executable, str(APP), *args], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env
+    )
+    tail = (done.stdout + done.stderr)[-6000:]
+    assert done.returncode == 0, tail
+    assert "steps: 2" in done.stdout and "validation accuracy:" in done.stdout, tail
+    return args, env, tail
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.skipif(not (MODEL / "config.json").exists(), reason="apps/calc_tiny/model not built")
@@ -38,17 +53,8 @@ def test_two_grpo_steps_through_verl_on_cpu_then_a_third_resumed_from_verls_chec
     tmp_path: Path,
 ) -> None:
     probe = tmp_path / "probe.jsonl"
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TOKENIZERS_PARALLELISM": "false"}
-    args = ["--algorithm", "verl", "--device", "cpu", "--steps", "2", "--prompts-per-step", "4", "--n", "2"]
-    args += ["--val-size", "4", "--store", "memory", "--output-dir", str(tmp_path / "run")]
-    args += ["--checkpoint-every", "1"]
-    args += ["--trace-level", "trajectory", "--credit", "turn-discount", "--verl-probe-file", str(probe)]
-    done = subprocess.run(
-        [sys.executable, str(APP), *args], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env
-    )
-    tail = (done.stdout + done.stderr)[-6000:]
-    assert done.returncode == 0, tail
-    assert "steps: 2" in done.stdout and "validation accuracy:" in done.stdout, tail
+    flags = ["--checkpoint-every", "1", "--trace-level", "trajectory", "--credit", "turn-discount"]
+    args, env, tail = _short_cpu_run(tmp_path / "run", *flags, "--verl-probe-file", str(probe))
 
     steps = [r for r in _records(tmp_path / "run" / "verl_metrics.jsonl") if "critic/score/mean" in r["data"]]
     assert [r["step"] for r in steps] == [1, 2], tail
@@ -93,16 +99,7 @@ def test_asynchronous_grpo_steps_through_verl_on_cpu_stay_within_the_staleness_b
     """``--max-staleness 1``: verl's colocate_async trainer under the agl hooks. Generation goes on across
     the update, the second step trains on samples one version behind (verl's own off-policy metrics, from
     the versions agl's model server stamped on each call), never more, with decoupled importance weights."""
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TOKENIZERS_PARALLELISM": "false"}
-    args = ["--algorithm", "verl", "--device", "cpu", "--steps", "2", "--prompts-per-step", "4", "--n", "2"]
-    args += ["--val-size", "4", "--store", "memory", "--output-dir", str(tmp_path / "run")]
-    args += ["--max-staleness", "1"]
-    done = subprocess.run(
-        [sys.executable, str(APP), *args], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env
-    )
-    tail = (done.stdout + done.stderr)[-6000:]
-    assert done.returncode == 0, tail
-    assert "steps: 2" in done.stdout and "validation accuracy:" in done.stdout, tail
+    _, _, tail = _short_cpu_run(tmp_path / "run", "--max-staleness", "1")
     steps = [r for r in _records(tmp_path / "run" / "verl_metrics.jsonl") if "critic/score/mean" in r["data"]]
     assert [r["step"] for r in steps] == [1, 2], tail
     staleness = [r["data"]["training/off_policy/trajectory_staleness/max"] for r in steps]

@@ -95,6 +95,28 @@ def test_validate_refuses_a_max_model_len_over_the_models_positions() -> None:
         validate(config)
 
 
+def test_the_apps_max_staleness_and_correction_reach_verl(tmp_path: Path) -> None:
+    from agl.algorithms.verl.config import compose_config, validate
+    from calc_x.verl_run import verl_config
+
+    app = _app()
+    sync = verl_config(app.parse_args(["--algorithm", "verl"]), tmp_path)
+    assert sync["agentlightning"]["max_staleness"] == 0
+    assert sync["algorithm"]["rollout_correction"] == {"rollout_is": None}
+    asynchronous = verl_config(app.parse_args(["--algorithm", "verl", "--max-staleness", "2"]), tmp_path)
+    assert asynchronous["agentlightning"]["max_staleness"] == 2
+    correction = asynchronous["algorithm"]["rollout_correction"]
+    assert correction == {"rollout_is": "token", "rollout_is_threshold": 2.0, "bypass_mode": False}
+    tis = verl_config(
+        app.parse_args(["--algorithm", "verl", "--max-staleness", "1", "--correction", "tis"]), tmp_path
+    )
+    assert tis["algorithm"]["rollout_correction"]["bypass_mode"] is True
+    data = {**asynchronous["data"], "train_files": "t", "val_files": "v"}
+    config = compose_config(asynchronous | {"data": data})
+    assert config.trainer.v1.trainer_mode == "agl_colocate_async"
+    validate(config)
+
+
 # -- 2. logprobs ----------------------------------------------------------------------------------
 
 

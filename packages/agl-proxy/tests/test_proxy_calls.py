@@ -400,23 +400,31 @@ async def test_no_nagle_stall_between_headers_and_body(
     assert statistics.median(totals) < 0.030, totals
 
 
+async def _one_call_to(backend: StandinBackend, store: InMemoryLightningStore, client: OpenAIClients) -> Any:
+    """One chat call through a proxy in front of ``backend``: ``(answer, its span, requests the backend got)``."""
+    with serve_standin(backend) as server:
+        rollout = await store.start_rollout(input={"q": 1})
+        async with running_proxy(store, server) as proxy:
+            llm = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id)
+            openai = client(base_url=llm.endpoint, api_key="unused")
+            answer = await openai.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "x"}]
+            )
+            [span] = await llm_spans(store, rollout, 1)
+        return answer, span, len(server.backend.requests)
+
+
 async def test_an_answer_the_backend_aborted_is_asked_for_again_and_only_the_whole_one_recorded(
     openai_client: OpenAIClients, store: InMemoryLightningStore
 ) -> None:
     """vLLM cuts a call off (``finish_reason`` ``"abort"``) when verl's asynchronous trainer pauses generation
     for a weight update; sent again, the call waits for the new weights and is served whole."""
     answers = iter([Reply("par", finish_reason="abort"), Reply("pa", finish_reason="abort"), Reply("whole")])
-    with serve_standin(StandinBackend(script=lambda body: next(answers))) as server:
-        rollout = await store.start_rollout(input={"q": 1})
-        async with running_proxy(store, server) as proxy:
-            llm = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id)
-            client = openai_client(base_url=llm.endpoint, api_key="unused")
-            resp = await client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "x"}]
-            )
-            assert resp.choices[0].message.content == "whole" and resp.choices[0].finish_reason == "stop"
-            [span] = await llm_spans(store, rollout, 1)
-        assert len(server.backend.requests) == 3
+    resp, span, sent = await _one_call_to(
+        StandinBackend(script=lambda body: next(answers)), store, openai_client
+    )
+    assert resp.choices[0].message.content == "whole" and resp.choices[0].finish_reason == "stop"
+    assert sent == 3
     assert span.attributes[L.RESPONSE_TOKEN_IDS.value] == token_ids("whole")
     assert span.attributes[G.RESPONSE_FINISH_REASONS.value] == ["stop"]
 
@@ -424,15 +432,8 @@ async def test_an_answer_the_backend_aborted_is_asked_for_again_and_only_the_who
 async def test_a_backend_that_keeps_aborting_gets_a_bounded_number_of_resends(
     openai_client: OpenAIClients, store: InMemoryLightningStore
 ) -> None:
-    with serve_standin(StandinBackend(script=lambda body: Reply("cut", finish_reason="abort"))) as server:
-        rollout = await store.start_rollout(input={"q": 1})
-        async with running_proxy(store, server) as proxy:
-            llm = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id)
-            client = openai_client(base_url=llm.endpoint, api_key="unused")
-            resp = await client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "x"}]
-            )
-            assert resp.choices[0].finish_reason == "abort"  # passed on as it is, and recorded so
-            [span] = await llm_spans(store, rollout, 1)
-        assert len(server.backend.requests) == 1 + ABORTED_RESENDS
+    backend = StandinBackend(script=lambda body: Reply("cut", finish_reason="abort"))
+    resp, span, sent = await _one_call_to(backend, store, openai_client)
+    assert resp.choices[0].finish_reason == "abort"  # passed on as it is, and recorded so
+    assert sent == 1 + ABORTED_RESENDS
     assert span.attributes[G.RESPONSE_FINISH_REASONS.value] == ["abort"]

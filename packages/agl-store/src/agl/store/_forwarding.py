@@ -26,6 +26,7 @@ from agl.types import (
 )
 from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, WorkerQuery
 
+from ._results import AttemptFinish
 from .base import FinishedAttempt, LightningStore, LightningStoreStatistics
 
 __all__ = ["ForwardingStore"]
@@ -86,14 +87,8 @@ class ForwardingStore(LightningStore):
     async def _update_attempt(self, rollout_id: str, attempt_id: str, changes: AttemptUpdate) -> Attempt:
         return await self._call("update_attempt", rollout_id, attempt_id, **changes)
 
-    async def _finish_attempt(
-        self,
-        rollout_id: str,
-        attempt_id: str,
-        spans: list[Span],
-        changes: AttemptUpdate,
-        claim_next_for: str | None,
-    ) -> FinishedAttempt:
+    async def _finish_attempt(self, finish: AttemptFinish) -> FinishedAttempt:
+        rollout_id, attempt_id, spans, changes, claim_next_for = finish
         return await self._call(
             "finish_attempt", rollout_id, attempt_id, spans, claim_next_for=claim_next_for, **changes
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from agl.types import Attempt, AttemptedRollout, ResourcesUpdate, Span
+from agl.types import Attempt, AttemptedRollout, AttemptUpdate, ResourcesUpdate, Span
 from typing_extensions import TypedDict
 
 __all__ = ["FinishedAttempt", "LightningStoreCapabilities", "LightningStoreStatistics"]
@@ -31,6 +31,17 @@ class LightningStoreStatistics(TypedDict, total=False):
     total_resources: int
     total_workers: int
     uptime: float
+
+
+class AttemptFinish(NamedTuple):
+    """The checked arguments of :meth:`LightningStore.finish_attempt`, as a backend's ``_finish_attempt`` gets them."""
+
+    rollout_id: str
+    attempt_id: str
+    spans: list[Span]
+    changes: AttemptUpdate
+    """The attempt's fields to write (the outcome: status, metadata...)."""
+    claim_next_for: str | None
 
 
 class FinishedAttempt(NamedTuple):

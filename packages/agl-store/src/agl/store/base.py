@@ -85,7 +85,7 @@ from ._checks import (
     spans_of,
 )
 from ._reference import DEPRECATED_QUERY_ALIASES, rollout_query_aliases
-from ._results import FinishedAttempt, LightningStoreCapabilities, LightningStoreStatistics
+from ._results import AttemptFinish, FinishedAttempt, LightningStoreCapabilities, LightningStoreStatistics
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -399,17 +399,12 @@ class LightningStore(ABC):
         CHECKS["add_spans_in_order"](self, spans)
         if claim_next_for is not None:
             check_id(claim_next_for, "claim_next_for")
-        return await self._finish_attempt(rollout_id, attempt_id, spans_of(spans), changes, claim_next_for)
+        return await self._finish_attempt(
+            AttemptFinish(rollout_id, attempt_id, spans_of(spans), changes, claim_next_for)
+        )
 
     @abstractmethod
-    async def _finish_attempt(
-        self,
-        rollout_id: str,
-        attempt_id: str,
-        spans: list[Span],
-        changes: AttemptUpdate,
-        claim_next_for: str | None,
-    ) -> FinishedAttempt:
+    async def _finish_attempt(self, finish: AttemptFinish) -> FinishedAttempt:
         """Backend of :meth:`finish_attempt`, given its checked arguments: the spans, then the outcome as
         :func:`~agl.store._rules.outcome_changes` decides it under the backend's lock (a check made before the
         write would race the watchdog), then :meth:`_claim_next`."""

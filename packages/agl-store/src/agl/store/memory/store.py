@@ -43,7 +43,7 @@ from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuer
 
 from .._checks import spans_of
 from .._notify import Waiter
-from .._results import FinishedAttempt
+from .._results import AttemptFinish, FinishedAttempt
 from .._rules import outcome_changes, sort_field
 from ..base import LightningStore, LightningStoreCapabilities, LightningStoreStatistics
 from ._cap import SPAN_BYTES, rollout_size
@@ -236,17 +236,10 @@ class InMemoryLightningStore(MemoryCore, LightningStore):
     async def _update_attempt(self, rollout_id: str, attempt_id: str, changes: AttemptUpdate) -> Attempt:
         return self._write_attempt(rollout_id, attempt_id, changes)
 
-    async def _finish_attempt(
-        self,
-        rollout_id: str,
-        attempt_id: str,
-        spans: list[Span],
-        changes: AttemptUpdate,
-        claim_next_for: str | None,
-    ) -> FinishedAttempt:
-        stored = await self.add_spans_in_order(spans) if spans else []
-        attempt = self._write_attempt(rollout_id, attempt_id, changes, outcome=True)
-        return FinishedAttempt(stored, attempt, await self._claim_next(claim_next_for))
+    async def _finish_attempt(self, finish: AttemptFinish) -> FinishedAttempt:
+        stored = await self.add_spans_in_order(finish.spans) if finish.spans else []
+        attempt = self._write_attempt(finish.rollout_id, finish.attempt_id, finish.changes, outcome=True)
+        return FinishedAttempt(stored, attempt, await self._claim_next(finish.claim_next_for))
 
     def _write_attempt(
         self, rollout_id: str, attempt_id: str, changes: AttemptUpdate, *, outcome: bool = False

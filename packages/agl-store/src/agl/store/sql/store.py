@@ -40,6 +40,7 @@ from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuer
 from pydantic import TypeAdapter
 
 from .._checks import spans_of
+from .._results import AttemptFinish
 from .._watchdog import ScanDebouncer
 from ..base import FinishedAttempt, LightningStore, LightningStoreCapabilities, LightningStoreStatistics
 from . import _coordination, _reads, _spans, _writelog, _writes
@@ -242,15 +243,9 @@ class SqlLightningStore(LightningStore):
         await self._watchdog()
         return await self._write(_writes.update_attempt, rollout_id, attempt_id, changes)
 
-    async def _finish_attempt(
-        self,
-        rollout_id: str,
-        attempt_id: str,
-        spans: list[Span],
-        changes: AttemptUpdate,
-        claim_next_for: str | None,
-    ) -> FinishedAttempt:
+    async def _finish_attempt(self, finish: AttemptFinish) -> FinishedAttempt:
         await self._watchdog()
+        rollout_id, attempt_id, spans, changes, claim_next_for = finish
         stored, attempt = await self._write(_finish_attempt, rollout_id, attempt_id, spans, changes)
         return FinishedAttempt(stored, attempt, await self._claim_next(claim_next_for))
 

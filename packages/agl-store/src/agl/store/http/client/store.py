@@ -37,6 +37,7 @@ from agl.types import (
 from agl.types.query import AttemptQuery, ResourcesQuery, RolloutQuery, SpanQuery, StoreQuery, WorkerQuery
 from pydantic import Discriminator, Tag, TypeAdapter
 
+from ..._results import AttemptFinish
 from ...base import FinishedAttempt, LightningStore, LightningStoreCapabilities, LightningStoreStatistics
 from .._models import (
     WAIT_COMPLETE_HEADER,
@@ -249,14 +250,8 @@ class LightningStoreClient(HttpTransport, LightningStore):
         path = f"/rollouts/{_q(rollout_id)}/attempts/{_q(attempt_id)}"
         return await self._call("update_attempt", "POST", path, _ATTEMPT, changes)
 
-    async def _finish_attempt(
-        self,
-        rollout_id: str,
-        attempt_id: str,
-        spans: list[Span],
-        changes: AttemptUpdate,
-        claim_next_for: str | None,
-    ) -> FinishedAttempt:
+    async def _finish_attempt(self, finish: AttemptFinish) -> FinishedAttempt:
+        rollout_id, attempt_id, spans, changes, claim_next_for = finish
         last = len(spans) - (len(spans) - 1) % _SPAN_BATCH - 1 if spans else 0
         stored = await self.add_spans_in_order(spans[:last]) if last else []  # all but the last batch
         batch = spans[last:]
