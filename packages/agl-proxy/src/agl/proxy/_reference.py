@@ -8,10 +8,11 @@ host)`` is recognised by its types.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
+
+from agl.types.caller import warn_at_caller
 
 if TYPE_CHECKING:
     from agl.store import LightningStore
@@ -30,13 +31,6 @@ CALLBACK_ALIASES = ("return_token_ids", "logprobs", "opentelemetry")
 """The reference's callback names: ask for token ids, ask for logprobs, record spans."""
 MIDDLEWARE_ALIASES = ("rollout_attempt", "stream_conversion", "message_inspection")
 """The reference's middleware names; the first two are what this proxy always does."""
-
-_STACK = 4  # warnings point at the caller of LLMProxy(...): warn ← helper ← __init__ ← caller
-
-
-def _warn(message: str, category: type[Warning] = UserWarning, *, depth: int = 0) -> None:
-    """Warn at the caller of ``LLMProxy(...)``; ``depth``: how many helpers more lie between."""
-    warnings.warn(message, category, stacklevel=_STACK + depth)
 
 
 @dataclass
@@ -95,10 +89,9 @@ def _map_litellm_config(options: ReferenceOptions, config: dict[str, Any]) -> No
     if model_list is not None:
         options.model_list = [dict(e) for e in cast("Sequence[Mapping[str, Any]]", model_list)]
     if config:
-        _warn(
+        warn_at_caller(
             f"LLMProxy(litellm_config=...): {', '.join(sorted(config))} ignored (this proxy is not LiteLLM's proxy "
             "server; only model_list, litellm_settings and router_settings apply)",
-            depth=1,
         )
     options.through_litellm = bool(options.litellm_settings or options.router_kwargs)
 
@@ -120,10 +113,9 @@ def _map_callbacks(options: ReferenceOptions, callbacks: Sequence[Any]) -> None:
     options.request_logprobs = "logprobs" in names
     options.through_litellm = options.through_litellm or bool(options.callbacks)
     if "opentelemetry" not in names:
-        _warn(
+        warn_at_caller(
             "LLMProxy(callbacks=...) without 'opentelemetry': this proxy records every call as a span "
             "all the same (its spans are not made by an OpenTelemetry callback)",
-            depth=1,
         )
 
 
@@ -136,10 +128,9 @@ def _map_middlewares(options: ReferenceOptions, middlewares: Sequence[Any]) -> N
                     "(or pass an ASGI middleware class, e.g. a starlette BaseHTTPMiddleware)"
                 )
             if middleware == "message_inspection":
-                _warn(
+                warn_at_caller(
                     "LLMProxy(middlewares=['message_inspection']) is not offered here: the recorded spans hold "
                     "every request and response",
-                    depth=1,
                 )
             continue  # rollout_attempt and stream_conversion: what this proxy always does
         if not callable(middleware):
@@ -152,7 +143,7 @@ def reference_launch(
 ) -> tuple[str, str | None, int | None]:
     """``(launch_mode, host, port)`` after the reference's launch options, warning about those without effect."""
     if launcher_args is not None:
-        _warn(
+        warn_at_caller(
             "LLMProxy(launcher_args=...) is deprecated: its host, port and launch_mode are used, the rest is "
             "ignored; pass host=, port=, launch_mode= instead",
             DeprecationWarning,
@@ -162,13 +153,15 @@ def reference_launch(
         launch_mode = str(getattr(launcher_args, "launch_mode", None) or launch_mode)
         num_workers = num_workers if num_workers is not None else getattr(launcher_args, "n_workers", None)
     if launch_mode == "mp":
-        _warn(
+        warn_at_caller(
             "LLMProxy(launch_mode='mp'): this proxy serves in a thread of this process instead (its spans do not "
             "go through OpenTelemetry, so it needs no process of its own); pass launch_mode='thread'"
         )
         launch_mode = "thread"
     if num_workers is not None and num_workers != 1:
-        _warn(f"LLMProxy(num_workers={num_workers}) has no effect here: one server answers every call")
+        warn_at_caller(
+            f"LLMProxy(num_workers={num_workers}) has no effect here: one server answers every call"
+        )
     return launch_mode, host, port
 
 
@@ -180,7 +173,7 @@ def reference_positional(
     port_first = isinstance(model_list, int) and not isinstance(model_list, bool)
     if not port_first and not (model_list is None and isinstance(store, (list, tuple))):
         return cast("Any", model_list), cast("Any", store), cast("Any", host), cast("Any", port)
-    _warn(
+    warn_at_caller(
         "LLMProxy(port, model_list, store, host) positionally is the reference's order; this LLMProxy's is "
         "(model_list, store, host, port): pass them by keyword (port=..., model_list=..., store=...)",
         DeprecationWarning,

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import copy
 import logging
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +13,7 @@ from agl.algorithms import Algorithm, Baseline, FastAlgorithm, SupportsAdapt, Su
 from agl.store import LightningStore
 from agl.tracer import Tracer
 from agl.types import Dataset, NamedResources
+from agl.types.caller import warn_at_caller
 from agl.types.env import SERVER_HOST, SERVER_PORT
 
 from ._bounds import check_at_least
@@ -255,33 +255,29 @@ def _renamed(old_name: str, old: Any, new_name: str, new: Any) -> Any:
     if old is None:
         return new
     if new is None:
-        warnings.warn(
+        warn_at_caller(
             f"Trainer({old_name}=...) is deprecated: use {new_name}=... (same meaning)",
             DeprecationWarning,
-            stacklevel=3,
         )
         return old
     if new is not old and new != old:
-        warnings.warn(
+        warn_at_caller(
             f"Trainer({old_name}=...) is deprecated and ignored because {new_name}=... is given",
             DeprecationWarning,
-            stacklevel=3,
         )
     return new
 
 
 def _check_dev_and_daemon(dev: bool, daemon: bool) -> None:
     if dev:
-        warnings.warn(
+        warn_at_caller(
             "Trainer(dev=True) is deprecated: call Trainer.dev(agent, ...) instead (fit() still fits)",
             DeprecationWarning,
-            stacklevel=3,
         )
     if not daemon:
-        warnings.warn(
+        warn_at_caller(
             "Trainer(daemon=False) has no effect here: runner processes always stop with the trainer",
             UserWarning,
-            stacklevel=3,
         )
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import TypeVar
+
+from agl.types.caller import warn_at_caller
 
 __all__ = ["DEPRECATED_QUERY_ALIASES", "rollout_query_aliases"]
 
@@ -26,10 +27,9 @@ def rollout_query_aliases(
     win when both are given), warning at the caller of ``query_rollouts`` when the old ones are used."""
     if status is None and rollout_ids is None:
         return status_in, rollout_id_in
-    warnings.warn(
+    warn_at_caller(
         "query_rollouts(status=, rollout_ids=) are deprecated: use status_in= and rollout_id_in=",
         DeprecationWarning,
-        stacklevel=3,
     )
     return (
         status_in if status_in is not None else status,

@@ -9,12 +9,11 @@ machine's memory, or bytes); the other options have no counterpart and warn once
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any
 
-__all__ = ["reference_memory_bound"]
+from agl.types.caller import warn_at_caller
 
-_STACK = 3  # warnings point at the caller of InMemoryLightningStore(...): helper ← __init__ ← caller
+__all__ = ["reference_memory_bound"]
 
 
 def _machine_memory_bytes() -> int:
@@ -37,11 +36,10 @@ def reference_memory_bound(
             raise ValueError(
                 f"eviction_memory_threshold must be a fraction of memory in (0, 1] or bytes, got {threshold!r}"
             )
-        warnings.warn(
+        warn_at_caller(
             f"InMemoryLightningStore(eviction_memory_threshold=...) bounds the store at {int(threshold)} bytes "
             "(max_bytes=): past it, whole finished rollouts are evicted, oldest first; pass max_bytes= instead",
             DeprecationWarning,
-            stacklevel=_STACK,
         )
         if max_bytes is None:
             max_bytes = int(threshold)
@@ -52,10 +50,9 @@ def reference_memory_bound(
     }
     for name, value in ignored.items():
         if value is not None:
-            warnings.warn(
+            warn_at_caller(
                 f"InMemoryLightningStore({name}=...) has no effect here: the store's bound is max_bytes= and its "
                 "figures are served at the store server's /metrics",
                 UserWarning,
-                stacklevel=_STACK,
             )
     return max_bytes

@@ -8,18 +8,13 @@ own and keeps its own Prometheus figures at ``/metrics``; each option is honoure
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
+
+from agl.types.caller import warn_at_caller
 
 __all__ = ["LAUNCH_MODES", "reference_launch"]
 
 LAUNCH_MODES = ("thread", "asyncio", "mp")
-
-_STACK = 4  # warnings point at the caller of LightningStoreServer(...): warn ← helper ← __init__ ← caller
-
-
-def _warn(message: str, category: type[Warning] = UserWarning) -> None:
-    warnings.warn(message, category, stacklevel=_STACK)
 
 
 def reference_launch(
@@ -35,7 +30,7 @@ def reference_launch(
     if launcher_args is not None:
         if host is not None or port is not None or launch_mode != "thread":
             raise ValueError("host, port and launch_mode cannot be given together with launcher_args")
-        _warn(
+        warn_at_caller(
             "LightningStoreServer(launcher_args=...) is deprecated: its host and port are used, the rest is "
             "ignored; pass host= and port= instead",
             DeprecationWarning,
@@ -46,17 +41,17 @@ def reference_launch(
     if launch_mode not in LAUNCH_MODES:
         raise ValueError(f"launch_mode must be one of {', '.join(LAUNCH_MODES)}, got {launch_mode!r}")
     if launch_mode == "mp":
-        _warn(
+        warn_at_caller(
             "LightningStoreServer(launch_mode='mp'): this server serves from a thread of this process instead "
             "(clients reach it the same way); `agl store` runs one in a process of its own"
         )
     if n_workers != 1:
-        _warn(
+        warn_at_caller(
             f"LightningStoreServer(n_workers={n_workers}) has no effect here: one server answers every call; "
             "`agl store --workers N` runs N worker processes"
         )
     if tracker is not None:
-        _warn(
+        warn_at_caller(
             "LightningStoreServer(tracker=...) has no effect here: the server keeps its own Prometheus figures "
             "at /metrics"
         )
