@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -102,12 +101,3 @@ async def rollout_result_to_spans(
         f"Rollout {rollout_id} returned a list mixing {kinds}; return only Span, SpanCoreFields or "
         "ReadableSpan objects"
     )
-
-
-def takes_keyword(function: Any, name: str) -> bool:
-    """Whether ``function`` accepts the keyword argument ``name`` (by name or through ``**kwargs``)."""
-    try:
-        parameters = inspect.signature(function).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, Literal, TypeVar, cast, overload
 
-__all__ = ["ComponentSpec", "build_component", "load_object"]
+__all__ = ["ComponentSpec", "build_component", "load_object", "takes_keyword"]
 
 T = TypeVar("T")
 
@@ -61,6 +61,15 @@ def _accepted_parameters(cls: type[Any]) -> set[str]:
         for name, p in params.items()
         if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     }
+
+
+def takes_keyword(function: Any, name: str) -> bool:
+    """Whether ``function`` accepts the keyword argument ``name`` (by name or through ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 def _instantiate(

@@ -31,7 +31,8 @@ from ._agent_call import run_sync_agent
 from ._bounds import check_at_least
 from ._claims import ClaimBudget, Claimed, ClaimGate, claim_loop
 from ._heartbeat import RunningAttempts, heartbeat_loop
-from ._results import record_returned_reward, rollout_result_to_spans, takes_keyword
+from ._results import record_returned_reward, rollout_result_to_spans
+from .build import takes_keyword
 from .errors import AttemptEnded
 from .events import ExecutionEvent
 from .hooks import Hook

@@ -419,17 +419,11 @@ class ModelServer(ServedModel):
             }
             return f"data: {json.dumps(payload)}\n\n"
 
-        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
-            return sse([{**choice, **extra}])
+        def choice(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+            return {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None, **extra}
 
-        first = {
-            "index": 0,
-            "delta": {"role": "assistant", "content": ""},
-            "finish_reason": None,
-            "logprobs": None,
-        }
         try:
+            first = choice({"role": "assistant", "content": ""})
             yield sse([first], **({"prompt_token_ids": prompt_ids} if want_ids else {}))
             generated: list[int] = []
             sent = ""
@@ -444,7 +438,7 @@ class ModelServer(ServedModel):
                 if want_logprobs:
                     extra["logprobs"] = {"content": [self._logprob_entry(token, logprob, None)]}
                 if delta_text or extra:
-                    yield chunk({"content": delta_text} if delta_text else {}, **extra)
+                    yield sse([choice({"content": delta_text} if delta_text else {}, **extra)])
             try:
                 result = future.result()
             except Exception as exc:  # report the failure in-band; the status line was already sent
@@ -454,10 +448,7 @@ class ModelServer(ServedModel):
             # the weights that made the answer, known once it is done: on the last chunks (a reader keeps the last)
             fingerprint = weights_fingerprint(result.model_version)
             delta, finish = _final_delta(result.text, result.finish_reason, sent)
-            yield sse(
-                [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
-                system_fingerprint=fingerprint,
-            )
+            yield sse([choice(delta, finish)], system_fingerprint=fingerprint)
             if include_usage:
                 usage = {
                     "prompt_tokens": len(prompt_ids),
