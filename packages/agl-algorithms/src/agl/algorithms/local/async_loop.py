@@ -28,6 +28,7 @@ from agl.store import LightningStore, annotate_rollout
 from agl.types import Dataset, Rollout, Span, Triplet
 
 from ._samples import batch_samples
+from ._step_clock import StepClock
 from .staleness import GroupPool, GroupState
 from .versions import rollout_weights_version
 
@@ -127,7 +128,7 @@ class AsyncTraining:
 
     async def step(self, step: int, validation: Callable[[], Awaitable[None]] | None) -> dict[str, Any]:
         """One update on the next batch of fresh complete groups; its metrics."""
-        t0, cpu0 = time.perf_counter(), self.algorithm.cpu_seconds()
+        clock = StepClock(self.algorithm.cpu_seconds)
         engine_before = await asyncio.to_thread(self._engine_stats)
         validating = asyncio.ensure_future(validation()) if validation is not None else None
         try:
@@ -137,7 +138,7 @@ class AsyncTraining:
                 validating.cancel()
             raise
         await self._refill()  # the runners generate the next batches while this one trains
-        t1, cpu1 = time.perf_counter(), self.algorithm.cpu_seconds()
+        clock.rollout_done()
         figures = await self._learn(batch_ids, step)
         waited = time.perf_counter()
         if validating is not None:
@@ -146,7 +147,7 @@ class AsyncTraining:
         if figures["samples"]:
             await asyncio.to_thread(self.algorithm.push_weights)
             await self._publish()
-        t2, cpu2 = time.perf_counter(), self.algorithm.cpu_seconds()
+        clock.update_done()
         engine = await asyncio.to_thread(self._engine_stats)
         generated = engine["generated_tokens"] - engine_before["generated_tokens"]
         return {
@@ -154,16 +155,11 @@ class AsyncTraining:
             **figures,
             "generated_tokens": generated,  # over the step, by every version of the weights served in it
             "generation_batches": engine["batches"] - engine_before["batches"],
-            "tokens_per_s": generated / max(t2 - t0, 1e-9),
+            "tokens_per_s": generated / max(clock.step_s, 1e-9),
             "dropped_groups": self.pool.dropped_groups,
             "dropped_samples": self.pool.dropped_samples,
-            "rollout_s": t1 - t0,
-            "update_s": t2 - t1,
+            **clock.figures(),
             "validation_wait_s": waited,
-            "step_s": t2 - t0,
-            "rollout_cpu_s": cpu1 - cpu0,
-            "update_cpu_s": cpu2 - cpu1,
-            "step_cpu_s": cpu2 - cpu0,
             "model_version": self.version,
         }
 

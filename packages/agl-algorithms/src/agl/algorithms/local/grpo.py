@@ -35,6 +35,7 @@ from . import lora as _lora
 from ._proxy import ServingProxy, serving_proxy
 from ._samples import batch_samples, pad_id
 from ._serving import ServedModel
+from ._step_clock import StepClock
 from ._threads import ThreadChoice, with_threads
 from .async_loop import AsyncTraining
 from .checkpoint import (
@@ -492,8 +493,7 @@ class LocalGRPO(Algorithm):
     ) -> dict[str, Any]:
 
         cfg = self.config
-        t0 = time.perf_counter()
-        cpu0 = self.cpu_seconds()
+        clock = StepClock(self.cpu_seconds)
         resources_id = await self.publish_llm(store, proxy, cfg.temperature, "train")
         picked = rng.sample(range(len(train_dataset)), cfg.prompts_per_step)
         tasks = [train_dataset[i] for i in picked for _ in range(cfg.n)]
@@ -507,8 +507,7 @@ class LocalGRPO(Algorithm):
             if validating is not None:
                 validating.cancel()
             raise
-        t1 = time.perf_counter()
-        cpu1 = self.cpu_seconds()
+        clock.rollout_done()
         engine_now = await asyncio.to_thread(lambda: self._serving.stats)
         engine = {
             k: engine_now[k] - engine_before[k]
@@ -531,8 +530,7 @@ class LocalGRPO(Algorithm):
         waited = time.perf_counter() - waited
         if samples:
             await asyncio.to_thread(self.push_weights)  # (the LoRA merge too: off the event loop)
-        t2 = time.perf_counter()
-        cpu2 = self.cpu_seconds()
+        clock.update_done()
         return {
             "step": step,
             **self.episode_metrics(rollouts, episodes),
@@ -544,18 +542,12 @@ class LocalGRPO(Algorithm):
             "generated_tokens": generated,
             "generation_batches": generation_batches,
             "generation_s": generation_s,
-            "tokens_per_s": generated / max(t1 - t0, 1e-9),
+            "tokens_per_s": generated / max(clock.rollout_s, 1e-9),
             **{f"engine_{k}": engine[k] for k in _ENGINE_COUNTERS},
-            "rollout_s": t1 - t0,
-            "update_s": t2 - t1,
+            # wall seconds, and CPU seconds of this whole process (every thread: runners, proxy, store, model
+            # server) and of the model server's process if it has one
+            **clock.figures(),
             "validation_wait_s": waited,
             "update_threads": threads,
-            "step_s": t2 - t0,
-            # CPU seconds of this whole process (every thread: runners, proxy, store, model server) and of
-            # the model server's process if it has one, in the step: a measure that the machine's other
-            # jobs inflate far less than wall time.
-            "rollout_cpu_s": cpu1 - cpu0,
-            "update_cpu_s": cpu2 - cpu1,
-            "step_cpu_s": cpu2 - cpu0,
             "model_version": self._serving.version,
         }
