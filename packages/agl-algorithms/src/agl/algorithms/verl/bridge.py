@@ -34,7 +34,7 @@ from agl.types import AglError, RolloutConfig, Span
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from ..credit import CreditAssignment
-from ..local.versions import call_weights_version
+from ..local.versions import span_weights_versions
 from .convert import ConversionStats, LoopSample, convert_rollout, turns_from_triplets
 from .dataset import read_task
 from .runtime import get_runtime
@@ -72,7 +72,7 @@ def recorded_versions(spans: Iterable[Span], submitted: int) -> tuple[int, int]:
     """The oldest and newest weight versions that served a rollout's calls, as recorded on their spans (agl's
     model server stamps each answer; see :mod:`agl.algorithms.local.versions`); ``submitted``, the version
     when its prompt was submitted, for both when no call recorded one (vLLM stamps none)."""
-    versions = [v for v in (call_weights_version(span) for span in spans) if v is not None]
+    versions = span_weights_versions(spans).values()
     return (min(versions), max(versions)) if versions else (submitted, submitted)
 
 

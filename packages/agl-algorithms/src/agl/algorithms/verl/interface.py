@@ -131,9 +131,10 @@ class VERL(Algorithm):
     ) -> None:
         if device not in DEVICES:
             raise ValueError(f"VERL device must be one of {', '.join(DEVICES)}, got {device!r}")
-        given: Any = max_staleness  # checked, as callers pass what they parsed
-        if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given < 0):
-            raise ValueError(f"VERL max_staleness must be an integer >= 0, got {max_staleness!r}")
+        if max_staleness is not None:
+            from .config import check_staleness
+
+            check_staleness(max_staleness, "VERL max_staleness")
         self.config: Mapping[str, Any] | Any = config if config is not None else {}
         self.device = device
         self.max_staleness = max_staleness
