@@ -116,13 +116,12 @@ def _grads(model: torch.nn.Module) -> list[torch.Tensor]:
     ]
 
 
-@pytest.mark.parametrize("correction", ["decoupled", "tis"])
-def test_one_step_loss_and_gradient_equal_the_formula(correction: Correction) -> None:
-    model = TinyLM()
-    samples = _samples(model)
-    reference = copy.deepcopy(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # the step leaves the weights: grads stay to read
-    stats = grpo_update(
+def _sgd_update(
+    model: torch.nn.Module, samples: list[Sample], correction: Correction, *, lr: float, **kwargs: Any
+) -> dict[str, float]:
+    """``grpo_update`` with plain SGD at ``lr``, no gradient clipping, and the test's clip and cap."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    return grpo_update(
         model,
         optimizer,
         samples,
@@ -131,7 +130,16 @@ def test_one_step_loss_and_gradient_equal_the_formula(correction: Correction) ->
         clip_eps=EPS,
         correction=correction,
         is_cap=CAP,
-    )  # parametrised literal
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("correction", ["decoupled", "tis"])
+def test_one_step_loss_and_gradient_equal_the_formula(correction: Correction) -> None:
+    model = TinyLM()
+    samples = _samples(model)
+    reference = copy.deepcopy(model)
+    stats = _sgd_update(model, samples, correction, lr=0.0)  # the step leaves the weights: grads stay to read
 
     prox = [_token_logprobs(reference, s.ids).detach() for s in samples]
     value, surrogate = _hand_loss(reference, samples, prox, correction)
@@ -159,26 +167,14 @@ def test_one_step_loss_and_gradient_equal_the_formula(correction: Correction) ->
 
 
 @pytest.mark.parametrize("correction", ["none", "decoupled", "tis"])
-def test_several_steps_follow_the_formula(correction: str) -> None:
+def test_several_steps_follow_the_formula(correction: Correction) -> None:
     """Two mini-batches, three epochs, plain SGD: every step's gradient is the formula's (the proximal policy
     stays the weights at the start of the update), so the weights end where hand-made SGD puts them."""
     lr, mini_batches, epochs = 0.5, 2, 3
     model = TinyLM(seed=1)
     samples = _samples(model)
     reference = copy.deepcopy(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    stats = grpo_update(
-        model,
-        optimizer,
-        samples,
-        pad_id=0,
-        max_grad_norm=1e9,
-        clip_eps=EPS,
-        mini_batches=mini_batches,
-        epochs=epochs,
-        correction=correction,  # pyright: ignore[reportArgumentType]  # parametrised literal
-        is_cap=CAP,
-    )
+    stats = _sgd_update(model, samples, correction, lr=lr, mini_batches=mini_batches, epochs=epochs)
 
     order = sorted(range(len(samples)), key=lambda i: len(samples[i].ids))
     chunks = [order[k::mini_batches] for k in range(mini_batches)]

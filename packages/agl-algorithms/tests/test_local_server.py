@@ -17,7 +17,6 @@ import httpx
 import torch
 from agl.algorithms.local import ModelServer, SamplingParams
 from agl.algorithms.local._chat import normalize_messages, parse_tool_calls, visible_prefix
-from agl.testing.tiny_model import build_tiny_model
 from openai import APIStatusError, AsyncOpenAI, OpenAI
 
 MODEL = "tiny"
@@ -29,11 +28,6 @@ TOOL = {
         "parameters": {"type": "object", "properties": {}},
     },
 }
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"))
 
 
 @pytest.fixture(scope="module")

@@ -22,16 +22,10 @@ import torch
 from agl.algorithms.local import ModelServer, load_model
 from agl.algorithms.local.server_process import ModelServerProcess
 from agl.testing.processes import alive
-from agl.testing.tiny_model import build_tiny_model
 from openai import OpenAI
 
 MODEL = "tiny"
 QUESTIONS = ["What is 12 + 30?", "What is 7 * 6?", "Say something."]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"))
 
 
 @pytest.fixture(scope="module")

@@ -24,16 +24,10 @@ import torch
 from agl.algorithms.local import GenerationEngine, ModelServer, SamplingParams, load_model
 from agl.algorithms.local.server import safetensors_torch
 from agl.algorithms.local.server_process import ModelServerProcess
-from agl.testing.tiny_model import build_tiny_model
 
 MODEL = "tiny"
 TOKEN = "s3cret-admin-token"
 PROMPT = "What is 12 + 30?"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny"))
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -158,25 +157,16 @@ def test_multi_feeds_a_backend_written_to_the_reference_interface() -> None:
     seen: list[tuple[object, ...]] = []
 
     class Recording(agl.MetricsBackend):
-        """A user's backend as the reference has them: the four public methods overridden."""
+        """A user's backend as the reference has them: public methods overridden, left unannotated as in user
+        code (a type checker takes the parameters' types from ``agl.MetricsBackend``)."""
 
-        def register_counter(
-            self, name: str, label_names: Sequence[str] | None = None, group_level: int | None = None
-        ) -> None:
+        def register_counter(self, name, label_names=None, group_level=None):
             seen.append(("counter", name, tuple(label_names or ())))
 
-        def register_histogram(
-            self,
-            name: str,
-            label_names: Sequence[str] | None = None,
-            buckets: Sequence[float] | None = None,
-            group_level: int | None = None,
-        ) -> None:
+        def register_histogram(self, name, label_names=None, buckets=None, group_level=None):
             seen.append(("histogram", name, tuple(buckets or ())))
 
-        async def inc_counter(
-            self, name: str, amount: float = 1.0, labels: Mapping[str, str] | None = None
-        ) -> None:
+        async def inc_counter(self, name, amount=1.0, labels=None):
             seen.append(("inc", name, amount))
 
     backend = agl.MultiMetricsBackend([Recording()])

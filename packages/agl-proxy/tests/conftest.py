@@ -1,13 +1,16 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import openai
 import pytest
-from agl.store import InMemoryLightningStore
+from agl.proxy import LLMProxy
+from agl.store import InMemoryLightningStore, LightningStore
 from agl.testing.openai_standin import StandinServer, serve_standin
-from agl.testing.proxy import OpenAIClients
+from agl.testing.proxy import OpenAIClients, running_proxy
+from agl.types import AttemptedRollout
 
 
 @pytest.fixture
@@ -38,3 +41,35 @@ async def openai_client() -> AsyncIterator[OpenAIClients]:
     yield make
     for client in made:
         await client.close()
+
+
+@pytest.fixture
+def attempt_client(openai_client: OpenAIClients) -> OpenAIClients:
+    """Makes ``openai_client`` clients whose calls ``proxy`` records under ``rollout``'s attempt:
+    ``attempt_client(proxy, rollout, **client_kwargs)`` (``api_key`` defaults to ``"x"``)."""
+
+    def make(proxy: LLMProxy, rollout: AttemptedRollout, **kwargs: Any) -> openai.AsyncOpenAI:
+        llm = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id)
+        return openai_client(base_url=llm.endpoint, **{"api_key": "x", **kwargs})
+
+    return make
+
+
+@pytest.fixture
+def proxied_attempt(
+    attempt_client: OpenAIClients,
+) -> Callable[
+    ..., contextlib.AbstractAsyncContextManager[tuple[AttemptedRollout, LLMProxy, openai.AsyncOpenAI]]
+]:
+    """``async with proxied_attempt(store, *servers, **proxy_kwargs) as (rollout, proxy, client)``: a new
+    rollout of ``store``, a proxy running in front of ``servers``, and an ``attempt_client`` for the rollout."""
+
+    @contextlib.asynccontextmanager
+    async def run(
+        store: LightningStore, *servers: StandinServer, **proxy_kwargs: Any
+    ) -> AsyncIterator[tuple[AttemptedRollout, LLMProxy, openai.AsyncOpenAI]]:
+        rollout = await store.start_rollout(input=None)
+        async with running_proxy(store, *servers, **proxy_kwargs) as proxy:
+            yield rollout, proxy, attempt_client(proxy, rollout)
+
+    return run

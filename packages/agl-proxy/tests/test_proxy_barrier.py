@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import openai
 import pytest
+from agl.proxy import LLMProxy
 from agl.store import InMemoryLightningStore, LightningStore, SqlLightningStore
 from agl.testing.openai_standin import StandinServer
 from agl.testing.proxy import OpenAIClients, running_proxy
+from agl.types import AttemptedRollout
 from agl.types.semconv import AGL_LLM_CALL
+from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionMessageParam
+
+ProxiedAttempt = Callable[..., AbstractAsyncContextManager[tuple[AttemptedRollout, LLMProxy, AsyncOpenAI]]]
+"""The type of the ``proxied_attempt`` fixture (conftest.py)."""
 
 
 async def _call_spans(store: LightningStore, rollout_id: str) -> int:
@@ -20,7 +28,7 @@ async def _call_spans(store: LightningStore, rollout_id: str) -> int:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 async def test_the_span_is_stored_when_the_client_has_the_answer(
-    openai_client: OpenAIClients, standin: StandinServer, tmp_path: Path, stream: bool
+    attempt_client: OpenAIClients, standin: StandinServer, tmp_path: Path, stream: bool
 ) -> None:
     store = SqlLightningStore(f"sqlite:///{tmp_path / 'store.db'}")
     rollouts = [await store.start_rollout(input=i) for i in range(16)]
@@ -29,8 +37,7 @@ async def test_the_span_is_stored_when_the_client_has_the_answer(
 
             async def agent(index: int) -> None:
                 rollout = rollouts[index]
-                llm = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id)
-                client = openai_client(base_url=llm.endpoint, api_key="x")
+                client = attempt_client(proxy, rollout)
                 for turn in range(3):
                     messages: list[ChatCompletionMessageParam] = [
                         {"role": "user", "content": f"agent {index} turn {turn}"}
@@ -53,14 +60,10 @@ async def test_the_span_is_stored_when_the_client_has_the_answer(
 
 
 async def test_a_call_for_an_unknown_rollout_costs_only_its_own_span(
-    openai_client: OpenAIClients, standin: StandinServer
+    openai_client: OpenAIClients, proxied_attempt: ProxiedAttempt, standin: StandinServer
 ) -> None:
     store = InMemoryLightningStore()
-    rollout = await store.start_rollout(input=None)
-    async with running_proxy(store, standin) as proxy:
-        good = openai_client(
-            base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint, api_key="x"
-        )
+    async with proxied_attempt(store, standin) as (rollout, proxy, good):
         bad = openai_client(base_url=proxy.as_resource("ro-unknown", "at-unknown").endpoint, api_key="x")
 
         async def call(client: openai.AsyncOpenAI, i: int) -> str | None:

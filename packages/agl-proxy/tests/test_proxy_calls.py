@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any, cast
 
 import httpx
@@ -23,10 +25,15 @@ from agl.testing.openai_standin import (
     token_logprob,
 )
 from agl.testing.proxy import OpenAIClients, llm_spans, model_list, running_proxy
-from agl.types import LLM, ProxyLLM
+from agl.types import LLM, AttemptedRollout, ProxyLLM
 from agl.types.semconv import GenAIAttributes as G
 from agl.types.semconv import LLMCallAttributes as L
+from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+
+ProxiedAttempt = Callable[..., AbstractAsyncContextManager[tuple[AttemptedRollout, LLMProxy, AsyncOpenAI]]]
+"""The type of the ``proxied_attempt`` fixture (conftest.py)."""
+
 
 WEATHER_TOOL: ChatCompletionToolParam = {
     "type": "function",
@@ -39,12 +46,11 @@ WEATHER_TOOL: ChatCompletionToolParam = {
 
 
 async def test_chat_call_is_answered_and_recorded_with_token_ids(
-    openai_client: OpenAIClients, store: InMemoryLightningStore, standin: StandinServer
+    attempt_client: OpenAIClients, store: InMemoryLightningStore, standin: StandinServer
 ) -> None:
     rollout = await store.start_rollout(input={"q": 1})
     async with running_proxy(store, standin) as proxy:
-        llm = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id)
-        client = openai_client(base_url=llm.endpoint, api_key="unused")
+        client = attempt_client(proxy, rollout, api_key="unused")
         messages: list[ChatCompletionMessageParam] = [
             {"role": "system", "content": "be brief"},
             {"role": "user", "content": "hello"},
@@ -78,18 +84,13 @@ async def test_chat_call_is_answered_and_recorded_with_token_ids(
 
 
 async def test_tool_calls_and_logprobs_are_recorded(
-    openai_client: OpenAIClients, store: InMemoryLightningStore
+    proxied_attempt: ProxiedAttempt, store: InMemoryLightningStore
 ) -> None:
     backend = StandinBackend(
         script=lambda req: Reply(tool_calls=[ToolCall("get_weather", {"city": "Paris"})])
     )
     with serve_standin(backend) as server:
-        rollout = await store.start_rollout(input=None)
-        async with running_proxy(store, server, request_logprobs=True) as proxy:
-            client = openai_client(
-                base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint,
-                api_key="x",
-            )
+        async with proxied_attempt(store, server, request_logprobs=True) as (rollout, _, client):
             resp = await client.chat.completions.create(
                 model="m",
                 messages=[{"role": "user", "content": "weather in Paris?"}],
@@ -112,13 +113,9 @@ async def test_tool_calls_and_logprobs_are_recorded(
 
 
 async def test_text_completions_are_recorded(
-    openai_client: OpenAIClients, store: InMemoryLightningStore, standin: StandinServer
+    proxied_attempt: ProxiedAttempt, store: InMemoryLightningStore, standin: StandinServer
 ) -> None:
-    rollout = await store.start_rollout(input=None)
-    async with running_proxy(store, standin) as proxy:
-        client = openai_client(
-            base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint, api_key="x"
-        )
+    async with proxied_attempt(store, standin) as (rollout, _, client):
         resp = await client.completions.create(model="m", prompt="2+2=", logprobs=1)
         [span] = await llm_spans(store, rollout, 1)
     assert resp.choices[0].text == "echo: 2+2="
@@ -131,13 +128,9 @@ async def test_text_completions_are_recorded(
 
 
 async def test_sequential_calls_get_increasing_sequence_ids(
-    openai_client: OpenAIClients, store: InMemoryLightningStore, standin: StandinServer
+    proxied_attempt: ProxiedAttempt, store: InMemoryLightningStore, standin: StandinServer
 ) -> None:
-    rollout = await store.start_rollout(input=None)
-    async with running_proxy(store, standin) as proxy:
-        client = openai_client(
-            base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint, api_key="x"
-        )
+    async with proxied_attempt(store, standin) as (rollout, _, client):
         for i in range(3):
             await client.chat.completions.create(
                 model="m", messages=[{"role": "user", "content": f"turn {i}"}]
@@ -290,13 +283,9 @@ async def test_deployments_sharing_a_name_are_load_balanced(
 
 
 async def test_litellm_route_records_token_ids(
-    openai_client: OpenAIClients, store: InMemoryLightningStore, standin: StandinServer
+    proxied_attempt: ProxiedAttempt, store: InMemoryLightningStore, standin: StandinServer
 ) -> None:
-    rollout = await store.start_rollout(input=None)
-    async with running_proxy(store, standin, direct_forwarding=False) as proxy:
-        client = openai_client(
-            base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint, api_key="x"
-        )
+    async with proxied_attempt(store, standin, direct_forwarding=False) as (rollout, _, client):
         resp = await client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "via litellm"}]
         )
@@ -354,13 +343,9 @@ async def test_configuration_errors_are_clear(store: InMemoryLightningStore) -> 
 
 
 async def test_asyncio_launch_mode_serves_on_the_callers_loop(
-    openai_client: OpenAIClients, store: InMemoryLightningStore, standin: StandinServer
+    proxied_attempt: ProxiedAttempt, store: InMemoryLightningStore, standin: StandinServer
 ) -> None:
-    rollout = await store.start_rollout(input=None)
-    async with running_proxy(store, standin, launch_mode="asyncio") as proxy:
-        client = openai_client(
-            base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint, api_key="x"
-        )
+    async with proxied_attempt(store, standin, launch_mode="asyncio") as (rollout, proxy, client):
         await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
         await proxy.flush()
         spans = await llm_spans(store, rollout, 1)

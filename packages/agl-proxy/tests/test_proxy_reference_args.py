@@ -127,7 +127,7 @@ def _recorder_class() -> tuple[type, list[str]]:
 
 
 async def test_retries_callbacks_and_middlewares_act_on_calls(
-    store: InMemoryLightningStore, openai_client: OpenAIClients
+    store: InMemoryLightningStore, attempt_client: OpenAIClients
 ) -> None:
     recorder, seen = _recorder_class()
     backend = FlakyBackend()
@@ -142,8 +142,7 @@ async def test_retries_callbacks_and_middlewares_act_on_calls(
         await proxy.start()
         try:
             rollout = await store.start_rollout(input=None)
-            endpoint = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint
-            client = openai_client(base_url=endpoint, api_key="x", max_retries=0)
+            client = attempt_client(proxy, rollout, max_retries=0)
             raw = await client.chat.completions.with_raw_response.create(
                 model="m", messages=[{"role": "user", "content": "hi"}]
             )

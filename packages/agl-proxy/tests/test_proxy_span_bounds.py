@@ -33,7 +33,7 @@ async def store_server() -> AsyncIterator[LightningStoreServer]:
 
 
 async def test_a_call_larger_than_the_stores_request_cap_is_recorded_cut_to_fit(
-    openai_client: OpenAIClients, standin: StandinServer, store_server: LightningStoreServer
+    attempt_client: OpenAIClients, standin: StandinServer, store_server: LightningStoreServer
 ) -> None:
     """Issue 27 defect 8: a ~5 MB prompt of quotes (escaped twice in the span's JSON) echoed back makes a span
     over the store server's 64 MiB cap; it used to be dropped while the agent got a 200."""
@@ -42,8 +42,7 @@ async def test_a_call_larger_than_the_stores_request_cap_is_recorded_cut_to_fit(
     try:
         rollout = await store.start_rollout(input=None)
         async with running_proxy(store, standin) as proxy:
-            llm = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id)
-            client = openai_client(base_url=llm.endpoint, api_key="x", max_retries=0, timeout=120)
+            client = attempt_client(proxy, rollout, max_retries=0, timeout=120)
             reply = await client.chat.completions.create(
                 model="m", messages=[{"role": "user", "content": prompt}]
             )
@@ -67,14 +66,13 @@ async def test_a_call_larger_than_the_stores_request_cap_is_recorded_cut_to_fit(
 
 
 async def test_a_small_call_is_recorded_whole(
-    openai_client: OpenAIClients, standin: StandinServer, store_server: LightningStoreServer
+    attempt_client: OpenAIClients, standin: StandinServer, store_server: LightningStoreServer
 ) -> None:
     store = LightningStoreClient(store_server.endpoint)
     try:
         rollout = await store.start_rollout(input=None)
         async with running_proxy(store, standin) as proxy:
-            llm = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id)
-            client = openai_client(base_url=llm.endpoint, api_key="x")
+            client = attempt_client(proxy, rollout)
             await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
         (span,) = (await store.query_spans(rollout.rollout_id, name=AGL_LLM_CALL)).items
         call = LLMCall.from_attributes(span.attributes, strict=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any, cast
 
 import httpx
@@ -22,19 +24,20 @@ from agl.testing.openai_standin import (
     token_logprob,
 )
 from agl.testing.proxy import OpenAIClients, llm_spans, running_proxy
+from agl.types import AttemptedRollout
 from agl.types.semconv import GenAIAttributes as G
 from agl.types.semconv import LLMCallAttributes as L
+from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionMessageParam
+
+ProxiedAttempt = Callable[..., AbstractAsyncContextManager[tuple[AttemptedRollout, LLMProxy, AsyncOpenAI]]]
+"""The type of the ``proxied_attempt`` fixture (conftest.py)."""
 
 
 async def test_stream_is_relayed_and_recorded_whole(
-    openai_client: OpenAIClients, store: InMemoryLightningStore, standin: StandinServer
+    proxied_attempt: ProxiedAttempt, store: InMemoryLightningStore, standin: StandinServer
 ) -> None:
-    rollout = await store.start_rollout(input=None)
-    async with running_proxy(store, standin, request_logprobs=True) as proxy:
-        client = openai_client(
-            base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint, api_key="x"
-        )
+    async with proxied_attempt(store, standin, request_logprobs=True) as (rollout, _, client):
         messages: list[ChatCompletionMessageParam] = [
             {"role": "user", "content": "a fairly long question to stream back"}
         ]
@@ -53,18 +56,13 @@ async def test_stream_is_relayed_and_recorded_whole(
 
 
 async def test_streamed_tool_calls_are_assembled(
-    openai_client: OpenAIClients, store: InMemoryLightningStore
+    proxied_attempt: ProxiedAttempt, store: InMemoryLightningStore
 ) -> None:
     reply = Reply(
         content="let me check", tool_calls=[ToolCall("lookup", {"q": "x" * 50}), ToolCall("add", {"a": 1})]
     )
     with serve_standin(StandinBackend(script=lambda req: reply)) as server:
-        rollout = await store.start_rollout(input=None)
-        async with running_proxy(store, server) as proxy:
-            client = openai_client(
-                base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint,
-                api_key="x",
-            )
+        async with proxied_attempt(store, server) as (rollout, _, client):
             stream = await client.chat.completions.create(
                 model="m", messages=[{"role": "user", "content": "go"}], stream=True
             )
@@ -157,17 +155,13 @@ async def _task_count(proxy: LLMProxy) -> int:
 
 
 async def test_32_concurrent_streams_each_get_a_complete_span(
-    openai_client: OpenAIClients, store: InMemoryLightningStore
+    attempt_client: OpenAIClients, store: InMemoryLightningStore
 ) -> None:
     backend = StandinBackend(chunk_size=3, chunk_delay_s=0.001)
     with serve_standin(backend) as server:
         rollout = await store.start_rollout(input=None)
         async with running_proxy(store, server) as proxy:
-            client = openai_client(
-                base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint,
-                api_key="x",
-                max_retries=0,
-            )
+            client = attempt_client(proxy, rollout, max_retries=0)
 
             async def one(i: int) -> str:
                 stream = await client.chat.completions.create(
@@ -191,13 +185,9 @@ async def test_32_concurrent_streams_each_get_a_complete_span(
 
 
 async def test_litellm_route_streams_too(
-    openai_client: OpenAIClients, store: InMemoryLightningStore, standin: StandinServer
+    proxied_attempt: ProxiedAttempt, store: InMemoryLightningStore, standin: StandinServer
 ) -> None:
-    rollout = await store.start_rollout(input=None)
-    async with running_proxy(store, standin, direct_forwarding=False) as proxy:
-        client = openai_client(
-            base_url=proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id).endpoint, api_key="x"
-        )
+    async with proxied_attempt(store, standin, direct_forwarding=False) as (rollout, _, client):
         stream = await client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "s"}], stream=True
         )

@@ -6,6 +6,7 @@ import inspect
 import keyword
 import logging
 import pickle
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -48,37 +49,36 @@ def rule_accepts(params: list[inspect.Parameter], kind: str) -> bool:
     return all(p.name in INJECTABLE or p.default is not inspect.Parameter.empty for p in params[1:])
 
 
-@given(param_specs)
-def test_llm_rollout_signature_rule(spec: list[tuple[str, bool]]) -> None:
+def check_signature_rule(
+    decorator: Callable[[Any], Any],
+    spec: list[tuple[str, bool]],
+    kinds: tuple[str, ...],
+    error: type[Exception],
+) -> None:
+    """``decorator`` accepts a function of ``spec``'s signature exactly when ``rule_accepts`` it for one of
+    ``kinds``; otherwise it raises ``error``."""
     params = build_params(spec)
     func = make_function(params)
-    if rule_accepts(params, "llm"):
-        assert isinstance(llm_rollout(func), FunctionalLitAgent)
+    if any(rule_accepts(params, kind) for kind in kinds):
+        assert isinstance(decorator(func), FunctionalLitAgent)
     else:
-        with pytest.raises(ValueError):
-            llm_rollout(func)
+        with pytest.raises(error):
+            decorator(func)
+
+
+@given(param_specs)
+def test_llm_rollout_signature_rule(spec: list[tuple[str, bool]]) -> None:
+    check_signature_rule(llm_rollout, spec, ("llm",), ValueError)
 
 
 @given(param_specs)
 def test_prompt_rollout_signature_rule(spec: list[tuple[str, bool]]) -> None:
-    params = build_params(spec)
-    func = make_function(params)
-    if rule_accepts(params, "prompt_template"):
-        assert isinstance(prompt_rollout(func), FunctionalLitAgent)
-    else:
-        with pytest.raises(ValueError):
-            prompt_rollout(func)
+    check_signature_rule(prompt_rollout, spec, ("prompt_template",), ValueError)
 
 
 @given(param_specs)
 def test_rollout_accepts_exactly_what_either_form_accepts(spec: list[tuple[str, bool]]) -> None:
-    params = build_params(spec)
-    func = make_function(params)
-    if rule_accepts(params, "llm") or rule_accepts(params, "prompt_template"):
-        assert isinstance(rollout(func), FunctionalLitAgent)
-    else:
-        with pytest.raises(NotImplementedError):
-            rollout(func)
+    check_signature_rule(rollout, spec, ("llm", "prompt_template"), NotImplementedError)
 
 
 @given(

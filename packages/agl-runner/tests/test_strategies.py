@@ -211,6 +211,17 @@ def test_cs_main_process_runner_needs_one_runner_and_both_roles() -> None:
         ClientServerExecutionStrategy(main_process="neither")  # pyright: ignore[reportArgumentType]
 
 
+async def _run_until_shown(monitor: ProgressMonitor, stream: io.StringIO, text: str) -> None:
+    """Runs ``monitor`` until ``text`` is in ``stream`` (10 s at most), then cancels it."""
+    task = asyncio.create_task(monitor.run())
+    deadline = time.monotonic() + 10
+    while text not in stream.getvalue() and time.monotonic() < deadline:  # noqa: ASYNC110  # polls a StringIO
+        await asyncio.sleep(0.02)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 async def test_progress_monitor_counts_and_renders() -> None:
     store = InMemoryLightningStore()
     await store.add_resources(RESOURCES)
@@ -238,13 +249,7 @@ async def test_progress_monitor_counts_and_renders() -> None:
         2,
     )
     assert snapshot.mean_reward == 0.5
-    task = asyncio.create_task(monitor.run())
-    deadline = time.monotonic() + 10
-    while "3/5" not in stream.getvalue() and time.monotonic() < deadline:  # noqa: ASYNC110  # polls a StringIO
-        await asyncio.sleep(0.02)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await _run_until_shown(monitor, stream, "3/5")
     assert "3/5" in stream.getvalue() and "reward 0.500" in stream.getvalue()
     assert "mean reward 0.5000" in snapshot.describe()
 
@@ -254,13 +259,7 @@ async def test_progress_lines_without_a_terminal() -> None:
     await store.enqueue_rollout(input=1)
     stream = io.StringIO()
     monitor = ProgressMonitor(store, tty=False, stream=stream, log_interval=0.01)
-    task = asyncio.create_task(monitor.run())
-    deadline = time.monotonic() + 10
-    while "0/1 rollouts done" not in stream.getvalue() and time.monotonic() < deadline:  # noqa: ASYNC110
-        await asyncio.sleep(0.02)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await _run_until_shown(monitor, stream, "0/1 rollouts done")
     assert "0/1 rollouts done" in stream.getvalue() and "1 queued" in stream.getvalue()
     assert "rollouts finished:" in stream.getvalue()
 

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,24 +68,35 @@ def test_backend_passwords_are_not_printed() -> None:
     assert _redact("sqlite:///tmp/x.db") == "sqlite:///tmp/x.db"
 
 
+def _use_then_stop(
+    proc: subprocess.Popen[str],
+    address: str,
+    use: Callable[[LightningStoreClient], Awaitable[object]],
+    **client_kwargs: Any,
+) -> None:
+    """Runs ``use`` with a client of the store ``proc`` serves at ``address``, then stops ``proc``, which must
+    exit cleanly."""
+
+    async def main() -> None:
+        client = LightningStoreClient(address, **client_kwargs)
+        try:
+            await use(client)
+        finally:
+            await client.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        code, _, err = _stop(proc)
+    assert code == 0, err
+
+
 def test_token_from_the_environment(tmp_path: Path) -> None:
     proc, address, banner = _launch(
         "--port", "0", "--backend", f"sqlite:///{tmp_path / 's.db'}", env={"AGL_STORE_TOKEN": "env-tok"}
     )
     assert "sqlite:///" in banner and "bearer token required" in banner
-    try:
-
-        async def use() -> None:
-            client = LightningStoreClient(address, token="env-tok")
-            try:
-                await client.enqueue_rollout(1)
-            finally:
-                await client.close()
-
-        asyncio.run(use())
-    finally:
-        code, _, err = _stop(proc)
-    assert code == 0, err
+    _use_then_stop(proc, address, lambda client: client.enqueue_rollout(1), token="env-tok")
 
 
 async def _workload(client: LightningStoreClient, acked: dict[str, Any], index: int) -> None:
@@ -141,51 +153,38 @@ def test_kill_9_mid_workload_loses_nothing_acknowledged(tmp_path: Path) -> None:
     assert len(acked["rollouts"]) >= 40
 
     proc, address, _ = _launch("--port", port, "--backend", backend, "--watchdog-interval", "0")
-    try:
 
-        async def verify() -> None:
-            client = LightningStoreClient(address)
-            try:
-                found = {
-                    r.rollout_id: r
-                    for r in await client.query_rollouts(rollout_id_in=list(acked["rollouts"]))
-                }
-                assert set(found) == set(acked["rollouts"]), "acknowledged rollouts lost"
-                for rid, status in acked["rollouts"].items():
-                    if status == "succeeded":
-                        assert found[rid].status == "succeeded"
-                    if status == "finishing":  # either the write landed or the attempt times out
-                        assert found[rid].status in ("succeeded", "running", "requeuing", "failed"), found[
-                            rid
-                        ]
-                for rid, aid in acked["attempts"].items():
-                    attempts = await client.query_attempts(rid)
-                    assert aid in {a.attempt_id for a in attempts}
-                for rid, span_id in acked["spans"]:
-                    assert (await client.query_spans(rid, span_id=span_id)).total == 1
-                for resources_id in acked["resources"]:
-                    assert await client.get_resources_by_id(resources_id) is not None
+    async def verify(client: LightningStoreClient) -> None:
+        found = {r.rollout_id: r for r in await client.query_rollouts(rollout_id_in=list(acked["rollouts"]))}
+        assert set(found) == set(acked["rollouts"]), "acknowledged rollouts lost"
+        for rid, status in acked["rollouts"].items():
+            if status == "succeeded":
+                assert found[rid].status == "succeeded"
+            if status == "finishing":  # either the write landed or the attempt times out
+                assert found[rid].status in ("succeeded", "running", "requeuing", "failed"), found[rid]
+        for rid, aid in acked["attempts"].items():
+            attempts = await client.query_attempts(rid)
+            assert aid in {a.attempt_id for a in attempts}
+        for rid, span_id in acked["spans"]:
+            assert (await client.query_spans(rid, span_id=span_id)).total == 1
+        for resources_id in acked["resources"]:
+            assert await client.get_resources_by_id(resources_id) is not None
 
-                # Attempts that were running when the server died time out by the normal rules: the rollout is
-                # retried (requeuing) unless that was its last allowed attempt (failed).
-                running = [rid for rid, status in acked["rollouts"].items() if status == "running"]
-                assert running
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline:  # polls the server with a deadline
-                    rollouts = await client.query_rollouts(rollout_id_in=running)
-                    if all(r.status in ("requeuing", "failed") for r in rollouts):
-                        break
-                    await asyncio.sleep(0.2)
-                for rid in running:
-                    latest = await client.get_latest_attempt(rid)
-                    assert latest is not None and latest.status == "timeout", (rid, latest)
-                    rollout = await client.get_rollout_by_id(rid)
-                    expected = "requeuing" if latest.sequence_id < 2 else "failed"
-                    assert rollout is not None and rollout.status == expected, (rid, rollout)
-            finally:
-                await client.close()
+        # Attempts that were running when the server died time out by the normal rules: the rollout is
+        # retried (requeuing) unless that was its last allowed attempt (failed).
+        running = [rid for rid, status in acked["rollouts"].items() if status == "running"]
+        assert running
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # polls the server with a deadline
+            rollouts = await client.query_rollouts(rollout_id_in=running)
+            if all(r.status in ("requeuing", "failed") for r in rollouts):
+                break
+            await asyncio.sleep(0.2)
+        for rid in running:
+            latest = await client.get_latest_attempt(rid)
+            assert latest is not None and latest.status == "timeout", (rid, latest)
+            rollout = await client.get_rollout_by_id(rid)
+            expected = "requeuing" if latest.sequence_id < 2 else "failed"
+            assert rollout is not None and rollout.status == expected, (rid, rollout)
 
-        asyncio.run(verify())
-    finally:
-        code, _, err = _stop(proc)
-    assert code == 0, err
+    _use_then_stop(proc, address, verify)

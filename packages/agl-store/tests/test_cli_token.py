@@ -12,10 +12,15 @@ from agl.testing.store.cli import launch as _launch
 from agl.testing.store.cli import stop as _stop
 
 
-def test_the_token_can_come_from_a_file_and_stays_out_of_the_command_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_token_can_come_from_a_file_and_stays_out_of_the_command_line(
+    tmp_path: Path, workers: int
+) -> None:
+    """With one server process or several (``--workers 2`` used to serve without the file's token)."""
     secret = tmp_path / "token"
     secret.write_text("file-tok\n")
-    proc, address, banner = _launch("--port", "0", "--token-file", str(secret), command=[str(AGL)])
+    backend = ["--workers", "2", "--backend", f"sqlite:///{tmp_path / 'store.db'}"] if workers > 1 else []
+    proc, address, banner = _launch("--port", "0", "--token-file", str(secret), *backend, command=[str(AGL)])
     assert "bearer token required" in banner
     try:
         cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()

@@ -52,6 +52,25 @@ def test_a_lone_write_runs_in_the_callers_task() -> None:
     asyncio.run(main())
 
 
+def test_gathered_writes_of_one_loop_turn_share_a_group_even_when_the_sink_never_suspends() -> None:
+    """SQLite's sink writes without suspending: plain writes then each run alone, one after another, while
+    writes that ask to gather wait for the drain at the loop's next turn and go as one group."""
+
+    async def main() -> None:
+        calls: list[list[int]] = []
+
+        async def sink(items: list[int]) -> None:
+            calls.append(items)
+
+        writer = GroupWriter[int](sink)
+        assert await asyncio.gather(*(writer.write(i) for i in range(3))) == [None] * 3
+        assert calls == [[0], [1], [2]]
+        assert await asyncio.gather(*(writer.write(i, gather=True) for i in range(3, 7))) == [None] * 4
+        assert calls[3:] == [[3, 4, 5, 6]] and not writer.busy
+
+    asyncio.run(main())
+
+
 def test_concurrent_writes_go_in_groups_of_at_most_max_group() -> None:
     async def main() -> None:
         sink = _Sink()
@@ -131,14 +150,14 @@ class GroupWriterMachine(RuleBasedStateMachine):
     def choose_sink(self, per_item: bool) -> None:
         self.sink.per_item = per_item
 
-    @rule(bad=st.booleans())
-    def write(self, bad: bool) -> None:
+    @rule(bad=st.booleans(), gather=st.booleans())
+    def write(self, bad: bool, gather: bool) -> None:
         item = (next(self.ids), bad)
         self.unstarted[item[0]] = bad
 
         async def write() -> BaseException | None:
             self.items[item[0]] = self.unstarted.pop(item[0])  # a task cancelled before it ran owes nothing
-            return await self.writer.write(item)
+            return await self.writer.write(item, gather=gather)
 
         self.waiters[item[0]] = self.loop.create_task(write())
 

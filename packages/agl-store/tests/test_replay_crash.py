@@ -11,17 +11,15 @@ restarted server, which must answer it with the first try's outcome instead of w
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
 from agl.store import LightningStoreClient
-from agl.testing.postgres import fresh_postgres_database, require_postgres
 from agl.testing.store.cli import launch, stop
 
 BACKENDS = ["sqlite", "postgres"]
@@ -54,13 +52,8 @@ DROP FUNCTION agl_test_hang();
 """
 
 
-@contextlib.contextmanager
-def _database(backend: str, tmp_path: Path) -> Iterator[str]:
-    if backend == "sqlite":
-        yield f"sqlite:///{tmp_path / 'crash.db'}"
-        return
-    with fresh_postgres_database(require_postgres(), prefix="agl_crash_") as url:
-        yield url
+ServerDatabase = Callable[[str], AbstractContextManager[str]]
+"""The type of the ``server_database`` fixture (conftest.py)."""
 
 
 class _Db:
@@ -146,6 +139,12 @@ class _Killable:
             code, _, err = stop(self.proc)
             assert code == 0, err
 
+    def __enter__(self) -> _Killable:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
 
 def _client(address: str) -> LightningStoreClient:
     """Retries (same key) for up to a minute: long enough for the store to come back."""
@@ -174,51 +173,43 @@ def _crash_during_recording(backend: str, url: str, server: _Killable, call: Any
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_an_enqueue_whose_answer_a_kill_9_lost_is_applied_once(backend: str, tmp_path: Path) -> None:
-    with _database(backend, tmp_path) as url:
-        server = _Killable(url)
-        try:
+def test_an_enqueue_whose_answer_a_kill_9_lost_is_applied_once(
+    backend: str, server_database: ServerDatabase
+) -> None:
+    with server_database(backend) as url, _Killable(url) as server:
 
-            async def enqueue(client: LightningStoreClient) -> Any:
-                return await client.enqueue_rollout({"once": True})
+        async def enqueue(client: LightningStoreClient) -> Any:
+            return await client.enqueue_rollout({"once": True})
 
-            rollout = _crash_during_recording(
-                backend, url, server, enqueue, "SELECT count(*) FROM agl_rollouts"
-            )
-            db = _Db(backend, url)
-            assert db.value("SELECT count(*) FROM agl_rollouts") == 1, "the retry enqueued it again"
-            assert db.value("SELECT rollout_id FROM agl_rollouts") == rollout.rollout_id
-        finally:
-            server.stop()
+        rollout = _crash_during_recording(backend, url, server, enqueue, "SELECT count(*) FROM agl_rollouts")
+        db = _Db(backend, url)
+        assert db.value("SELECT count(*) FROM agl_rollouts") == 1, "the retry enqueued it again"
+        assert db.value("SELECT rollout_id FROM agl_rollouts") == rollout.rollout_id
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_dequeue_whose_answer_a_kill_9_lost_returns_the_same_claim(backend: str, tmp_path: Path) -> None:
-    with _database(backend, tmp_path) as url:
-        server = _Killable(url)
-        try:
+def test_a_dequeue_whose_answer_a_kill_9_lost_returns_the_same_claim(
+    backend: str, server_database: ServerDatabase
+) -> None:
+    with server_database(backend) as url, _Killable(url) as server:
 
-            async def enqueue_two() -> list[str]:
-                client = _client(server.address)
-                try:
-                    return [(await client.enqueue_rollout({"n": n})).rollout_id for n in (1, 2)]
-                finally:
-                    await client.close()
+        async def enqueue_two() -> list[str]:
+            client = _client(server.address)
+            try:
+                return [(await client.enqueue_rollout({"n": n})).rollout_id for n in (1, 2)]
+            finally:
+                await client.close()
 
-            queued = asyncio.run(enqueue_two())
+        queued = asyncio.run(enqueue_two())
 
-            async def dequeue(client: LightningStoreClient) -> Any:
-                return await client.dequeue_rollout(worker_id="w1")
+        async def dequeue(client: LightningStoreClient) -> Any:
+            return await client.dequeue_rollout(worker_id="w1")
 
-            claimed = _crash_during_recording(
-                backend, url, server, dequeue, "SELECT count(*) FROM agl_attempts"
-            )
-            assert claimed is not None and claimed.rollout_id == queued[0], claimed
-            db = _Db(backend, url)
-            assert db.value("SELECT count(*) FROM agl_attempts") == 1, "the retry claimed another rollout"
-            assert db.value("SELECT attempt_id FROM agl_attempts") == claimed.attempt.attempt_id
-            statuses = {queued[0]: "preparing", queued[1]: "queuing"}
-            for rid, status in statuses.items():
-                assert db.value(f"SELECT status FROM agl_rollouts WHERE rollout_id = '{rid}'") == status
-        finally:
-            server.stop()
+        claimed = _crash_during_recording(backend, url, server, dequeue, "SELECT count(*) FROM agl_attempts")
+        assert claimed is not None and claimed.rollout_id == queued[0], claimed
+        db = _Db(backend, url)
+        assert db.value("SELECT count(*) FROM agl_attempts") == 1, "the retry claimed another rollout"
+        assert db.value("SELECT attempt_id FROM agl_attempts") == claimed.attempt.attempt_id
+        statuses = {queued[0]: "preparing", queued[1]: "queuing"}
+        for rid, status in statuses.items():
+            assert db.value(f"SELECT status FROM agl_rollouts WHERE rollout_id = '{rid}'") == status

@@ -166,6 +166,14 @@ def _connect(server: LightningStoreServer) -> socket.socket:
     return sock
 
 
+def _head(verb: str, path: str, content_length: int | None = None) -> bytes:
+    """A whole request head; with ``content_length``, the headers of a JSON body of that many bytes."""
+    head = f"{verb} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    if content_length is not None:
+        head += f"Content-Type: application/json\r\nContent-Length: {content_length}\r\n"
+    return (head + "\r\n").encode()
+
+
 @pytest.fixture
 def guarded_server() -> Any:
     with running_server(InMemoryLightningStore(), connection_limits=_LIMITS) as server:
@@ -196,10 +204,7 @@ def test_a_half_sent_head_is_closed_with_408(guarded_server: LightningStoreServe
 
 def test_a_half_sent_body_is_closed_with_408(guarded_server: LightningStoreServer) -> None:
     with _connect(guarded_server) as sock:
-        sock.sendall(
-            b"POST /v1/agl/queues/rollouts/enqueue HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            b'Content-Length: 100\r\n\r\n{"rollouts": ['
-        )
+        sock.sendall(_head("POST", "/v1/agl/queues/rollouts/enqueue", 100) + b'{"rollouts": [')
         closed, data = closed_by_server(sock, within=5)
     assert closed
     assert data.startswith(b"HTTP/1.1 408")
@@ -217,16 +222,13 @@ def test_an_idle_keep_alive_connection_is_closed_and_busy_ones_are_not(
     guarded_server: LightningStoreServer,
 ) -> None:
     with _connect(guarded_server) as sock:
-        sock.sendall(b"GET /v1/agl/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        sock.sendall(_head("GET", "/v1/agl/health"))
         closed, data = closed_by_server(sock, within=5)
     assert closed and data.startswith(b"HTTP/1.1 200")
     # A long poll (the app holds the request longer than every deadline) is answered, not cut off.
     with _connect(guarded_server) as sock:
         body = b'{"limit": 1, "timeout": 1.2}'
-        sock.sendall(
-            b"POST /v1/agl/queues/rollouts/dequeue HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-        )
+        sock.sendall(_head("POST", "/v1/agl/queues/rollouts/dequeue", len(body)) + body)
         closed, data = closed_by_server(sock, within=5)
     assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"[]")
 
@@ -234,10 +236,7 @@ def test_an_idle_keep_alive_connection_is_closed_and_busy_ones_are_not(
 def test_a_slow_but_moving_body_is_served(guarded_server: LightningStoreServer) -> None:
     body = b'{"rollouts": [{"input": "' + b"a" * 40 + b'"}]}'
     with _connect(guarded_server) as sock:
-        sock.sendall(
-            b"POST /v1/agl/queues/rollouts/enqueue HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"
-        )
+        sock.sendall(_head("POST", "/v1/agl/queues/rollouts/enqueue", len(body)))
         for i in range(0, len(body), 10):  # 0.8 s in all, each pause under the body deadline
             sock.sendall(body[i : i + 10])
             time.sleep(0.12)
@@ -248,10 +247,7 @@ def test_a_slow_but_moving_body_is_served(guarded_server: LightningStoreServer) 
 def test_a_drip_fed_body_is_closed_with_408(guarded_server: LightningStoreServer) -> None:
     """A byte now and then restarts the pause deadline; the body's average rate still has to hold."""
     with _connect(guarded_server) as sock:
-        sock.sendall(
-            b"POST /v1/agl/queues/rollouts/enqueue HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
-        )
+        sock.sendall(_head("POST", "/v1/agl/queues/rollouts/enqueue", 100_000) + b"{")
         started = time.monotonic()
         closed, data = False, b""
         while time.monotonic() - started < 3:  # 10 bytes/s, under the 20 the limits ask for
@@ -273,7 +269,7 @@ def test_connections_past_the_cap_are_refused_with_503() -> None:
         held = [_connect(server) for _ in range(3)]
         try:
             for sock in held:  # each is served
-                sock.sendall(b"GET /v1/agl/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                sock.sendall(_head("GET", "/v1/agl/health"))
                 assert closed_by_server(sock, within=0.3)[1].startswith(b"HTTP/1.1 200")
             with _connect(server) as extra:
                 closed, data = closed_by_server(extra, within=5)
@@ -284,7 +280,7 @@ def test_connections_past_the_cap_are_refused_with_503() -> None:
         with _connect(server) as again:  # room again once they closed
             deadline = time.monotonic() + 5
             while True:
-                again.sendall(b"GET /v1/agl/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                again.sendall(_head("GET", "/v1/agl/health"))
                 data = closed_by_server(again, within=0.3)[1]
                 if data.startswith(b"HTTP/1.1 200") or time.monotonic() > deadline:
                     break

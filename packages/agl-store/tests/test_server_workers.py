@@ -17,26 +17,20 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agl.testing.postgres import fresh_postgres_database, require_postgres
 from agl.testing.processes import alive, children, wait_until
 
 BACKENDS = ["sqlite", "postgres"]
 API = "/v1/agl"
 
 
-@contextlib.contextmanager
-def database(backend: str, tmp_path: Path) -> Iterator[str]:
-    """The URL of a new, empty database: a SQLite file, or a PostgreSQL database (dropped after)."""
-    if backend == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-        return
-    with fresh_postgres_database(require_postgres(), prefix="agl_workers_") as url:
-        yield url
+ServerDatabase = Callable[[str], AbstractContextManager[str]]
+"""The type of the ``server_database`` fixture (conftest.py)."""
 
 
 def _free_port() -> int:
@@ -145,9 +139,9 @@ def _count(conn: http.client.HTTPConnection) -> int:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_waiter_on_one_worker_wakes_when_another_worker_finishes_the_rollout(
-    backend: str, tmp_path: Path
+    backend: str, tmp_path: Path, server_database: ServerDatabase
 ) -> None:
-    with database(backend, tmp_path) as url, serving(url, 2, tmp_path) as server:
+    with server_database(backend) as url, serving(url, 2, tmp_path) as server:
         waiter, writer = server.connection_to(0), server.connection_to(1)
         status, _, (rollout,) = _enqueue(writer, "task")
         assert status == 201
@@ -174,8 +168,10 @@ def test_a_waiter_on_one_worker_wakes_when_another_worker_finishes_the_rollout(
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_one_watchdog_among_the_workers_still_times_attempts_out(backend: str, tmp_path: Path) -> None:
-    with database(backend, tmp_path) as url, serving(url, 2, tmp_path, "--watchdog-interval", "0") as server:
+def test_one_watchdog_among_the_workers_still_times_attempts_out(
+    backend: str, tmp_path: Path, server_database: ServerDatabase
+) -> None:
+    with server_database(backend) as url, serving(url, 2, tmp_path, "--watchdog-interval", "0") as server:
         conns = [server.connection_to(0), server.connection_to(1)]
         status, _, started = request(
             conns[0], "POST", API + "/rollouts", {"input": "slow", "config": {"timeout_seconds": 0.5}}
@@ -202,8 +198,10 @@ def test_one_watchdog_among_the_workers_still_times_attempts_out(backend: str, t
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_retried_write_is_applied_once_across_workers_and_restarts(backend: str, tmp_path: Path) -> None:
-    with database(backend, tmp_path) as url:
+def test_a_retried_write_is_applied_once_across_workers_and_restarts(
+    backend: str, tmp_path: Path, server_database: ServerDatabase
+) -> None:
+    with server_database(backend) as url:
         server = Server(url, 2, tmp_path)
         server.start()
         try:
@@ -232,8 +230,10 @@ def test_a_retried_write_is_applied_once_across_workers_and_restarts(backend: st
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_metrics_add_up_the_requests_of_every_worker(backend: str, tmp_path: Path) -> None:
-    with database(backend, tmp_path) as url, serving(url, 2, tmp_path) as server:
+def test_metrics_add_up_the_requests_of_every_worker(
+    backend: str, tmp_path: Path, server_database: ServerDatabase
+) -> None:
+    with server_database(backend) as url, serving(url, 2, tmp_path) as server:
         conns = [server.connection_to(0), server.connection_to(1)]
         for conn, n in zip(conns, (3, 5), strict=True):
             for i in range(n):
@@ -265,12 +265,12 @@ def test_the_memory_backend_refuses_several_workers(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_without_workers_a_retried_write_is_applied_once_at_once_and_across_restarts(
-    backend: str, tmp_path: Path
+    backend: str, tmp_path: Path, server_database: ServerDatabase
 ) -> None:
     """One server process keeps the holds of keys being answered in its memory (a claim is a read, not a
     write): retries sent at the same time still wait for the first and replay its answer, and a
     restarted server replays answers recorded by the one before."""
-    with database(backend, tmp_path) as url:
+    with server_database(backend) as url:
         server = Server(url, 1, tmp_path)
         server.start()
         try:
@@ -309,9 +309,11 @@ def test_without_workers_a_retried_write_is_applied_once_at_once_and_across_rest
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_workers_die_with_their_parent_and_the_port_is_free_again(tmp_path: Path) -> None:
+def test_workers_die_with_their_parent_and_the_port_is_free_again(
+    tmp_path: Path, server_database: ServerDatabase
+) -> None:
     """A kill -9 of ``agl store --workers 2`` must not leave workers serving the old database."""
-    with database("sqlite", tmp_path) as url:
+    with server_database("sqlite") as url:
         server = Server(url, 2, tmp_path)
         server.start()
         try:
@@ -335,9 +337,11 @@ def _cmdline(pid: int) -> str:
     return ""
 
 
-def test_a_second_server_refuses_a_port_that_is_served(tmp_path: Path) -> None:
+def test_a_second_server_refuses_a_port_that_is_served(
+    tmp_path: Path, server_database: ServerDatabase
+) -> None:
     """Another ``agl store --workers 2`` on the same port exits with an error; the first keeps serving."""
-    with database("sqlite", tmp_path) as url, serving(url, 2, tmp_path) as first:
+    with server_database("sqlite") as url, serving(url, 2, tmp_path) as first:
         second = subprocess.run(
             [
                 *(

@@ -1,5 +1,7 @@
 """Where each name of :mod:`agl.compat` lives: name -> (module, attribute), by the reference's area.
 
+For the placeholders (:data:`LEGACY`), what to use instead.
+
 Kept free of imports so that ``import agl.compat`` loads nothing else; ``agl.compat.__getattr__`` imports a name's
 module the first time the name is asked for.
 """
@@ -145,25 +147,29 @@ _PROXY = {
 }
 """``agentlightning.llm_proxy`` and ``agentlightning.utils.server_launcher``."""
 
-_ALGORITHMS = _same(
-    "agl.algorithms",
-    "APO",
-    "VERL",
-    "Algorithm",
-    "Baseline",
-    "FastAlgorithm",
-    "algo",
-    "batch_iter_over_dataset",
-    # agentlightning.adapter
-    "Adapter",
-    "LlmProxyTraceToTriplet",
-    "TraceAdapter",
-    "TraceToMessages",
-    "TraceToTripletBase",
-    "TracerTraceToTriplet",
-)
+_ALGORITHMS = {
+    **_same(
+        "agl.algorithms",
+        "APO",
+        "VERL",
+        "Algorithm",
+        "Baseline",
+        "FastAlgorithm",
+        "algo",
+        "batch_iter_over_dataset",
+    ),
+    **_same(
+        "agl.algorithms.adapter",  # agentlightning.adapter
+        "Adapter",
+        "LlmProxyTraceToTriplet",
+        "OpenAIMessages",
+        "TraceAdapter",
+        "TraceToMessages",
+        "TraceToTripletBase",
+        "TracerTraceToTriplet",
+    ),
+}
 """``agentlightning.algorithm`` and ``agentlightning.adapter``."""
-_ALGORITHMS["OpenAIMessages"] = ("agl.algorithms.adapter", "OpenAIMessages")
 
 _RUNNER = {
     **_same(
@@ -200,21 +206,28 @@ _UTILS = {
 }
 """``agentlightning.logging`` and ``agentlightning.utils.metrics``."""
 
-LEGACY = (
-    "AgentLightningClient",
-    "AgentLightningServer",
-    "CollectionBasedLightningStore",
-    "DevTaskLoader",
-    "GenericResponse",
-    "LegacyAgentRunner",
-    "OtelTraceAdapter",
-    "RolloutLegacy",
-    "RolloutRawResultLegacy",
-    "Task",
-    "TaskIfAny",
-    "lightning_cli",
-)
-"""Names the reference still exports that have no equivalent here: placeholders that raise when used."""
+_V01 = "the v0.1 server/client API is not rebuilt"
+
+LEGACY: dict[str, str] = {
+    "AgentLightningClient": f"{_V01}; runners talk to a LightningStoreClient (Trainer(store='http://...'))",
+    "AgentLightningServer": f"{_V01}; serve a store with `agl store` or LightningStoreServer",
+    "DevTaskLoader": f"{_V01}; run Trainer.dev(agent, train_dataset=[...]) on a list of tasks",
+    "LegacyAgentRunner": f"{_V01}; use LitAgentRunner",
+    "GenericResponse": f"{_V01}; the store's methods return typed results",
+    "Task": f"{_V01}; rollouts are Rollout (its task is rollout.input)",
+    "TaskIfAny": f"{_V01}; LightningStore.dequeue_rollout() returns an AttemptedRollout or None",
+    "RolloutLegacy": f"{_V01}; use Rollout and the store's spans",
+    "RolloutRawResultLegacy": f"{_V01}; use RolloutRawResult",
+    "CollectionBasedLightningStore": "there are no collection-based stores; use InMemoryLightningStore or "
+    "agl.store.SqlLightningStore (SQLite, PostgreSQL)",
+    "OtelTraceAdapter": "adapters here take agl Spans: derive from TraceAdapter",
+    "lightning_cli": "the config CLI helper is not rebuilt; use argparse (or jsonargparse) and pass the values "
+    "to the constructors",
+}
+"""Names the reference still exports that have no equivalent here -> what to use instead.
+
+They are placeholders (:mod:`agl.compat.legacy`, which offers this table as ``REPLACEMENTS``) that raise
+``NotImplementedError`` with that text when used."""
 
 NAMES: dict[str, tuple[str, str]] = {
     **_TYPES,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
+from ._names import LEGACY
+
 __all__ = [
     "REPLACEMENTS",
     "AgentLightningClient",
@@ -24,24 +26,8 @@ __all__ = [
     "lightning_cli",
 ]
 
-_V01 = "the v0.1 server/client API is not rebuilt"
-REPLACEMENTS: dict[str, str] = {
-    "AgentLightningClient": f"{_V01}; runners talk to a LightningStoreClient (Trainer(store='http://...'))",
-    "AgentLightningServer": f"{_V01}; serve a store with `agl store` or LightningStoreServer",
-    "DevTaskLoader": f"{_V01}; run Trainer.dev(agent, train_dataset=[...]) on a list of tasks",
-    "LegacyAgentRunner": f"{_V01}; use LitAgentRunner",
-    "GenericResponse": f"{_V01}; the store's methods return typed results",
-    "Task": f"{_V01}; rollouts are Rollout (its task is rollout.input)",
-    "TaskIfAny": f"{_V01}; LightningStore.dequeue_rollout() returns an AttemptedRollout or None",
-    "RolloutLegacy": f"{_V01}; use Rollout and the store's spans",
-    "RolloutRawResultLegacy": f"{_V01}; use RolloutRawResult",
-    "CollectionBasedLightningStore": "there are no collection-based stores; use InMemoryLightningStore or "
-    "agl.store.SqlLightningStore (SQLite, PostgreSQL)",
-    "OtelTraceAdapter": "adapters here take agl Spans: derive from TraceAdapter",
-    "lightning_cli": "the config CLI helper is not rebuilt; use argparse (or jsonargparse) and pass the values "
-    "to the constructors",
-}
-"""Legacy name -> what to use instead (the placeholder's error message)."""
+REPLACEMENTS = LEGACY
+"""Legacy name -> what to use instead (the placeholder's error message): :data:`agl.compat._names.LEGACY`."""
 
 
 def _removed(name: str) -> NoReturn:

@@ -13,13 +13,16 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agl.types.env import STORE_BACKEND
 
 from ._open import open_store
 from ._open import redact_url as _redact
 from .base import LightningStore
+
+if TYPE_CHECKING:
+    from .http.server._settings import ServerSettings
 
 __all__ = [
     "add_log_level",
@@ -210,15 +213,13 @@ def store_command(argv: list[str]) -> int:
     """``agl store``: serve a LightningStore over HTTP (REST, OTLP traces, dashboard, metrics) until stopped."""
     args = _store_parser().parse_args(argv)
     configure_logging(args)
-    if args.workers != 1:
-        return _serve_workers(args)
-    from .http.server.store import LightningStoreServer
-
     try:
-        token = read_token(args)
+        settings = _server_settings(args)
     except ValueError as exc:
         print(f"agl store: {exc}", file=sys.stderr)
         return 2
+    if args.workers != 1:
+        return _serve_workers(args, settings)
     try:
         store = open_store_backend(
             args.backend,
@@ -229,24 +230,13 @@ def store_command(argv: list[str]) -> int:
     except (ValueError, ImportError) as exc:
         print(f"agl store: {exc}", file=sys.stderr)
         return 2
-    server = LightningStoreServer(
-        store,
-        host=args.host,
-        port=args.port,
-        token=token,
-        cors_allow_origins=args.cors_origin,
-        max_body_bytes=args.max_body_bytes,
-        debug=args.debug,
-        metrics_public=args.metrics_public,
-        plain_http=args.plain_http,
-    )
-    auth = "bearer token required" if server.token else "no token: anyone who can reach it can use it"
+    server = settings.server(store)
 
     def announce() -> None:
         print(
             f"agl store: serving {_redact(args.backend)} at {server.endpoint} "
             f"(API {server.endpoint}/v1/agl, OTLP {server.otlp_traces_endpoint()}, "
-            f"dashboard {server.endpoint}/dashboard, metrics {server.endpoint}/metrics; {auth})",
+            f"dashboard {server.endpoint}/dashboard, metrics {server.endpoint}/metrics; {settings.auth})",
             flush=True,
         )
 
@@ -261,21 +251,18 @@ def store_command(argv: list[str]) -> int:
     return 0
 
 
-def _serve_workers(args: argparse.Namespace) -> int:
-    from .http.server._workers import WorkerSettings, check_backend, serve_workers
-
-    try:
-        check_backend(args.backend, args.workers)
-    except ValueError as exc:
-        print(f"agl store: {exc}", file=sys.stderr)
-        return 2
+def _server_settings(args: argparse.Namespace) -> ServerSettings:
+    """What the server process (or each worker) needs, from the command line; one place for both, so that
+    ``--token-file`` guards either. ``ValueError`` says what is wrong (an unreadable token file)."""
     from agl.types.env import STORE_TOKEN
 
-    settings = WorkerSettings(
+    from .http.server._settings import ServerSettings
+
+    return ServerSettings(
         backend=args.backend,
         host=args.host,
         port=args.port,
-        token=STORE_TOKEN.get(args.token),
+        token=STORE_TOKEN.get(read_token(args)),
         cors_allow_origins=list(args.cors_origin),
         max_body_bytes=args.max_body_bytes,
         debug=args.debug,
@@ -284,13 +271,22 @@ def _serve_workers(args: argparse.Namespace) -> int:
         watchdog_interval=args.watchdog_interval,
         log_level=args.log_level,
     )
-    auth = "bearer token required" if settings.token else "no token: anyone who can reach it can use it"
+
+
+def _serve_workers(args: argparse.Namespace, settings: ServerSettings) -> int:
+    from .http.server._workers import check_backend, serve_workers
+
+    try:
+        check_backend(args.backend, args.workers)
+    except ValueError as exc:
+        print(f"agl store: {exc}", file=sys.stderr)
+        return 2
 
     def announce(endpoint: str) -> None:
         print(
             f"agl store: serving {_redact(args.backend)} at {endpoint} with {args.workers} workers "
             f"(API {endpoint}/v1/agl, OTLP {endpoint}/v1/traces, dashboard {endpoint}/dashboard, "
-            f"metrics {endpoint}/metrics; {auth})",
+            f"metrics {endpoint}/metrics; {settings.auth})",
             flush=True,
         )
 

@@ -4,7 +4,9 @@ Like OpenTelemetry's shared batch processor, :class:`GroupWriter` holds the mech
 it a *sink* (an async function that writes a list of items) and keep only their own needs around it.
 
 - A write arriving while nothing is being written runs at once, in the caller's coroutine: a lone writer
-  pays one sink call and no task hop.
+  pays one sink call and no task hop. A writer that expects company (``write(item, gather=True)``) queues
+  its item instead: the drain starts at the loop's next turn, and the writes of this turn join its group
+  (for a sink that writes without suspending, as SQLite's does, nothing else would ever queue behind it).
 - Items arriving while a write is in flight queue up; one drain task writes them, in groups of at most
   ``max_group``, until the queue is empty.
 - A group the sink refuses (it raises an error ``refused`` accepts, by default a :class:`ValueError`) is
@@ -82,13 +84,14 @@ class GroupWriter(Generic[T]):
         """Items waiting for the drain."""
         return len(self._queue)
 
-    async def write(self, item: T) -> Outcome:
+    async def write(self, item: T, *, gather: bool = False) -> Outcome:
         """Write ``item``; return ``None`` once written, or the error it failed with. Never raises but
-        :class:`asyncio.CancelledError`, and the write goes on when the caller is cancelled."""
+        :class:`asyncio.CancelledError`, and the write goes on when the caller is cancelled. ``gather``:
+        queue it for the drain even when idle, so that the writes of this loop turn share its group."""
         loop = asyncio.get_running_loop()
-        if self._busy:
+        if self._busy or gather:
             done: asyncio.Future[Outcome] = loop.create_future()
-            self._queue.append((item, done))
+            self._enqueue(item, done, loop)
             return await asyncio.shield(done)  # cancelled or not, the drain writes it
         return (await self.write_all([item]))[0]
 
@@ -116,15 +119,21 @@ class GroupWriter(Generic[T]):
 
     def submit(self, item: T) -> None:
         """Queue ``item`` and return at once (nobody waits for it; see ``on_failed``). Needs a running loop."""
-        self._queue.append((item, None))
-        if not self._busy:
-            self._start()
-            self._after_write(asyncio.get_running_loop())
+        self._enqueue(item, None, asyncio.get_running_loop())
 
     async def flush(self) -> None:
         """Wait until every item queued so far (and any queued meanwhile) is written or has failed."""
         while not self._idle.is_set():
             await self._idle.wait()
+
+    def _enqueue(
+        self, item: T, done: asyncio.Future[Outcome] | None, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        """Queue ``item`` for the drain, starting it (at the loop's next turn) when nothing is in flight."""
+        self._queue.append((item, done))
+        if not self._busy:
+            self._start()
+            self._after_write(loop)
 
     def _start(self) -> None:
         self._busy = True

@@ -78,7 +78,10 @@ class LocalGRPO(Algorithm):
     Args:
         model: a model directory (``save_pretrained`` format) or hub id.
         config: a :class:`GRPOConfig`; keyword arguments override its fields.
-        on_step: called with each step's metrics (a dict) from the algorithm's thread.
+        on_step: called with each step's metrics (a dict) from the algorithm's thread. A dict on purpose,
+            not a dataclass: its keys are open (``no_data_<reason>``, ``engine_<counter>``, the asynchronous
+            loop's staleness figures), and it goes as it is into ``history``, checkpoints (JSON) and
+            :class:`~agl.algorithms.metrics.AlgorithmMetrics`.
         on_validation: called with each validation's metrics.
         metrics: where the step and validation figures are reported (Prometheus, and ``metrics.jsonl`` when
             it has a path); default: an :class:`~agl.algorithms.metrics.AlgorithmMetrics` without a file.

@@ -1,5 +1,5 @@
-"""Group commit's bookkeeping (SQLite, see :mod:`._db`): the writes of one loop waiting to be committed
-together, whether a write should wait for others in this turn of its loop, and answering the writers."""
+"""Group commit's pieces (SQLite, see :mod:`._db`; the grouping itself is :class:`agl.store.GroupWriter`):
+the write a writer hands over, and whether a write should wait for others in this turn of its loop."""
 
 from __future__ import annotations
 
@@ -8,19 +8,24 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["STICKY_BATCHING", "Batch", "Op", "settle", "worth_batching"]
-
-Op = tuple[Callable[..., Any], tuple[Any, ...], "asyncio.Future[Any]"]
+__all__ = ["STICKY_BATCHING", "Write", "never", "worth_batching"]
 
 
-class Batch:
-    """Writes of one event loop waiting to be committed together."""
+class Write:
+    """One store write waiting in a group: ``fn(conn, *args)``, and its ``result`` once run."""
 
-    __slots__ = ("loop", "ops")
+    __slots__ = ("args", "fn", "result")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.ops: list[Op] = []
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.fn = fn
+        self.args = args
+        self.result: Any = None
+
+
+def never(_error: BaseException) -> bool:
+    """A SQL group is never bisected: its savepoints isolate a failing write, and any other error (BEGIN or
+    COMMIT failed) fails the whole group."""
+    return False
 
 
 class _Turn:
@@ -60,17 +65,3 @@ def worth_batching(local: threading.local, loop: asyncio.AbstractEventLoop) -> b
 
     loop.call_soon(end_of_turn)
     return False
-
-
-def settle(ops: list[Op], outcomes: list[tuple[bool, Any]] | None, error: BaseException | None) -> None:
-    for i, (_, _, future) in enumerate(ops):
-        if future.done():  # its caller was cancelled; the write stands
-            continue
-        if outcomes is None:
-            future.set_exception(error if error is not None else RuntimeError("write not run"))
-            continue
-        ok, value = outcomes[i]
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)

@@ -11,11 +11,12 @@ synchronous :class:`sqlalchemy.Connection`; :class:`Database` runs it in one tra
   (aiosqlite costs several thread hops per statement and was about 3x slower.) Writers take an
   in-process lock, then ``BEGIN IMMEDIATE`` (which serializes them against other processes; in the pool
   they wait up to ``busy_timeout``, 60 s): :class:`._sqlite.Writing`, for lone writes and groups alike.
-  **Group commit**: when other callbacks are ready to run on the loop (other writers may be coming), a
-  write joins this thread's open batch instead; the batch runs at the loop's next turn as one
-  transaction with one commit: the writes run one after another; if one raises, all are rolled back and
-  run again each in its own savepoint (the one that raises is undone alone and gets its exception); every writer is answered only after that commit. A lone writer on an
-  idle loop runs at once, as before.
+  **Group commit** (:class:`agl.store.GroupWriter`, one per thread and loop): when a second task writes
+  in the same turn of the loop (other writers are coming) or a group is in flight, a write joins the
+  group that runs at the loop's next turn as one transaction with one commit: the writes run one after
+  another; if one raises, all are rolled back and run again each in its own savepoint (the one that
+  raises is undone alone and gets its exception); every writer is answered only after that commit. A
+  lone writer on an idle loop runs at once.
   The file is in WAL mode with ``synchronous=NORMAL`` by default: a commit is written to the WAL file
   (in the operating system's hands) before the call returns, so an acknowledged write survives the
   process being killed (kill -9); only an operating-system crash or power loss may lose the last
@@ -47,8 +48,9 @@ from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
 
+from ..group_writer import GroupWriter, Outcome
 from . import schema
-from ._batch import STICKY_BATCHING, Batch, Op, settle, worth_batching
+from ._batch import STICKY_BATCHING, Write, never, worth_batching
 from ._codec import json_dumps, json_loads
 from ._sqlite import SqliteThread as _SqliteThread
 from ._sqlite import (
@@ -299,14 +301,14 @@ class Database:
             batching = write and self._group_commit
             if batching:
                 loop = asyncio.get_running_loop()
-                if self._open_batch(loop) is not None or worth_batching(self._local, loop):
-                    return await self._join_batch(loop, fn, args)
+                if self._group_writer(loop).busy or worth_batching(self._local, loop):
+                    return await self._write_in_group(loop, fn, args)
             if not snapshot:  # short operations run right here when they need not wait for anyone
                 try:
                     return self._sqlite_transaction(fn, args, write, snapshot, inline=True)
                 except _LockHeld:  # another thread of ours writes: wait for it in a group (not the pool)
                     if batching:
-                        return await self._join_batch(asyncio.get_running_loop(), fn, args)
+                        return await self._write_in_group(asyncio.get_running_loop(), fn, args)
                 except _WouldWait:
                     pass
             assert self._executor is not None
@@ -324,125 +326,117 @@ class Database:
 
     # -- group commit (SQLite) -----------------------------------------------------------------
 
-    def _open_batch(self, loop: asyncio.AbstractEventLoop) -> Batch | None:
-        """This thread's batch still open for writes on ``loop``, if any."""
-        batch: Batch | None = getattr(self._local, "batch", None)
-        if batch is not None and batch.loop is not loop:  # left by a loop that closed first
-            return None
-        return batch
+    def _group_writer(self, loop: asyncio.AbstractEventLoop) -> GroupWriter[Write]:
+        """This thread's group writer for ``loop`` (writes of one loop are committed together)."""
+        mine: tuple[asyncio.AbstractEventLoop, GroupWriter[Write]] | None = getattr(
+            self._local, "writer", None
+        )
+        if mine is None or mine[0] is not loop:  # none yet, or left by a loop that closed first
+            mine = self._local.writer = (loop, GroupWriter(self._commit_group, refused=never))
+        return mine[1]
 
-    async def _join_batch(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        fn: Callable[..., T],
-        args: tuple[Any, ...],
+    async def _write_in_group(
+        self, loop: asyncio.AbstractEventLoop, fn: Callable[..., T], args: tuple[Any, ...]
     ) -> T:
-        """Add a write to this thread's open batch (opening one, flushed at the loop's next turn)."""
-        batch = self._open_batch(loop)
-        if batch is None:
-            batch = self._local.batch = Batch(loop)
-            loop.call_soon(self._flush_batch, loop, batch)
-        future: asyncio.Future[T] = loop.create_future()
-        batch.ops.append((fn, args, future))
-        return await future
+        """Run a write as part of the group the loop commits at its next turn (or after the one in flight)."""
+        write = Write(fn, args)
+        error = await self._group_writer(loop).write(write, gather=True)
+        if error is not None:
+            raise error
+        return write.result
 
-    def _flush_batch(self, loop: asyncio.AbstractEventLoop, batch: Batch) -> None:
-        """Run a batch in one transaction right here, or (if it would wait for a lock) in the pool."""
+    async def _commit_group(self, writes: list[Write]) -> list[Outcome]:
+        """The group writer's sink: the writes in one transaction, right here on the loop, or in the pool
+        if it would wait for another process's lock; a lock held by another of our threads for a moment (a
+        checkpoint catching up, a write that waited in the pool) is waited for on the loop. In the pool,
+        the group would hold the lock while the loop's next writes came, sending those there too."""
         local = self._local
-        if getattr(local, "batch", None) is batch:
-            local.batch = None
         batching: int = getattr(local, "batching", 0)
         if batching:  # (see worth_batching) still several writers at once, or one fewer turn to go
-            local.batching = STICKY_BATCHING if len(batch.ops) > 1 else batching - 1
-        if self._closed:
-            settle(batch.ops, None, RuntimeError("the SQL store is closed"))
-            return
-        started = time.thread_time()
-        try:
-            outcomes = self._sqlite_batch(batch.ops, inline=True)
-        except _LockHeld:
-            self._flush_when_free(loop, batch)
-            return
-        except _WouldWait:
-            pass
-        except BaseException as error:  # BEGIN or COMMIT failed: nothing was written
-            settle(batch.ops, None, error)
-            return
-        else:
-            settle(batch.ops, outcomes, None)
-            self.batched_writes += len(batch.ops) if len(batch.ops) > 1 else 0
-            return
-        finally:
-            self.flush_seconds += time.thread_time() - started
+            local.batching = STICKY_BATCHING if len(writes) > 1 else batching - 1
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._closed:
+                raise RuntimeError("the SQL store is closed")
+            started = time.thread_time()
+            try:
+                outcomes = self._sqlite_batch(writes, inline=True)
+            except _LockHeld:
+                await self._write_lock_free(loop)
+                continue
+            except _WouldWait:
+                break
+            finally:
+                self.flush_seconds += time.thread_time() - started
+            self.batched_writes += len(writes) if len(writes) > 1 else 0
+            return outcomes
         assert self._executor is not None
-        self.pooled += len(batch.ops)
+        self.pooled += len(writes)
         try:
-            pooled = self._executor.submit(self._pooled, self._sqlite_batch, batch.ops, False)
-        except RuntimeError:  # shut down by close() meanwhile
-            settle(batch.ops, None, RuntimeError("the SQL store is closed"))
-            return
+            return await loop.run_in_executor(self._executor, self._pooled, self._sqlite_batch, writes, False)
+        except RuntimeError as exc:  # the executor was shut down by close() meanwhile
+            if self._closed:
+                raise RuntimeError("the SQL store is closed") from exc
+            raise
 
-        def done(f: concurrent.futures.Future[list[tuple[bool, Any]]]) -> None:
-            error = f.exception()
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-                loop.call_soon_threadsafe(settle, batch.ops, None if error else f.result(), error)
-
-        pooled.add_done_callback(done)
-
-    def _flush_when_free(self, loop: asyncio.AbstractEventLoop, batch: Batch) -> None:
-        """Flush ``batch`` on ``loop`` once the write lock is free (another of our threads holds it for a
-        moment: a checkpoint catching up, a write that waited in the pool); writes that arrive meanwhile
-        join it. In the pool, it would hold the lock while the loop's next writes come, sending those to
-        the pool too, one after another."""
-        if getattr(self._local, "batch", None) is None:
-            self._local.batch = batch
+    async def _write_lock_free(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait (on the loop) until this process's write lock is free."""
+        free: asyncio.Future[None] = loop.create_future()
 
         def wake() -> None:
+            if not free.done():
+                free.set_result(None)
+
+        def wake_threadsafe() -> None:
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
-                loop.call_soon_threadsafe(self._flush_batch, loop, batch)
+                loop.call_soon_threadsafe(wake)
 
-        self._write_lock.call_when_free(wake)
+        self._write_lock.call_when_free(wake_threadsafe)
+        await free
 
-    def _sqlite_batch(self, ops: list[Op], inline: bool) -> list[tuple[bool, Any]]:
-        """Several writes in one transaction, one commit for all; each caller's future is settled only
-        after the commit, so an acknowledged write is a committed one. They run first without savepoints;
-        if one raises, all are rolled back and run again each in its own savepoint, so that the one that
-        raises is undone alone and gets its exception while the others commit together. ``inline``:
-        raise :class:`_WouldWait` (nothing written) instead of waiting for a lock."""
+    def _sqlite_batch(self, writes: list[Write], inline: bool) -> list[Outcome]:
+        """Several writes in one transaction, one commit for all; each writer is answered only after the
+        commit, so an acknowledged write is a committed one. They run first without savepoints; if one
+        raises, all are rolled back and run again each in its own savepoint, so that the one that raises is
+        undone alone and gets its exception while the others commit together. ``inline``: raise
+        :class:`_WouldWait` (nothing written) instead of waiting for a lock."""
         thread = self._thread(inline)
         conn = thread.conn
-        if len(ops) == 1:  # a lone write: its own transaction, which its error rolls back
-            fn, args, _ = ops[0]
+        if len(writes) == 1:  # a lone write: its own transaction, which its error rolls back
+            write = writes[0]
             try:
                 with Writing(self._write_lock, self._after_commit, thread.cursor, inline):
-                    return [(True, fn(conn, *args))]
+                    write.result = write.fn(conn, *write.args)
             except _WouldWait:
                 raise
             except Exception as error:
-                return [(False, error)]
+                return [error]
+            return [None]
         try:
-            with Writing(self._write_lock, self._after_commit, thread.cursor, inline, len(ops)):
-                return [(True, fn(conn, *args)) for fn, args, _ in ops]
+            with Writing(self._write_lock, self._after_commit, thread.cursor, inline, len(writes)):
+                for write in writes:
+                    write.result = write.fn(conn, *write.args)
+            return [None] * len(writes)
         except _WouldWait:
             raise
         except Exception:  # one of them raised (or BEGIN/COMMIT did): all undone; again, one by one
             pass
         cursor = thread.cursor
-        outcomes: list[tuple[bool, Any]] = []
-        with Writing(self._write_lock, self._after_commit, cursor, inline, len(ops)):
-            for fn, args, _ in ops:
+        outcomes: list[Outcome] = []
+        with Writing(self._write_lock, self._after_commit, cursor, inline, len(writes)):
+            for write in writes:
                 cursor.execute("SAVEPOINT agl_op")
                 try:
-                    result = fn(conn, *args)
+                    write.result = write.fn(conn, *write.args)
                 except Exception as error:
                     if inline and is_busy_error(error):
-                        raise _WouldWait from error  # the whole batch is run again in the pool
+                        raise _WouldWait from error  # the whole group is run again in the pool
                     cursor.execute("ROLLBACK TO agl_op")
                     cursor.execute("RELEASE agl_op")
-                    outcomes.append((False, error))
+                    outcomes.append(error)
                 else:
                     cursor.execute("RELEASE agl_op")
-                    outcomes.append((True, result))
+                    outcomes.append(None)
         return outcomes
 
     def _thread(self, inline: bool = False) -> _SqliteThread:

@@ -36,17 +36,16 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agl.types.env import PROMETHEUS_MULTIPROC_DIR
 
+from ._settings import ServerSettings
 from ._worker_tag import WORKER_HEADER, tag_worker
 
-__all__ = ["WORKER_HEADER", "WorkerSettings", "check_backend", "serve_workers", "tag_worker"]
+__all__ = ["WORKER_HEADER", "check_backend", "serve_workers", "tag_worker"]
 
 logger = logging.getLogger("agl.store.workers")
 
@@ -54,25 +53,6 @@ _STARTUP_SECONDS = 120.0
 _STOP_SECONDS = 10.0
 _MAX_QUICK_DEATHS = 5
 """Worker deaths in a row, each within a minute of its start, after which the parent gives up."""
-
-
-@dataclass
-class WorkerSettings:
-    """What each worker needs to build its store and server (picklable: sent to spawned processes)."""
-
-    backend: str
-    host: str = "127.0.0.1"
-    port: int = 0
-    token: str | None = None
-    cors_allow_origins: list[str] = field(default_factory=list[str])
-    max_body_bytes: int = 64 * 1024 * 1024
-    debug: bool = False
-    metrics_public: bool = False
-    plain_http: bool = False
-    watchdog_interval: float | None = None
-    log_level: str = "INFO"
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    """Names this run of the server: idempotency keys held by requests of an earlier run are stale."""
 
 
 def check_backend(backend: str, workers: int) -> None:
@@ -99,7 +79,7 @@ def check_backend(backend: str, workers: int) -> None:
 
 
 def _worker_main(
-    settings: WorkerSettings,
+    settings: ServerSettings,
     index: int,
     ready: Any,
     sock: socket.socket | None,
@@ -115,20 +95,9 @@ def _worker_main(
         target=_stop_with_parent, args=(parent_alive,), name="agl-parent-watch", daemon=True
     ).start()
     from ..._open import open_store
-    from .store import LightningStoreServer
 
     store = open_store(settings.backend, scan_debounce_seconds=settings.watchdog_interval)
-    server = LightningStoreServer(
-        store,
-        host=settings.host,
-        port=settings.port,
-        token=settings.token,
-        cors_allow_origins=settings.cors_allow_origins,
-        max_body_bytes=settings.max_body_bytes,
-        debug=settings.debug,
-        metrics_public=settings.metrics_public,
-        plain_http=settings.plain_http,
-    )
+    server = settings.server(store)
     if sock is None:
         sock = _bind(settings.host, settings.port, reuse_port=True)
     server.serve_as_worker(index, settings.run_id, sock)
@@ -175,7 +144,7 @@ def _bind(host: str, port: int, *, listen: bool = True, reuse_port: bool = False
     return sock
 
 
-def _prepare_database(settings: WorkerSettings) -> None:
+def _prepare_database(settings: ServerSettings) -> None:
     """Create or migrate the schema once, before any worker serves."""
     from ..._open import open_store
 
@@ -222,7 +191,7 @@ def _mark_dead(pid: int | None) -> None:
 
 
 def serve_workers(
-    settings: WorkerSettings, workers: int, on_started: Callable[[str], None] | None = None
+    settings: ServerSettings, workers: int, on_started: Callable[[str], None] | None = None
 ) -> int:
     """Serve with ``workers`` processes until SIGINT/SIGTERM; the exit status of ``agl store``.
 
@@ -273,7 +242,7 @@ def serve_workers(
 
 
 def _supervise(
-    settings: WorkerSettings,
+    settings: ServerSettings,
     workers: int,
     ctx: Any,
     ready: Any,
