@@ -31,34 +31,10 @@ from agl.algorithms.local.lora import (  # noqa: E402
 from agl.algorithms.local.server import load_model  # noqa: E402
 
 
-def build_tiny_qwen2(directory: Path) -> Path:
-    """A tiny randomly initialised Qwen2ForCausalLM (biased q/k/v projections), built from a config, with the
-    tiny test tokenizer; no download."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    build_tiny_model(directory)  # the tokenizer (and a Llama model the Qwen2 one replaces)
-    _, tokenizer = load_model(directory)
-    torch.manual_seed(1)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    Qwen2ForCausalLM(config).save_pretrained(directory)
-    return directory
-
-
 @pytest.fixture(scope="module")
 def qwen2(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_qwen2(tmp_path_factory.mktemp("tiny-qwen2"))
+    """A tiny randomly initialised Qwen2ForCausalLM (biased q/k/v projections) with the tiny test tokenizer."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen2"), seed=1, architecture="qwen2")
 
 
 PROMPTS = [[5, 6, 7, 8], [30, 31, 32], [40, 41, 42, 43, 44]]

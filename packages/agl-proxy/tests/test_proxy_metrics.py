@@ -27,12 +27,11 @@ def test_proxy_routes_keep_ids_out_of_the_labels(path: str, route: str) -> None:
 
 
 async def test_calls_tokens_and_latency_per_model(
-    openai_client: OpenAIClients, store: InMemoryLightningStore, standin: StandinServer
+    attempt_client: OpenAIClients, store: InMemoryLightningStore, standin: StandinServer
 ) -> None:
     rollout = await store.start_rollout(input={"q": 1})
     async with running_proxy(store, standin, auth_token="tok") as proxy:
-        llm = proxy.as_resource(rollout.rollout_id, rollout.attempt.attempt_id)
-        client = openai_client(base_url=llm.endpoint, api_key="tok")
+        client = attempt_client(proxy, rollout, api_key="tok")
         for text in ("hello", "again"):
             await client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}])
         spans = await llm_spans(store, rollout, 2)

@@ -23,6 +23,13 @@ async def rollout_status(store: LightningStore, rollout_id: str) -> str:
     return rollout.status
 
 
+async def attempt_status(store: LightningStore, rollout_id: str) -> str:
+    """The status of the rollout's latest attempt (which must exist)."""
+    attempt = await store.get_latest_attempt(rollout_id)
+    assert attempt is not None
+    return attempt.status
+
+
 async def test_update_attempt_errors(store: LightningStore) -> None:
     with pytest.raises(NotFoundError, match="Rollout ro-missing not found"):
         await store.update_attempt("ro-missing", "latest", status="failed")
@@ -185,11 +192,9 @@ async def test_attempt_without_any_heartbeat_becomes_unresponsive(
 ) -> None:
     rollout = await claim(store, config=RolloutConfig(unresponsive_seconds=10))
     clock.advance(9)
-    latest = await store.get_latest_attempt(rollout.rollout_id)
-    assert latest is not None and latest.status == "preparing"
+    assert await attempt_status(store, rollout.rollout_id) == "preparing"
     clock.advance(2)
-    attempt = await store.get_latest_attempt(rollout.rollout_id)
-    assert attempt is not None and attempt.status == "unresponsive"
+    assert await attempt_status(store, rollout.rollout_id) == "unresponsive"
 
 
 async def test_attempt_past_timeout_seconds_times_out(store: LightningStore, clock: ManualClock) -> None:
@@ -227,16 +232,14 @@ async def test_rollouts_timed_out_by_one_scan_are_requeued_in_creation_order(
 async def test_timeout_wins_over_unresponsive(store: LightningStore, clock: ManualClock) -> None:
     rollout = await claim(store, config=RolloutConfig(timeout_seconds=10, unresponsive_seconds=5))
     clock.advance(11)
-    attempt = await store.get_latest_attempt(rollout.rollout_id)
-    assert attempt is not None and attempt.status == "timeout"
+    assert await attempt_status(store, rollout.rollout_id) == "timeout"
 
 
 async def test_watchdog_leaves_finished_attempts_alone(store: LightningStore, clock: ManualClock) -> None:
     rollout = await claim(store, config=RolloutConfig(timeout_seconds=5, unresponsive_seconds=5))
     await store.update_attempt(rollout.rollout_id, "latest", status="succeeded")
     clock.advance(100)
-    attempt = await store.get_latest_attempt(rollout.rollout_id)
-    assert attempt is not None and attempt.status == "succeeded"
+    assert await attempt_status(store, rollout.rollout_id) == "succeeded"
     assert await rollout_status(store, rollout.rollout_id) == "succeeded"
 
 
@@ -278,8 +281,7 @@ async def test_late_span_of_a_failed_attempt_changes_nothing(store: LightningSto
     rollout = await claim(store, config=RolloutConfig(max_attempts=2, retry_condition=["failed"]))
     await store.update_attempt(rollout.rollout_id, "latest", status="failed")
     await span_for(store, rollout)
-    attempt = await store.get_latest_attempt(rollout.rollout_id)
-    assert attempt is not None and attempt.status == "failed"
+    assert await attempt_status(store, rollout.rollout_id) == "failed"
     assert await rollout_status(store, rollout.rollout_id) == "requeuing"
 
 
@@ -310,8 +312,7 @@ async def test_span_writes_are_not_watched(store: LightningStore, clock: ManualC
     await span_for(store, rollout)
     clock.advance(11)
     await store.add_span(make_span(rollout.rollout_id, rollout.attempt.attempt_id, 99))
-    attempt = await store.get_latest_attempt(rollout.rollout_id)
-    assert attempt is not None and attempt.status == "running"
+    assert await attempt_status(store, rollout.rollout_id) == "running"
 
 
 async def test_watchdog_applies_limits_changed_by_update_rollout(

@@ -214,46 +214,44 @@ class _FaultyStore(InMemoryLightningStore):
         raise InvalidRequestError(f"worker id {worker_id!r} is reserved; pick another")
 
 
-async def test_server_fault_is_500_without_traceback() -> None:
-    with running_server(_FaultyStore()) as server:
-        async with http_session() as session:
-            status, answer, _ = await call(session, server, "GET", "/v1/agl/statistics")
-            assert status == 500
-            assert "traceback" not in answer and "secret internal detail" not in json.dumps(answer)
-            assert answer["error_type"] == "RuntimeError"
-            assert await health(session, server)
+@pytest.fixture
+def faulty_server(request: pytest.FixtureRequest) -> Any:
+    """A server over a :class:`_FaultyStore`; its options from ``parametrize("faulty_server", [options],
+    indirect=True)``."""
+    with running_server(_FaultyStore(), **getattr(request, "param", {})) as srv:
+        yield srv
 
 
-async def test_debug_server_fault_includes_the_traceback() -> None:
-    with running_server(_FaultyStore(), debug=True) as server:
-        async with http_session() as session:
-            status, answer, _ = await call(session, server, "GET", "/v1/agl/statistics")
-            assert status == 500
-            assert "secret internal detail" in answer["detail"] and "Traceback" in answer["traceback"]
+async def test_server_fault_is_500_without_traceback(
+    faulty_server: LightningStoreServer, session: Any
+) -> None:
+    status, answer, _ = await call(session, faulty_server, "GET", "/v1/agl/statistics")
+    assert status == 500
+    assert "traceback" not in answer and "secret internal detail" not in json.dumps(answer)
+    assert answer["error_type"] == "RuntimeError"
+    assert await health(session, faulty_server)
 
 
-async def test_invalid_request_from_the_store_is_400() -> None:
-    with running_server(_FaultyStore()) as server:
-        async with http_session() as session:
-            status, answer, _ = await call(session, server, "POST", "/v1/agl/workers/w-0", json_body={})
-            assert (
-                status == 400
-                and "reserved" in answer["detail"]
-                and answer["error_type"] == "InvalidRequestError"
-            )
+@pytest.mark.parametrize("faulty_server", [{"debug": True}], indirect=True)
+async def test_debug_server_fault_includes_the_traceback(
+    faulty_server: LightningStoreServer, session: Any
+) -> None:
+    status, answer, _ = await call(session, faulty_server, "GET", "/v1/agl/statistics")
+    assert status == 500
+    assert "secret internal detail" in answer["detail"] and "Traceback" in answer["traceback"]
 
 
-async def test_conflict_is_409() -> None:
-    with running_server(_FaultyStore()) as server:
-        async with http_session() as session:
-            status, answer, _ = await call(
-                session,
-                server,
-                "POST",
-                "/v1/agl/resources",
-                json_body={"p": {"resource_type": "prompt_template", "template": "x"}},
-            )
-            assert status == 409 and "conflict" in answer["detail"]
+async def test_invalid_request_from_the_store_is_400(
+    faulty_server: LightningStoreServer, session: Any
+) -> None:
+    status, answer, _ = await call(session, faulty_server, "POST", "/v1/agl/workers/w-0", json_body={})
+    assert status == 400 and "reserved" in answer["detail"] and answer["error_type"] == "InvalidRequestError"
+
+
+async def test_conflict_is_409(faulty_server: LightningStoreServer, session: Any) -> None:
+    body = {"p": {"resource_type": "prompt_template", "template": "x"}}
+    status, answer, _ = await call(session, faulty_server, "POST", "/v1/agl/resources", json_body=body)
+    assert status == 409 and "conflict" in answer["detail"]
 
 
 _POST_PATHS = [

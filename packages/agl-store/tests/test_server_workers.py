@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import itertools
 import json
 import os
 import re
@@ -26,6 +27,7 @@ import pytest
 from agl.testing.processes import alive, children, wait_until
 
 BACKENDS = ["sqlite", "postgres"]
+_servers = itertools.count()
 API = "/v1/agl"
 
 
@@ -33,19 +35,13 @@ ServerDatabase = Callable[[str], AbstractContextManager[str]]
 """The type of the ``server_database`` fixture (conftest.py)."""
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class Server:
     """``agl store --workers N`` in a child process, started and stopped by the test."""
 
     def __init__(self, url: str, workers: int, tmp_path: Path, *extra: str) -> None:
         self.url, self.workers, self.extra = url, workers, extra
-        self.port = _free_port()
-        self.log = tmp_path / f"server-{self.port}.log"
+        self.port = 0  # the server picks a free one (a port picked here could be taken before it binds)
+        self.log = tmp_path / f"server-{next(_servers)}.log"
         self.proc: subprocess.Popen[str] | None = None
         self.reader: threading.Thread | None = None
         self.connections: list[http.client.HTTPConnection] = []  # handed out by connection_to, closed by stop
@@ -64,10 +60,13 @@ class Server:
         reader.start()
         self.reader = reader
         deadline = time.monotonic() + timeout
-        while not any("agl store: serving" in line for line in lines):
+        while not (banner := [line for line in lines if "agl store: serving" in line]):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"server did not start: {lines} {self.log.read_text()}")
             time.sleep(0.02)
+        served = re.search(r" at http://127\.0\.0\.1:(\d+) ", banner[0])
+        assert served is not None, banner
+        self.port = int(served.group(1))  # kept: a restart serves the same port
 
     def stop(self) -> None:
         for conn in self.connections:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import random
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -87,10 +87,18 @@ def test_close_and_reopen_keeps_everything(backend: str, tmp_path: Path) -> None
         asyncio.run(main(url, kwargs))
 
 
-def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
-    """WAL + synchronous=NORMAL: a commit is in the operating system's hands before it is acknowledged."""
+@pytest.mark.parametrize(
+    ("rollouts", "tasks", "wanted"),
+    [(100000, None, 200), (160000, 16, 400)],
+    ids=["one-writer", "16-writers"],
+)
+def test_acknowledged_writes_survive_sigkill(
+    tmp_path: Path, rollouts: int, tasks: int | None, wanted: int
+) -> None:
+    """WAL + synchronous=NORMAL: a commit is in the operating system's hands before it is acknowledged; with
+    16 writers at once in one process, committed in groups, too."""
     url = f"sqlite:///{tmp_path / 'killed.db'}"
-    acknowledged = kill_writer_after(url, 100000, tasks=None, acknowledged=200)
+    acknowledged = kill_writer_after(url, rollouts, tasks=tasks, acknowledged=wanted)
     found, everything = stored_rollouts(url, acknowledged)
     assert found == len(acknowledged)
     assert everything >= len(acknowledged)  # maybe a few more: committed, not yet printed
@@ -103,16 +111,8 @@ _WRITERS = 4
 _WRITER = Path(__file__).with_name("kill9_writer.py")
 
 
-@contextlib.contextmanager
-def _server_database(backend: str, tmp_path: Path) -> Iterator[str]:
-    """A new database for ``agl store`` in another process: a SQLite file, or a PostgreSQL database."""
-    if backend == "sqlite":
-        yield f"sqlite:///{tmp_path / 'killed.db'}"
-        return
-    from agl.testing.postgres import fresh_postgres_database, require_postgres
-
-    with fresh_postgres_database(require_postgres(), prefix="agl_kill9_") as url:
-        yield url
+ServerDatabase = Callable[[str], AbstractContextManager[str]]
+"""The type of the ``server_database`` fixture (conftest.py)."""
 
 
 def _acknowledged(logs: list[Path]) -> int:
@@ -156,7 +156,9 @@ async def _audit(url: str, logs: list[Path]) -> dict[str, int]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", SQL_BACKENDS)
-def test_kill_9_under_four_writers_loses_duplicates_and_strands_nothing(backend: str, tmp_path: Path) -> None:
+def test_kill_9_under_four_writers_loses_duplicates_and_strands_nothing(
+    backend: str, tmp_path: Path, server_database: ServerDatabase
+) -> None:
     """Issue 27, defect 3: ``agl store`` (one process) killed with SIGKILL ten times while four writer
     processes enqueue, claim and finish rollouts through clients that retry across the restarts. Every
     acknowledged enqueue is there once, and every claim reached its writer (which finished it): a write
@@ -165,7 +167,7 @@ def test_kill_9_under_four_writers_loses_duplicates_and_strands_nothing(backend:
     rng = random.Random(27)
     stop_file = tmp_path / "stop"
     logs = [tmp_path / f"writer-{n}.log" for n in range(_WRITERS)]
-    with _server_database(backend, tmp_path) as url:
+    with server_database(backend) as url:
         args = ("--backend", url, "--watchdog-interval", "0")
         proc, address, _ = launch("--port", "0", *args)
         port = address.rsplit(":", 1)[1]

@@ -8,10 +8,10 @@ import pickle
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
-from agl.store import InMemoryLightningStore, LightningStoreCapabilities
+from agl.store import InMemoryLightningStore, LightningStore, LightningStoreCapabilities
 from agl.testing.tracer import names, new_attempt, new_store, poll_until, spans_of, worker_tracer
 from agl.tracer import (
     DummyTracer,
@@ -58,19 +58,35 @@ class LoopBoundStore(InMemoryLightningStore):
         return await super().add_many_spans(spans)
 
 
+class StartWorker(Protocol):
+    """The type of the ``start_worker`` fixture (conftest.py): the tracer (an ``OtelTracer`` unless given) initialised
+    as worker 0 writing to ``store``, torn down when the test ends."""
+
+    def __call__(self, store: LightningStore | None, tracer: Tracer | None = None, /) -> Tracer: ...
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest) -> InMemoryLightningStore:
+    """A new in-memory store; of the class given by ``@pytest.mark.parametrize("store", [cls], indirect=True)``."""
+    make: type[InMemoryLightningStore] | None = getattr(request, "param", None)
+    return new_store() if make is None else make()
+
+
+@pytest.fixture
+def tracer(store: InMemoryLightningStore, start_worker: StartWorker) -> Tracer:
+    """An ``OtelTracer``: worker 0 writing to ``store``."""
+    return start_worker(store)
+
+
 @pytest.fixture(params=["otel", "dummy"])
 def tracer_cls(request: pytest.FixtureRequest) -> type[Tracer]:
     return OtelTracer if request.param == "otel" else DummyTracer
 
 
-def make(tracer_cls: type[Tracer], **kwargs: Any) -> Tracer:
-    return tracer_cls(**kwargs)
-
-
-async def test_spans_are_in_the_store_when_the_context_exits(tracer_cls: type[Tracer]) -> None:
-    store = new_store()
-    tracer = make(tracer_cls)
-    tracer.init_worker(0, store)
+async def test_spans_are_in_the_store_when_the_context_exits(
+    tracer_cls: type[Tracer], store: InMemoryLightningStore, start_worker: StartWorker
+) -> None:
+    tracer = start_worker(store, tracer_cls())
     rid, aid = await new_attempt(store)
     async with tracer.trace_context(rid, rollout_id=rid, attempt_id=aid):
         for i in range(250):
@@ -86,12 +102,10 @@ async def test_spans_are_in_the_store_when_the_context_exits(tracer_cls: type[Tr
     assert names(stored)[-2:] == ["agentlightning.operation", "agentlightning.message"]
     rollout = await store.get_rollout_by_id(rid)
     assert rollout is not None and rollout.status == "running"  # spans are the attempt's heartbeat
-    tracer.teardown_worker(0)
 
 
-async def test_spans_go_in_batches_not_one_call_each() -> None:
-    store = GatedStore()
-    tracer = worker_tracer(store)
+@pytest.mark.parametrize("store", [GatedStore], indirect=True)
+async def test_spans_go_in_batches_not_one_call_each(store: GatedStore, tracer: Tracer) -> None:
     rid, aid = await new_attempt(store)
     async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
         emit_reward(0.0)
@@ -102,13 +116,12 @@ async def test_spans_go_in_batches_not_one_call_each() -> None:
     assert store.calls == [1, 299]
     assert tracer.pipeline.stats.batches == 2
     assert len(await spans_of(store, rid, aid)) == 300
-    tracer.teardown_worker(0)
 
 
-async def test_spans_ending_together_share_a_batch() -> None:
+async def test_spans_ending_together_share_a_batch(start_worker: StartWorker) -> None:
     store = GatedStore()
     store.gate.set()
-    tracer = worker_tracer(store)
+    tracer = start_worker(store)
     rid, aid = await new_attempt(store)
     async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
         emit_reward(0.0)
@@ -119,10 +132,9 @@ async def test_spans_ending_together_share_a_batch() -> None:
     assert store.calls == [5]
 
 
-async def test_a_closing_context_hands_its_unsent_spans_to_the_caller() -> None:
+async def test_a_closing_context_hands_its_unsent_spans_to_the_caller(start_worker: StartWorker) -> None:
     store = GatedStore()
-    tracer = OtelTracer(linger_seconds=0.5)  # nothing is sent before the context closes
-    tracer.init_worker(0, store)
+    tracer = start_worker(store, OtelTracer(linger_seconds=0.5))  # nothing is sent before the context closes
     rid, aid = await new_attempt(store)
     handed: list[Span] = []
     async with tracer.trace_context(rollout_id=rid, attempt_id=aid, hand_over_to=handed):
@@ -136,13 +148,11 @@ async def test_a_closing_context_hands_its_unsent_spans_to_the_caller() -> None:
     store.gate.set()
     stored, attempt, _ = await store.finish_attempt(rid, aid, handed, status="succeeded")
     assert [s.sequence_id for s in stored] == [1, 2] and attempt.status == "succeeded"
-    tracer.teardown_worker(0)
 
 
-async def test_a_batch_in_flight_at_close_is_still_written_first() -> None:
+async def test_a_batch_in_flight_at_close_is_still_written_first(start_worker: StartWorker) -> None:
     store = GatedStore()
-    tracer = OtelTracer(linger_seconds=0)
-    tracer.init_worker(0, store)
+    tracer = start_worker(store, OtelTracer(linger_seconds=0))
     rid, aid = await new_attempt(store)
     handed: list[Span] = []
     closing: Any = None
@@ -162,12 +172,11 @@ async def test_a_batch_in_flight_at_close_is_still_written_first() -> None:
     assert store.calls == [1]
     assert [get_reward_value(s) for s in await spans_of(store, rid, aid)] == [0.0]
     assert [get_reward_value(s) for s in handed] == [1.0]
-    tracer.teardown_worker(0)
 
 
-async def test_eight_concurrent_coroutines_never_mix_their_spans() -> None:
-    store = new_store()
-    tracer = worker_tracer(store)
+async def test_eight_concurrent_coroutines_never_mix_their_spans(
+    store: InMemoryLightningStore, tracer: Tracer
+) -> None:
 
     async def runner(index: int) -> tuple[str, str]:
         rid, aid = await new_attempt(store, index)
@@ -199,12 +208,11 @@ async def test_eight_concurrent_coroutines_never_mix_their_spans() -> None:
         for span in stored:
             if span.name == "agentlightning.annotation":
                 assert span.parent_id is not None and by_id[span.parent_id].name == "agentlightning.operation"
-    tracer.teardown_worker(0)
 
 
-def test_four_threads_with_their_own_rollouts_never_mix_spans() -> None:
-    store = new_store()
-    tracer = worker_tracer(store)
+def test_four_threads_with_their_own_rollouts_never_mix_spans(
+    store: InMemoryLightningStore, tracer: Tracer
+) -> None:
     ids: dict[int, tuple[str, str]] = {}
     errors: list[BaseException] = []
     barrier = threading.Barrier(4)
@@ -238,24 +246,22 @@ def test_four_threads_with_their_own_rollouts_never_mix_spans() -> None:
             assert {get_reward_value(s) for s in stored} == {float(index)}
 
     asyncio.run(check())
-    tracer.teardown_worker(0)
 
 
-async def test_an_agent_thread_without_context_lands_in_the_only_live_session() -> None:
-    store = new_store()
-    tracer = worker_tracer(store)
+async def test_an_agent_thread_without_context_lands_in_the_only_live_session(
+    store: InMemoryLightningStore, tracer: Tracer
+) -> None:
     rid, aid = await new_attempt(store)
     async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
         thread = threading.Thread(target=emit_reward, args=(0.5,))  # a raw thread does not copy contextvars
         thread.start()
         thread.join(10)
     assert [get_reward_value(s) for s in await spans_of(store, rid, aid)] == [0.5]
-    tracer.teardown_worker(0)
 
 
-async def test_with_two_live_sessions_a_contextless_thread_is_refused() -> None:
-    store = new_store()
-    tracer = worker_tracer(store)
+async def test_with_two_live_sessions_a_contextless_thread_is_refused(
+    store: InMemoryLightningStore, tracer: Tracer
+) -> None:
     opened = asyncio.Event()
     release = asyncio.Event()
 
@@ -284,7 +290,6 @@ async def test_with_two_live_sessions_a_contextless_thread_is_refused() -> None:
     await task
     assert len(errors) == 1 and isinstance(errors[0], RuntimeError)
     assert "No active tracer" in str(errors[0])
-    tracer.teardown_worker(0)
 
 
 async def test_contexts_do_not_nest_and_ids_go_together() -> None:
@@ -313,9 +318,9 @@ async def test_contexts_do_not_nest_and_ids_go_together() -> None:
     assert len(await spans_of(store, rid, aid)) == 1
 
 
-async def test_without_ids_spans_are_only_recorded_locally() -> None:
-    store = new_store()
-    tracer = worker_tracer(store)
+async def test_without_ids_spans_are_only_recorded_locally(
+    store: InMemoryLightningStore, tracer: Tracer
+) -> None:
     async with tracer.trace_context("local"):
         emit_reward(2.0)
         emit_message("m")
@@ -325,10 +330,10 @@ async def test_without_ids_spans_are_only_recorded_locally() -> None:
     assert (await store.statistics()).get("total_spans", 0) == 0
 
 
-async def test_body_exceptions_propagate_and_spans_are_still_flushed(tracer_cls: type[Tracer]) -> None:
-    store = new_store()
-    tracer = make(tracer_cls)
-    tracer.init_worker(0, store)
+async def test_body_exceptions_propagate_and_spans_are_still_flushed(
+    tracer_cls: type[Tracer], store: InMemoryLightningStore, start_worker: StartWorker
+) -> None:
+    tracer = start_worker(store, tracer_cls())
     rid, aid = await new_attempt(store)
     with pytest.raises(KeyError):
         async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
@@ -342,9 +347,9 @@ async def test_body_exceptions_propagate_and_spans_are_still_flushed(tracer_cls:
     assert get_active_tracer() is None
 
 
-async def test_store_rejections_never_reach_the_agent(caplog: pytest.LogCaptureFixture) -> None:
-    store = new_store()
-    tracer = worker_tracer(store)
+async def test_store_rejections_never_reach_the_agent(
+    caplog: pytest.LogCaptureFixture, store: InMemoryLightningStore, tracer: Tracer
+) -> None:
     with caplog.at_level(logging.ERROR):
         async with tracer.trace_context(rollout_id="ro-unknown", attempt_id="at-unknown"):
             emit_reward(1.0)
@@ -353,10 +358,11 @@ async def test_store_rejections_never_reach_the_agent(caplog: pytest.LogCaptureF
     assert "ro-unknown" in caplog.text
 
 
-async def test_flush_wait_is_bounded_and_late_writes_still_arrive(caplog: pytest.LogCaptureFixture) -> None:
+async def test_flush_wait_is_bounded_and_late_writes_still_arrive(
+    caplog: pytest.LogCaptureFixture, start_worker: StartWorker
+) -> None:
     store = GatedStore()
-    tracer = OtelTracer(flush_timeout=0.2)
-    tracer.init_worker(0, store)
+    tracer = start_worker(store, OtelTracer(flush_timeout=0.2))
     rid, aid = await new_attempt(store)
     started = time.monotonic()
     with caplog.at_level(logging.WARNING):
@@ -371,13 +377,13 @@ async def test_flush_wait_is_bounded_and_late_writes_still_arrive(caplog: pytest
         return len(await spans_of(store, rid, aid)) == 1
 
     await poll_until(arrived)
-    tracer.teardown_worker(0)
 
 
-async def test_memory_is_bounded_and_drops_are_counted(caplog: pytest.LogCaptureFixture) -> None:
+async def test_memory_is_bounded_and_drops_are_counted(
+    caplog: pytest.LogCaptureFixture, start_worker: StartWorker
+) -> None:
     store = GatedStore()
-    tracer = OtelTracer(max_pending_spans=10, flush_timeout=5)
-    tracer.init_worker(0, store)
+    tracer = start_worker(store, OtelTracer(max_pending_spans=10, flush_timeout=5))
     rid, aid = await new_attempt(store)
     with caplog.at_level(logging.WARNING):
         async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
@@ -392,12 +398,11 @@ async def test_memory_is_bounded_and_drops_are_counted(caplog: pytest.LogCapture
     assert len(stored) == 11 and stats.dropped == 39
     assert stats.written + stats.dropped == 50
     assert "dropped" in caplog.text
-    tracer.teardown_worker(0)
 
 
-async def test_spans_flow_while_a_sync_agent_blocks_the_loop() -> None:
-    store = new_store()
-    tracer = worker_tracer(store)
+async def test_spans_flow_while_a_sync_agent_blocks_the_loop(
+    store: InMemoryLightningStore, tracer: Tracer
+) -> None:
     rid, aid = await new_attempt(store)
     seen = threading.Event()
 
@@ -418,12 +423,12 @@ async def test_spans_flow_while_a_sync_agent_blocks_the_loop() -> None:
         watcher.start()
         assert seen.wait(10), "the span did not reach the store while the loop was blocked"  # blocks the loop
         watcher.join(10)
-    tracer.teardown_worker(0)
 
 
-async def test_a_store_that_is_not_thread_safe_is_used_from_the_callers_loop() -> None:
-    store = LoopBoundStore()
-    tracer = worker_tracer(store)
+@pytest.mark.parametrize("store", [LoopBoundStore], indirect=True)
+async def test_a_store_that_is_not_thread_safe_is_used_from_the_callers_loop(
+    store: LoopBoundStore, tracer: Tracer
+) -> None:
     rid, aid = await new_attempt(store)
     async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
         for i in range(5):
@@ -433,9 +438,9 @@ async def test_a_store_that_is_not_thread_safe_is_used_from_the_callers_loop() -
     assert len(await spans_of(store, rid, aid)) == 5
 
 
-async def test_a_span_ending_after_its_context_closed_still_reaches_the_store() -> None:
-    store = new_store()
-    tracer = worker_tracer(store)
+async def test_a_span_ending_after_its_context_closed_still_reaches_the_store(
+    store: InMemoryLightningStore, tracer: Tracer
+) -> None:
     rid, aid = await new_attempt(store)
     async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
         open_span = tracer.start_span("late")
@@ -445,22 +450,16 @@ async def test_a_span_ending_after_its_context_closed_still_reaches_the_store() 
         return names(await spans_of(store, rid, aid)) == ["late"]
 
     await poll_until(arrived)
-    tracer.teardown_worker(0)
 
 
-def test_trace_context_sync_without_an_event_loop() -> None:
-    store = new_store()
-    tracer = worker_tracer(store)
+def test_trace_context_sync_without_an_event_loop(store: InMemoryLightningStore, tracer: Tracer) -> None:
     rid, aid = asyncio.run(new_attempt(store))
     with tracer.trace_context_sync(rollout_id=rid, attempt_id=aid):
         emit_reward(4.0)
     assert [get_reward_value(s) for s in asyncio.run(spans_of(store, rid, aid))] == [4.0]
-    tracer.teardown_worker(0)
 
 
-async def test_get_last_trace_is_per_task() -> None:
-    store = new_store()
-    tracer = worker_tracer(store)
+async def test_get_last_trace_is_per_task(store: InMemoryLightningStore, tracer: Tracer) -> None:
     first_done = asyncio.Event()
     second_done = asyncio.Event()
 
@@ -562,10 +561,10 @@ class LostAnswerStore(InMemoryLightningStore):
         return stored
 
 
-async def test_a_retry_after_a_lost_answer_keeps_the_spans_in_the_trace_and_stores_them_once() -> None:
-    store = LostAnswerStore()
-    tracer = OtelTracer()
-    tracer.init_worker(0, store)
+@pytest.mark.parametrize("store", [LostAnswerStore], indirect=True)
+async def test_a_retry_after_a_lost_answer_keeps_the_spans_in_the_trace_and_stores_them_once(
+    store: LostAnswerStore, tracer: Tracer
+) -> None:
     rid, aid = await new_attempt(store)
     async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
         emit_reward(1.0)
@@ -573,15 +572,14 @@ async def test_a_retry_after_a_lost_answer_keeps_the_spans_in_the_trace_and_stor
     stored = await spans_of(store, rid, aid)
     assert len(stored) == 1  # stored once, though sent twice
     assert names(tracer.get_last_trace()) == names(stored)  # and the trace still has it
-    tracer.teardown_worker(0)
 
 
-async def test_stored_spans_name_their_rollout_and_attempt_in_the_resource(tracer_cls: type[Tracer]) -> None:
+async def test_stored_spans_name_their_rollout_and_attempt_in_the_resource(
+    tracer_cls: type[Tracer], store: InMemoryLightningStore, start_worker: StartWorker
+) -> None:
     """As the reference's exported spans: ``agentlightning.rollout_id/attempt_id`` resource attributes (issue 28),
     next to the tracer's own."""
-    store = new_store()
-    tracer = make(tracer_cls)
-    tracer.init_worker(0, store)
+    tracer = start_worker(store, tracer_cls())
     rid, aid = await new_attempt(store)
     async with tracer.trace_context(rid, rollout_id=rid, attempt_id=aid):
         emit_reward(1.0)
@@ -594,4 +592,3 @@ async def test_stored_spans_name_their_rollout_and_attempt_in_the_resource(trace
         assert span.resource.attributes["agentlightning.attempt_id"] == aid
     if tracer_cls is OtelTracer:
         assert {s.resource.attributes["agentlightning.tracer.name"] for s in stored} == {"otel"}
-    tracer.teardown_worker(0)

@@ -92,7 +92,7 @@ class GroupWriter(Generic[T]):
         if self._busy or gather:
             done: asyncio.Future[Outcome] = loop.create_future()
             self._enqueue(item, done, loop)
-            return await asyncio.shield(done)  # cancelled or not, the drain writes it
+            return await done  # cancelled or not, the drain writes it (and skips answering a cancelled one)
         return (await self.write_all([item]))[0]
 
     async def write_all(self, items: Sequence[T]) -> list[Outcome]:

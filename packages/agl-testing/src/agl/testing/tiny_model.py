@@ -1,9 +1,9 @@
-"""A tiny randomly initialised Llama model with a real BPE tokenizer and a hermes chat template, for tests."""
+"""A tiny randomly initialised Llama (or Qwen2) model with a real BPE tokenizer and a hermes chat template, for tests."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import cast
+from typing import Any, Literal, cast
 
 HERMES_TEMPLATE = (
     "{%- if tools -%}{{- '<|im_start|>system\\n<tools>' -}}"
@@ -23,11 +23,22 @@ HERMES_TEMPLATE = (
 )
 
 
-def build_tiny_model(directory: Path, seed: int = 0) -> Path:
-    """Save a ~50k-parameter LlamaForCausalLM and its tokenizer into ``directory``; returns it."""
+def build_tiny_model(
+    directory: Path, seed: int = 0, architecture: Literal["llama", "qwen2"] = "llama"
+) -> Path:
+    """Save a ~50k-parameter LlamaForCausalLM and its tokenizer into ``directory``; returns it.
+
+    ``architecture="qwen2"``: a Qwen2ForCausalLM of the same size instead (biased q/k/v projections, one
+    key/value head), with the same tokenizer."""
     import torch
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        PreTrainedTokenizerFast,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -50,21 +61,22 @@ def build_tiny_model(directory: Path, seed: int = 0) -> Path:
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=HERMES_TEMPLATE
     )
     torch.manual_seed(seed)  # pyright: ignore[reportUnknownMemberType]  # partially typed third-party API
-    config = LlamaConfig(
+    sizes: dict[str, Any] = dict(
         vocab_size=len(tokenizer),
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=2,
         num_attention_heads=2,
-        num_key_value_heads=2,
-        head_dim=16,
         max_position_embeddings=256,
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=cast("int", tokenizer.eos_token_id),  # an int: the tokenizer has that token
         pad_token_id=cast("int", tokenizer.pad_token_id),
     )
-    model = LlamaForCausalLM(config)
+    if architecture == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(num_key_value_heads=1, **sizes))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(num_key_value_heads=2, head_dim=16, **sizes))
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory)  # pyright: ignore[reportUnknownMemberType]  # partially typed third-party API
     tokenizer.save_pretrained(directory)  # pyright: ignore[reportUnknownMemberType]  # partially typed third-party API

@@ -345,7 +345,7 @@ class Database:
             raise error
         return write.result
 
-    async def _commit_group(self, writes: list[Write]) -> list[Outcome]:
+    async def _commit_group(self, writes: list[Write]) -> list[Outcome] | None:
         """The group writer's sink: the writes in one transaction, right here on the loop, or in the pool
         if it would wait for another process's lock; a lock held by another of our threads for a moment (a
         checkpoint catching up, a write that waited in the pool) is waited for on the loop. In the pool,
@@ -394,12 +394,13 @@ class Database:
         self._write_lock.call_when_free(wake_threadsafe)
         await free
 
-    def _sqlite_batch(self, writes: list[Write], inline: bool) -> list[Outcome]:
+    def _sqlite_batch(self, writes: list[Write], inline: bool) -> list[Outcome] | None:
         """Several writes in one transaction, one commit for all; each writer is answered only after the
         commit, so an acknowledged write is a committed one. They run first without savepoints; if one
         raises, all are rolled back and run again each in its own savepoint, so that the one that raises is
-        undone alone and gets its exception while the others commit together. ``inline``: raise
-        :class:`_WouldWait` (nothing written) instead of waiting for a lock."""
+        undone alone and gets its exception while the others commit together. ``None``: all written (the
+        common case); else one outcome per write. ``inline``: raise :class:`_WouldWait` (nothing written)
+        instead of waiting for a lock."""
         thread = self._thread(inline)
         conn = thread.conn
         if len(writes) == 1:  # a lone write: its own transaction, which its error rolls back
@@ -411,12 +412,12 @@ class Database:
                 raise
             except Exception as error:
                 return [error]
-            return [None]
+            return None
         try:
             with Writing(self._write_lock, self._after_commit, thread.cursor, inline, len(writes)):
                 for write in writes:
                     write.result = write.fn(conn, *write.args)
-            return [None] * len(writes)
+            return None
         except _WouldWait:
             raise
         except Exception:  # one of them raised (or BEGIN/COMMIT did): all undone; again, one by one
