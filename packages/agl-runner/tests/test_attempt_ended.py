@@ -78,8 +78,15 @@ async def _until_entered(rollout_id: str, seconds: float = 10) -> None:
 
 
 async def _run_until(runner: LitAgentRunner[Any], seconds: float) -> None:
-    """``runner.iter()`` must return (its rollout limit reached) within ``seconds``."""
-    await asyncio.wait_for(runner.iter(), timeout=seconds)
+    """``runner.iter()`` must return by itself (its rollout limit reached) within ``seconds``. Not
+    ``asyncio.wait_for``: the runner ends quietly when cancelled, so a timeout would pass unseen."""
+    running = asyncio.ensure_future(runner.iter())
+    done, _ = await asyncio.wait({running}, timeout=seconds)
+    if not done:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        raise AssertionError(f"runner.iter() did not return within {seconds} s")
+    running.result()
 
 
 @pytest.fixture(autouse=True)

@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from agl.types import AttemptedRollout
+from agl.types.timeouts import wait_within
 
 from ._snapshot import system_snapshot
 from .errors import AttemptEnded
@@ -109,9 +110,10 @@ async def heartbeat_loop(
         # A step may take longer than a short interval on a loaded machine; it must not be cut off then.
         limit = max(wait, HEARTBEAT_STEP_TIMEOUT)
         try:
-            await asyncio.wait_for(attempts.check(store), timeout=limit)
-            snapshot = await asyncio.wait_for(asyncio.to_thread(system_snapshot, include_gpu), timeout=limit)
-            await asyncio.wait_for(store.update_worker(worker_id, heartbeat_stats=snapshot), timeout=limit)
+            # wait_within, not asyncio.wait_for: the runner stops this loop by cancelling it
+            await wait_within(attempts.check(store), limit)
+            snapshot = await wait_within(asyncio.to_thread(system_snapshot, include_gpu), limit)
+            await wait_within(store.update_worker(worker_id, heartbeat_stats=snapshot), limit)
         except asyncio.TimeoutError:
             logger.warning("%s: heartbeat took longer than %.1fs; skipped", worker_id, limit)
         except Exception as exc:
