@@ -18,6 +18,7 @@ from agl.runner import LitAgentRunner, rollout
 from agl.store import InMemoryLightningStore, LightningStore, LightningStoreClient, LightningStoreServer
 from agl.tracer import OtelTracer, emit_reward
 from agl.types import LLM, NamedResources, Rollout, RolloutConfig
+from agl.types.timeouts import wait_within
 
 RESOURCES: NamedResources = {"llm": LLM(endpoint="http://127.0.0.1:9/v1", model="m")}
 RELEASE = threading.Event()  # set at teardown so blocked agent threads end
@@ -78,15 +79,10 @@ async def _until_entered(rollout_id: str, seconds: float = 10) -> None:
 
 
 async def _run_until(runner: LitAgentRunner[Any], seconds: float) -> None:
-    """``runner.iter()`` must return by itself (its rollout limit reached) within ``seconds``. Not
-    ``asyncio.wait_for``: the runner ends quietly when cancelled, so a timeout would pass unseen."""
-    running = asyncio.ensure_future(runner.iter())
-    done, _ = await asyncio.wait({running}, timeout=seconds)
-    if not done:
-        running.cancel()
-        await asyncio.gather(running, return_exceptions=True)
-        raise AssertionError(f"runner.iter() did not return within {seconds} s")
-    running.result()
+    """``runner.iter()`` must return by itself (its rollout limit reached) within ``seconds``. ``wait_within``,
+    not ``asyncio.wait_for``: a runner ends quietly when cancelled, so ``wait_for`` would let a timeout pass
+    unseen (it hid a runner that never returned), while ``wait_within`` raises ``TimeoutError`` either way."""
+    await wait_within(runner.iter(), seconds)
 
 
 @pytest.fixture(autouse=True)

@@ -24,6 +24,7 @@ from agl.types import (
     SpanCoreFields,
     TraceStatus,
 )
+from agl.types.timeouts import wait_within
 
 LLM_RESOURCES: NamedResources = {"llm": LLM(endpoint="http://127.0.0.1:9/v1", model="m")}
 
@@ -165,14 +166,14 @@ async def test_iter_picks_up_work_at_once_and_stops_on_the_event() -> None:
         queued = await store.enqueue_rollout(input=0.75, mode="val")
         finished = await store.wait_for_rollouts(rollout_ids=[queued.rollout_id], timeout=60)
         assert [r.status for r in finished] == ["succeeded"]
-        await asyncio.wait_for(task, timeout=10)  # its one rollout done
+        await wait_within(task, 10)  # its one rollout done
     assert runner.processed == 1
     runner = make_runner(poll_interval=0.2, interval_jitter=0.0)
     with runner.run_context(agent=rewarding, store=store):
         task = asyncio.create_task(runner.iter(event=event))
         await asyncio.sleep(0)
         event.set()
-        await asyncio.wait_for(task, timeout=10)
+        await wait_within(task, 10)
     assert runner.processed == 0
 
 
@@ -193,7 +194,7 @@ async def test_max_rollouts_and_concurrency() -> None:
         await store.enqueue_rollout(input=i)
     runner = make_runner(max_rollouts=4, concurrency=2)
     with runner.run_context(agent=together, store=store):
-        await asyncio.wait_for(runner.iter(), timeout=30)
+        await wait_within(runner.iter(), 30)
     assert runner.processed == 4 and sorted(seen) == [0, 1, 2, 3]
     statuses = sorted(r.status for r in await store.query_rollouts())
     assert statuses == ["queuing"] + ["succeeded"] * 4
@@ -245,7 +246,7 @@ async def test_idle_slots_share_one_poll_and_a_burst_is_claimed_at_once() -> Non
         await store.enqueue_many_rollouts([EnqueueRolloutRequest(input=i) for i in range(16)])
         await asyncio.wait_for(all_running.wait(), 10)
         release.set()
-        await asyncio.wait_for(task, timeout=10)
+        await wait_within(task, 10)
     assert runner.processed == 16 and sorted(t for t, _ in seen) == list(range(16))
     assert {m for _, m in seen} == {"m"}  # every claim came with its resources
     assert store.most_in_flight == 1  # sixteen idle slots, one poll at a time
@@ -276,7 +277,7 @@ async def test_heartbeats_reach_the_worker_and_keep_a_long_attempt_alive() -> No
                 assert attempt.status != "unresponsive"
             await asyncio.sleep(0.05)
         release.set()
-        await asyncio.wait_for(task, timeout=10)
+        await wait_within(task, 10)
     assert len(beats) >= 6
     worker = await store.get_worker_by_id("Worker-7")
     assert (

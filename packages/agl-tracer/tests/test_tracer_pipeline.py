@@ -299,23 +299,26 @@ async def test_contexts_do_not_nest_and_ids_go_together() -> None:
         async with tracer.trace_context():
             pass
     tracer.init_worker(0)
-    rid, aid = await new_attempt(store)
-    with pytest.raises(ValueError, match="together"):
-        async with tracer.trace_context(rollout_id=rid):
-            pass
-    with pytest.raises(ValueError, match="needs a store"):
-        async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
-            pass
-    async with tracer.trace_context():
-        with pytest.raises(ValueError, match="do not nest"):
-            async with tracer.trace_context():
+    try:
+        rid, aid = await new_attempt(store)
+        with pytest.raises(ValueError, match="together"):
+            async with tracer.trace_context(rollout_id=rid):
                 pass
-        assert get_active_tracer() is tracer
-    assert get_active_tracer() is None
-    with pytest.warns(DeprecationWarning):
-        async with tracer.trace_context(store=store, rollout_id=rid, attempt_id=aid):
-            emit_reward(1.0)
-    assert len(await spans_of(store, rid, aid)) == 1
+        with pytest.raises(ValueError, match="needs a store"):
+            async with tracer.trace_context(rollout_id=rid, attempt_id=aid):
+                pass
+        async with tracer.trace_context():
+            with pytest.raises(ValueError, match="do not nest"):
+                async with tracer.trace_context():
+                    pass
+            assert get_active_tracer() is tracer
+        assert get_active_tracer() is None
+        with pytest.warns(DeprecationWarning):
+            async with tracer.trace_context(store=store, rollout_id=rid, attempt_id=aid):
+                emit_reward(1.0)
+        assert len(await spans_of(store, rid, aid)) == 1
+    finally:  # its span-export thread (started for the store given here) ends with the worker
+        tracer.teardown_worker(0)
 
 
 async def test_without_ids_spans_are_only_recorded_locally(

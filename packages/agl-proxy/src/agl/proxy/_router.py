@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from agl.types.narrow import as_dict
+from agl.types.timeouts import wait_within
 
 __all__ = ["DIRECT_PROVIDERS", "Deployment", "ModelRouter", "close_litellm_loop_resources", "import_litellm"]
 
@@ -91,7 +92,7 @@ async def stop_litellm_logging_worker(timeout: float = 5.0) -> None:
     if not isinstance(task, asyncio.Task) or task.done() or task.get_loop() is not asyncio.get_running_loop():
         return
     with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(worker.flush(), timeout)
+        await wait_within(worker.flush(), timeout)
     await worker.stop(timeout=timeout)
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from agl.types.timeouts import wait_within
+
 __all__ = ["KeyedNotifier", "Notifier", "Waiter"]
 
 
@@ -33,7 +35,7 @@ class Waiter:
     async def wait(self, timeout: float | None) -> bool:
         """True if woken, False on timeout."""
         try:
-            await asyncio.wait_for(self._future, timeout)
+            await wait_within(self._future, timeout)
         except asyncio.TimeoutError:
             return False
         return True

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from agl.store.group_writer import GroupWriter
 from agl.types import Span, SpanCoreFields
+from agl.types.timeouts import wait_within
 from opentelemetry import context as otel_context
 
 from . import _context
@@ -384,7 +385,7 @@ class SpanPipeline:
             try:
                 # A retry after a lost answer cannot store a span twice: duplicates (same span id) are skipped,
                 # and the trace keeps them as they are (they were stored by the try whose answer was lost).
-                stored = await asyncio.wait_for(store.add_spans_in_order(spans), self.store_timeout)
+                stored = await wait_within(store.add_spans_in_order(spans), self.store_timeout)
                 numbered = {span.span_id: span for span in stored}
                 session.record([numbered.get(span.span_id, span) for span in spans])
                 session.written += len(spans)
@@ -465,7 +466,7 @@ class SpanPipeline:
         done = True
         if future is not None:
             try:
-                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout)
+                await wait_within(asyncio.shield(asyncio.wrap_future(future)), timeout)
             except asyncio.TimeoutError:
                 done = False
             except asyncio.CancelledError:

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agl.types.timeouts import wait_within
+
 from .._bounds import check_at_least
 from ._processes import RunnerProcess, describe_exit
 from .base import StrategyError
@@ -335,7 +337,7 @@ class RunnerSupervisor:
 
             client = LightningStoreClient(endpoint, token=self.token)
             try:
-                return await asyncio.wait_for(self.on_lost(child, client), timeout=30.0)
+                return await wait_within(self.on_lost(child, client), 30.0)
             finally:
                 await client.close()
 

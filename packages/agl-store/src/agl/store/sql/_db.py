@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import sqlalchemy as sa
+from agl.types.timeouts import wait_within
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
@@ -207,7 +208,7 @@ class Database:
             elif loop.is_running():  # another thread's loop: its connections must be closed there
                 future = asyncio.run_coroutine_threadsafe(engine.dispose(), loop)
                 try:
-                    await asyncio.wait_for(asyncio.wrap_future(future), timeout=10)
+                    await wait_within(asyncio.wrap_future(future), 10)
                 except (asyncio.TimeoutError, RuntimeError):
                     await engine.dispose(close=False)
             else:  # that loop is gone: drop the connections without talking to the server

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, cast
 
 import sqlalchemy as sa
+from agl.types.timeouts import wait_within
 from sqlalchemy.engine import URL
 
 from ._coordinator import Coordinator
@@ -180,7 +181,7 @@ class PostgresCoordinator(Coordinator):
             if self._closed:
                 return
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), delay)
+                await wait_within(self._wakeup.wait(), delay)
             self._wakeup.clear()
             delay = min(delay * 2, 10.0)
 
@@ -193,7 +194,7 @@ class PostgresCoordinator(Coordinator):
         engine = create_async_engine(self._url, poolclass=sa.pool.NullPool, connect_args=connect_args)
         try:
             async with engine.connect() as connection:
-                raw = await asyncio.wait_for(connection.get_raw_connection(), _CONNECT_SECONDS)
+                raw = await wait_within(connection.get_raw_connection(), _CONNECT_SECONDS)
                 conn = cast(_Connection, raw.driver_connection)
                 conn.add_termination_listener(lambda *_: self._wakeup.set())
                 channel = await conn.fetchval(f"SELECT {_CHANNEL}")
@@ -210,11 +211,11 @@ class PostgresCoordinator(Coordinator):
         try:
             while not self._closed and not conn.is_closed():
                 try:
-                    await asyncio.wait_for(self._wakeup.wait(), _PING_SECONDS)
+                    await wait_within(self._wakeup.wait(), _PING_SECONDS)
                     self._wakeup.clear()
                 except asyncio.TimeoutError:
                     async with self._busy:
-                        await asyncio.wait_for(conn.fetchval("SELECT 1"), _PING_SECONDS)
+                        await wait_within(conn.fetchval("SELECT 1"), _PING_SECONDS)
         finally:
             leading = self._leading
             self._conn, self._listening, self._leading = None, False, False
@@ -226,13 +227,13 @@ class PostgresCoordinator(Coordinator):
     async def _take(self) -> bool:
         """On the connection's thread: take the advisory lock if it is free."""
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._connected.wait(), _TAKE_WAIT_SECONDS)
+            await wait_within(self._connected.wait(), _TAKE_WAIT_SECONDS)
         conn = self._conn
         if conn is None or self._closed:
             return False
         try:
             async with self._busy:
-                taken = bool(await asyncio.wait_for(conn.fetchval(_TAKE), _PING_SECONDS))
+                taken = bool(await wait_within(conn.fetchval(_TAKE), _PING_SECONDS))
         except Exception as error:
             logger.warning("watchdog: could not ask PostgreSQL for the watchdog's lock (%s)", error)
             return False

@@ -7,6 +7,8 @@ from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from agl.types.timeouts import wait_within
+
 from ._conn import Headers, Response
 
 __all__ = ["ASGITransport"]
@@ -55,7 +57,7 @@ class ASGITransport:
             "server": ("asgi", 80),
             "client": self.client,
         }
-        return await asyncio.wait_for(self._exchange(scope, body or b""), timeout)
+        return await wait_within(self._exchange(scope, body or b""), timeout)
 
     async def _exchange(self, scope: dict[str, Any], body: bytes) -> Response:
         answered = asyncio.Event()

@@ -17,6 +17,7 @@ from typing import Protocol, TypeVar, cast, overload
 from urllib.parse import urlsplit
 
 import httptools
+from agl.types.timeouts import wait_within
 
 __all__ = ["ConnectionPool", "Headers", "Response", "Transport"]
 
@@ -191,7 +192,7 @@ class ConnectionPool:
         connect = loop.create_connection(
             _Connection, self.host, self.port, ssl=self._ssl if self.secure else None
         )
-        _, conn = await asyncio.wait_for(connect, self.connection_timeout)
+        _, conn = await wait_within(connect, self.connection_timeout)
         return conn
 
     def _build(self, verb: str, target: str, body: bytes | None, headers: Mapping[str, str]) -> bytes:
