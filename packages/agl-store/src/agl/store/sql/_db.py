@@ -302,14 +302,17 @@ class Database:
             batching = write and self._group_commit
             if batching:
                 loop = asyncio.get_running_loop()
-                if self._group_writer(loop).busy or worth_batching(self._local, loop):
-                    return await self._write_in_group(loop, fn, args)
+                writer = self._group_writer(loop)
+                if writer.busy or worth_batching(self._local, loop):
+                    return await self._write_in_group(writer, fn, args)
             if not snapshot:  # short operations run right here when they need not wait for anyone
                 try:
                     return self._sqlite_transaction(fn, args, write, snapshot, inline=True)
                 except _LockHeld:  # another thread of ours writes: wait for it in a group (not the pool)
                     if batching:
-                        return await self._write_in_group(asyncio.get_running_loop(), fn, args)
+                        return await self._write_in_group(
+                            self._group_writer(asyncio.get_running_loop()), fn, args
+                        )
                 except _WouldWait:
                     pass
             assert self._executor is not None
@@ -337,11 +340,11 @@ class Database:
         return mine[1]
 
     async def _write_in_group(
-        self, loop: asyncio.AbstractEventLoop, fn: Callable[..., T], args: tuple[Any, ...]
+        self, writer: GroupWriter[Write], fn: Callable[..., T], args: tuple[Any, ...]
     ) -> T:
         """Run a write as part of the group the loop commits at its next turn (or after the one in flight)."""
         write = Write(fn, args)
-        error = await self._group_writer(loop).write(write, gather=True)
+        error = await writer.write(write, gather=True)
         if error is not None:
             raise error
         return write.result
