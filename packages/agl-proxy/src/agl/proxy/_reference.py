@@ -101,12 +101,7 @@ def _map_callbacks(options: ReferenceOptions, callbacks: Sequence[Any]) -> None:
     names: set[str] = set()
     for callback in callbacks:
         if isinstance(callback, str):
-            if callback not in CALLBACK_ALIASES:
-                raise ValueError(
-                    f"unknown callback alias {callback!r}; the aliases are {', '.join(CALLBACK_ALIASES)} "
-                    "(or pass a LiteLLM CustomLogger class)"
-                )
-            names.add(callback)
+            names.add(_known_alias(callback, "callback", CALLBACK_ALIASES, "a LiteLLM CustomLogger class"))
         else:
             options.callbacks.append(callback() if isinstance(callback, type) else callback)
     options.return_token_ids = "return_token_ids" in names
@@ -122,12 +117,8 @@ def _map_callbacks(options: ReferenceOptions, callbacks: Sequence[Any]) -> None:
 def _map_middlewares(options: ReferenceOptions, middlewares: Sequence[Any]) -> None:
     for middleware in middlewares:
         if isinstance(middleware, str):
-            if middleware not in MIDDLEWARE_ALIASES:
-                raise ValueError(
-                    f"unknown middleware alias {middleware!r}; the aliases are {', '.join(MIDDLEWARE_ALIASES)} "
-                    "(or pass an ASGI middleware class, e.g. a starlette BaseHTTPMiddleware)"
-                )
-            if middleware == "message_inspection":
+            other = "an ASGI middleware class, e.g. a starlette BaseHTTPMiddleware"
+            if _known_alias(middleware, "middleware", MIDDLEWARE_ALIASES, other) == "message_inspection":
                 warn_at_caller(
                     "LLMProxy(middlewares=['message_inspection']) is not offered here: the recorded spans hold "
                     "every request and response",
@@ -136,6 +127,15 @@ def _map_middlewares(options: ReferenceOptions, middlewares: Sequence[Any]) -> N
         if not callable(middleware):
             raise TypeError(f"middlewares takes aliases or ASGI middleware classes, not {middleware!r}")
         options.middlewares.append(cast("Callable[[Any], Any]", middleware))
+
+
+def _known_alias(alias: str, kind: str, aliases: Sequence[str], other: str) -> str:
+    """``alias`` if it is one of ``aliases``; else ``ValueError`` naming them and the ``other`` kind of value."""
+    if alias not in aliases:
+        raise ValueError(
+            f"unknown {kind} alias {alias!r}; the aliases are {', '.join(aliases)} (or pass {other})"
+        )
+    return alias
 
 
 def reference_launch(

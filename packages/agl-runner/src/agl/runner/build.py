@@ -6,9 +6,12 @@ import importlib
 import inspect
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, Literal, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar, cast, overload
 
-__all__ = ["ComponentSpec", "build_component", "load_object", "takes_keyword"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = ["BuildOptions", "ComponentSpec", "build_component", "load_object", "takes_keyword"]
 
 T = TypeVar("T")
 
@@ -84,6 +87,17 @@ def _instantiate(
     return cls(**final)
 
 
+class BuildOptions(TypedDict, total=False):
+    """The optional keywords of :func:`build_component` that shape how a spec is built."""
+
+    optional_defaults: Mapping[str, Any] | None
+    dict_requires_type: bool
+    dict_default_cls: type[Any] | None
+    registry: Mapping[str, str | type[Any]] | None
+    invalid_spec_error_fmt: str | None
+    type_error_fmt: str | None
+
+
 @overload
 def build_component(
     spec: Any,
@@ -92,12 +106,7 @@ def build_component(
     spec_name: str,
     default_factory: Callable[[], T] | None = None,
     allow_none: Literal[False] = False,
-    optional_defaults: Mapping[str, Any] | None = None,
-    dict_requires_type: bool = True,
-    dict_default_cls: type[T] | None = None,
-    registry: Mapping[str, str | type[Any]] | None = None,
-    invalid_spec_error_fmt: str | None = None,
-    type_error_fmt: str | None = None,
+    **options: Unpack[BuildOptions],
 ) -> T: ...
 @overload
 def build_component(
@@ -107,12 +116,7 @@ def build_component(
     spec_name: str,
     default_factory: Callable[[], T | None] | None = None,
     allow_none: bool,
-    optional_defaults: Mapping[str, Any] | None = None,
-    dict_requires_type: bool = True,
-    dict_default_cls: type[T] | None = None,
-    registry: Mapping[str, str | type[Any]] | None = None,
-    invalid_spec_error_fmt: str | None = None,
-    type_error_fmt: str | None = None,
+    **options: Unpack[BuildOptions],
 ) -> T | None: ...
 def build_component(
     spec: Any,
@@ -121,12 +125,7 @@ def build_component(
     spec_name: str,
     default_factory: Callable[[], T | None] | None = None,
     allow_none: bool = False,
-    optional_defaults: Mapping[str, Any] | None = None,
-    dict_requires_type: bool = True,
-    dict_default_cls: type[T] | None = None,
-    registry: Mapping[str, str | type[Any]] | None = None,
-    invalid_spec_error_fmt: str | None = None,
-    type_error_fmt: str | None = None,
+    **options: Unpack[BuildOptions],
 ) -> T | None:
     """Build a ``expected_type`` from ``spec``. Accepted, in this order:
 
@@ -142,15 +141,7 @@ def build_component(
     ``TypeError``, an unsupported spec a ``ValueError``. The ``*_fmt`` arguments customise both messages with
     ``{name}``, ``{spec}``, ``{expected}`` and ``{actual}``.
     """
-    builder = _Builder(
-        expected_type,
-        spec_name,
-        spec,
-        optional_defaults=optional_defaults,
-        registry=registry,
-        invalid_spec_error_fmt=invalid_spec_error_fmt,
-        type_error_fmt=type_error_fmt,
-    )
+    builder = _Builder(expected_type, spec_name, spec, options)
     if isinstance(spec, expected_type) and not isinstance(spec, type):
         return spec
     if spec is None:
@@ -165,11 +156,7 @@ def build_component(
     if isinstance(spec, str):
         return builder.from_object(builder.resolve(spec), {})
     if isinstance(spec, Mapping):
-        return builder.from_mapping(
-            cast(Mapping[str, Any], spec),
-            dict_default_cls=dict_default_cls,
-            dict_requires_type=dict_requires_type,
-        )
+        return builder.from_mapping(cast(Mapping[str, Any], spec))
     if callable(spec):
         return builder.checked(spec())
     raise builder.invalid(
@@ -180,25 +167,17 @@ def build_component(
 class _Builder(Generic[T]):
     """What :func:`build_component` needs to turn one ``spec`` into a ``T``, and its error messages."""
 
-    def __init__(
-        self,
-        expected_type: type[T],
-        spec_name: str,
-        spec: Any,
-        *,
-        optional_defaults: Mapping[str, Any] | None,
-        registry: Mapping[str, str | type[Any]] | None,
-        invalid_spec_error_fmt: str | None,
-        type_error_fmt: str | None,
-    ) -> None:
+    def __init__(self, expected_type: type[T], spec_name: str, spec: Any, options: BuildOptions) -> None:
         self.expected_type = expected_type
         self.expected = getattr(expected_type, "__name__", str(expected_type))
         self.spec_name = spec_name
         self.spec = spec
-        self.optional_defaults = optional_defaults
-        self.registry = registry
-        self.invalid_spec_error_fmt = invalid_spec_error_fmt
-        self.type_error_fmt = type_error_fmt
+        self.optional_defaults = options.get("optional_defaults")
+        self.registry = options.get("registry")
+        self.invalid_spec_error_fmt = options.get("invalid_spec_error_fmt")
+        self.type_error_fmt = options.get("type_error_fmt")
+        self.dict_default_cls = options.get("dict_default_cls")
+        self.dict_requires_type = options.get("dict_requires_type", True)
 
     def _message(self, fmt: str, actual: str) -> str:
         return fmt.format(name=self.spec_name, spec=self.spec, expected=self.expected, actual=actual)
@@ -239,9 +218,7 @@ class _Builder(Generic[T]):
             return self.checked(obj)
         raise self.invalid(f"{obj!r} is neither a class nor a factory, so it cannot take arguments")
 
-    def from_mapping(
-        self, spec: Mapping[str, Any], *, dict_default_cls: type[T] | None, dict_requires_type: bool
-    ) -> T:
+    def from_mapping(self, spec: Mapping[str, Any]) -> T:
         """A dict spec: ``type`` (or a registered ``name``) plus keyword arguments."""
         kwargs = dict(spec)
         type_spec = kwargs.pop("type", None)
@@ -249,9 +226,9 @@ class _Builder(Generic[T]):
         if type_spec is None and registered and kwargs["name"] in cast(Mapping[str, Any], self.registry):
             type_spec = kwargs.pop("name")
         if type_spec is None:
-            if dict_default_cls is not None:
-                return self.from_object(dict_default_cls, kwargs)
-            if dict_requires_type:
+            if self.dict_default_cls is not None:
+                return self.from_object(self.dict_default_cls, kwargs)
+            if self.dict_requires_type:
                 raise self.invalid(
                     "a dict spec needs a 'type' key (a class import path or a registered alias)"
                 )

@@ -160,16 +160,11 @@ def worker_after_attempt(worker: Worker, attempt: Attempt, now: float, *, dequeu
     Heartbeat fields are never touched here.
     """
     update: dict[str, Any]
-    if attempt.status in ("succeeded", "failed"):
+    if attempt.status in ("succeeded", "failed", "timeout", "unresponsive"):
+        # a lost attempt leaves its worker's state unknown
+        status = "idle" if attempt.status in ("succeeded", "failed") else "unknown"
         update = {
-            "status": "idle",
-            "last_idle_time": now,
-            "current_rollout_id": None,
-            "current_attempt_id": None,
-        }
-    elif attempt.status in ("timeout", "unresponsive"):
-        update = {
-            "status": "unknown",
+            "status": status,
             "last_idle_time": now,
             "current_rollout_id": None,
             "current_attempt_id": None,

@@ -284,18 +284,7 @@ class StandinBackend:
             "finish_reason": reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop"),
             "logprobs": self._chat_logprobs(body, completion_ids, 0),
         }
-        payload: dict[str, Any] = {
-            "id": self._next_id("chatcmpl"),
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model", "standin"),
-            "choices": [choice],
-            "usage": _usage(prompt_ids, completion_ids),
-        }
-        if self._wants_ids(body):
-            payload["prompt_token_ids"] = prompt_ids
-            choice["token_ids"] = completion_ids
-        return JSONResponse(payload)
+        return self._answer("chat.completion", body, choice, prompt_ids, completion_ids)
 
     def _chat_logprobs(self, body: dict[str, Any], ids: list[int], offset: int) -> dict[str, Any] | None:
         if not body.get("logprobs"):
@@ -431,18 +420,30 @@ class StandinBackend:
             }
         else:
             choice["logprobs"] = None
+        if self._wants_ids(body):
+            choice["prompt_token_ids"] = prompt_ids
+        return self._answer("text_completion", body, choice, prompt_ids, ids)
+
+    def _answer(
+        self,
+        kind: str,
+        body: dict[str, Any],
+        choice: dict[str, Any],
+        prompt_ids: list[int],
+        completion_ids: list[int],
+    ) -> Response:
+        """A whole (not streamed) answer of ``kind`` with its one ``choice``, and token ids where asked."""
         payload: dict[str, Any] = {
-            "id": self._next_id("cmpl"),
-            "object": "text_completion",
+            "id": self._next_id("chatcmpl" if kind == "chat.completion" else "cmpl"),
+            "object": kind,
             "created": int(time.time()),
             "model": body.get("model", "standin"),
             "choices": [choice],
-            "usage": _usage(prompt_ids, ids),
+            "usage": _usage(prompt_ids, completion_ids),
         }
         if self._wants_ids(body):
             payload["prompt_token_ids"] = prompt_ids
-            choice["prompt_token_ids"] = prompt_ids
-            choice["token_ids"] = ids
+            choice["token_ids"] = completion_ids
         return JSONResponse(payload)
 
     async def models(self, request: Request) -> Response:

@@ -69,6 +69,7 @@ __all__ = [
     "SERVER_PORT",
     "STORE_BACKEND",
     "STORE_TOKEN",
+    "EnvResolver",
     "EnvVar",
     "LightningEnvVar",
     "export_env",
@@ -272,55 +273,43 @@ ENV_VARS: tuple[EnvVar[Any], ...] = (
 # -- the reference system's functions ---------------------------------------------------------
 
 
-def _resolve(
-    name: str | LightningEnvVar, override: T | None, fallback: T | None, parse: Callable[[str, str], T]
-) -> T | None:
-    if override is not None:
-        return override
-    value = read_env(name)
-    return fallback if value is None else parse(_key(name), value)
+class EnvResolver(Generic[T]):
+    """One of the reference's ``resolve_*_env_var`` functions: ``override`` if given, else the variable
+    parsed, else ``fallback`` (typed ``T`` when a ``fallback`` is given, else ``T | None``)."""
+
+    def __init__(self, name: str, parse: Callable[[str, str], T], doc: str) -> None:
+        self.__name__ = self.__qualname__ = name
+        self.__doc__ = doc
+        self._parse = parse
+
+    def __repr__(self) -> str:
+        return f"<env resolver {self.__name__}>"
+
+    @overload
+    def __call__(self, name: str | LightningEnvVar, override: T | None = None, *, fallback: T) -> T: ...
+    @overload
+    def __call__(
+        self, name: str | LightningEnvVar, override: T | None = None, *, fallback: None = None
+    ) -> T | None: ...
+    def __call__(
+        self, name: str | LightningEnvVar, override: T | None = None, *, fallback: T | None = None
+    ) -> T | None:
+        if override is not None:
+            return override
+        value = read_env(name)
+        return fallback if value is None else self._parse(_key(name), value)
 
 
-@overload
-def resolve_bool_env_var(
-    name: str | LightningEnvVar, override: bool | None = None, *, fallback: bool
-) -> bool: ...
-@overload
-def resolve_bool_env_var(
-    name: str | LightningEnvVar, override: bool | None = None, *, fallback: None = None
-) -> bool | None: ...
-def resolve_bool_env_var(
-    name: str | LightningEnvVar, override: bool | None = None, *, fallback: bool | None = None
-) -> bool | None:
-    """``override`` if given, else the variable (1/true/yes/on or 0/false/no/off, any case), else ``fallback``."""
-    return _resolve(name, override, fallback, parse_bool)
-
-
-@overload
-def resolve_int_env_var(
-    name: str | LightningEnvVar, override: int | None = None, *, fallback: int
-) -> int: ...
-@overload
-def resolve_int_env_var(
-    name: str | LightningEnvVar, override: int | None = None, *, fallback: None = None
-) -> int | None: ...
-def resolve_int_env_var(
-    name: str | LightningEnvVar, override: int | None = None, *, fallback: int | None = None
-) -> int | None:
-    """``override`` if given, else the variable parsed as an integer, else ``fallback``."""
-    return _resolve(name, override, fallback, parse_int)
-
-
-@overload
-def resolve_str_env_var(
-    name: str | LightningEnvVar, override: str | None = None, *, fallback: str
-) -> str: ...
-@overload
-def resolve_str_env_var(
-    name: str | LightningEnvVar, override: str | None = None, *, fallback: None = None
-) -> str | None: ...
-def resolve_str_env_var(
-    name: str | LightningEnvVar, override: str | None = None, *, fallback: str | None = None
-) -> str | None:
-    """``override`` if given, else the variable, else ``fallback``."""
-    return _resolve(name, override, fallback, parse_str)
+resolve_bool_env_var = EnvResolver(
+    "resolve_bool_env_var",
+    parse_bool,
+    "``override`` if given, else the variable (1/true/yes/on or 0/false/no/off, any case), else ``fallback``.",
+)
+resolve_int_env_var = EnvResolver(
+    "resolve_int_env_var",
+    parse_int,
+    "``override`` if given, else the variable parsed as an integer, else ``fallback``.",
+)
+resolve_str_env_var = EnvResolver(
+    "resolve_str_env_var", parse_str, "``override`` if given, else the variable, else ``fallback``."
+)

@@ -330,6 +330,13 @@ class _StreamSpan:
             span.record_attributes(self._acc.attributes())
             _fail(span, exc)
 
+    def _ended(self, exc: BaseException) -> None:
+        """The wrapped stream raised ``exc``: its end (``StopIteration``, ``StopAsyncIteration``) or a failure."""
+        if isinstance(exc, StopIteration | StopAsyncIteration):
+            self._done()
+        else:
+            self._failed(exc)
+
     def __del__(self) -> None:
         if getattr(self, "_span", None) is not None:
             self._done()
@@ -344,11 +351,8 @@ class _TracedStream(_StreamSpan):
     def __next__(self) -> Any:
         try:
             chunk = next(self._inner)
-        except StopIteration:
-            self._done()
-            raise
         except BaseException as exc:
-            self._failed(exc)
+            self._ended(exc)
             raise
         self._acc.add(chunk)
         return chunk
@@ -375,11 +379,8 @@ class _TracedAsyncStream(_StreamSpan):
     async def __anext__(self) -> Any:
         try:
             chunk = await self._inner.__anext__()
-        except StopAsyncIteration:
-            self._done()
-            raise
         except BaseException as exc:
-            self._failed(exc)
+            self._ended(exc)
             raise
         self._acc.add(chunk)
         return chunk
