@@ -22,12 +22,10 @@ class ServingProxy(SupportsLLMProxy, Protocol):
     def update_model_list(self, model_list: Sequence[dict[str, Any]], /) -> None: ...
 
     def as_resource(
-        self,
-        rollout_id: str | None = None,
-        attempt_id: str | None = None,
-        model: str | None = None,
-        sampling_parameters: dict[str, Any] | None = None,
-    ) -> LLM: ...
+        self, *, model: str | None = None, sampling_parameters: dict[str, Any] | None = None
+    ) -> LLM:
+        """The proxy as a resource for every attempt (a ``ProxyLLM``) serving ``model``."""
+        ...
 
 
 async def serving_proxy(

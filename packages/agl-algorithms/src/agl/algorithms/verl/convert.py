@@ -17,7 +17,7 @@ tokens; :mod:`agl.algorithms.credit`) as ``token_returns``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from agl.types import Triplet
@@ -47,6 +47,18 @@ class LoopSample:
     """Indices of the turns this sample holds."""
     truncated: bool = False
     """Whether the response was cut to ``max_response_length``."""
+
+    def cut(self, length: int) -> LoopSample:
+        """This sample with its response cut to its first ``length`` tokens (``truncated``)."""
+        logprobs = self.response_logprobs
+        return replace(
+            self,
+            response_ids=self.response_ids[:length],
+            response_mask=self.response_mask[:length],
+            response_logprobs=None if logprobs is None else logprobs[:length],
+            token_returns=self.token_returns[:length],
+            truncated=True,
+        )
 
 
 @dataclass
@@ -130,35 +142,22 @@ def convert_rollout(
     trajectories, stats.prefix_mismatches = merge_turns(turns, merge=level == "trajectory")
     samples: list[LoopSample] = []
     for trajectory in trajectories:
-        prompt_ids = trajectory.prompt_ids
-        response_ids = trajectory.response_ids
-        mask = trajectory.response_mask
-        logprobs = trajectory.response_logprobs
-        token_returns = [returns[k] if k >= 0 else 0.0 for k in trajectory.token_turns]
-        if len(prompt_ids) > max_prompt_length:
+        if len(trajectory.prompt_ids) > max_prompt_length:
             stats.dropped_prompt_too_long += 1
             continue
-        truncated = len(response_ids) > max_response_length
-        if truncated:
-            stats.truncated_responses += 1
-            response_ids = response_ids[:max_response_length]
-            mask = mask[:max_response_length]
-            token_returns = token_returns[:max_response_length]
-            if logprobs is not None:
-                logprobs = logprobs[:max_response_length]
-        if not any(mask):
-            continue
-        samples.append(
-            LoopSample(
-                prompt_ids=prompt_ids,
-                response_ids=response_ids,
-                response_mask=mask,
-                response_logprobs=logprobs,
-                reward=reward,
-                token_returns=token_returns,
-                turns=trajectory.turns,
-                truncated=truncated,
-            )
+        sample = LoopSample(
+            prompt_ids=trajectory.prompt_ids,
+            response_ids=trajectory.response_ids,
+            response_mask=trajectory.response_mask,
+            response_logprobs=trajectory.response_logprobs,
+            reward=reward,
+            token_returns=[returns[k] if k >= 0 else 0.0 for k in trajectory.token_turns],
+            turns=trajectory.turns,
         )
+        if len(sample.response_ids) > max_response_length:
+            stats.truncated_responses += 1
+            sample = sample.cut(max_response_length)
+        if any(sample.response_mask):
+            samples.append(sample)
     stats.samples = len(samples)
     return samples, stats

@@ -36,17 +36,17 @@ from agl.types.query import (
 )
 
 from .. import _rules
-from . import _codec, schema
+from . import _codec
 from ._steps import Ctx, execute, prepared
+from .schema import attempts as A
+from .schema import resources as RS
+from .schema import rollouts as R
+from .schema import spans as S
+from .schema import workers as W
 
 if TYPE_CHECKING:
     from ._steps import AnySelect
 
-R = schema.rollouts
-A = schema.attempts
-S = schema.spans
-W = schema.workers
-RS = schema.resources
 
 T = TypeVar("T")
 

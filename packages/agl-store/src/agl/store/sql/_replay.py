@@ -35,18 +35,17 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import sqlalchemy as sa
 
 from ..http.server._replay import KeyHolds, KeyReused, RecordedAnswer, WriteLog, body_differs
-from . import schema
 from ._steps import execute, prepared
 from ._writelog import ROW as _ROW
 from ._writelog import Entries
 from ._writelog import log_entries as _log_entries
+from .schema import replays as T
 
 if TYPE_CHECKING:
     from .store import SqlLightningStore
 
 __all__ = ["SqlReplayCache"]
 
-T = schema.replays
 T_ = TypeVar("T_")
 _HELD = "held"
 _REUSED = "reused"

@@ -10,7 +10,7 @@ from agl.types import NotFoundError, Span
 from agl.types.validation import span_json
 
 from .. import _rules
-from . import _codec, schema
+from . import _codec
 from ._codec import RawJson, json_loads
 from ._steps import (
     Ctx,
@@ -24,14 +24,14 @@ from ._steps import (
     update_row,
     upsert,
 )
+from .schema import attempts as A
+from .schema import rollouts as R
+from .schema import span_sequence_ids as C
+from .schema import spans as S
 
 if TYPE_CHECKING:
     from ._steps import AnySelect
 
-R = schema.rollouts
-A = schema.attempts
-S = schema.spans
-C = schema.span_sequence_ids
 
 __all__ = ["add_spans", "allocate_sequence_ids"]
 

@@ -24,8 +24,11 @@ from agl.types import (
 )
 
 from .. import _rules
-from . import _codec, schema
+from . import _codec
 from ._codec import json_dumps, json_loads
+from .schema import attempts as A
+from .schema import rollouts as R
+from .schema import workers as W
 
 __all__ = ["Ctx", "Effects", "prepared", "sqlite_sql"]
 
@@ -37,10 +40,6 @@ if TYPE_CHECKING:
     AnySelect: TypeAlias = "sa.Select[Unpack[tuple[Any, ...]]]"
     """A ``SELECT`` of any columns (SQLAlchemy types a statement by its column types)."""
 
-R = schema.rollouts
-A = schema.attempts
-W = schema.workers
-RS = schema.resources
 
 S = TypeVar("S")
 

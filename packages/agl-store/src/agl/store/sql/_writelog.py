@@ -31,15 +31,14 @@ from agl.types import Span
 from pydantic import TypeAdapter
 
 from ..http.server._replay import WriteLog, current_writes
-from . import schema
 from ._codec import json_loads
 from ._steps import Ctx, execute, prepared, upsert
+from .schema import replays as T
 
 __all__ = ["ROW", "Entries", "LoggedWrite", "log_entries", "logged", "replaying"]
 
 logger = logging.getLogger("agl.store.sql")
 
-T = schema.replays
 
 ROW = ("state", "run_id", "claimed", "status", "headers", "body", "request_hash", "writes")
 """The columns of a key's row that a claim reads and an upsert sets."""

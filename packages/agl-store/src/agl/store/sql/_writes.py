@@ -33,7 +33,7 @@ from agl.types import (
 from pydantic import ValidationError
 
 from .. import _rules
-from . import _codec, schema
+from . import _codec
 from ._steps import (
     SQLITE_INDEXED_BY,
     Ctx,
@@ -53,14 +53,14 @@ from ._steps import (
     update_rows,
     upsert,
 )
+from .schema import attempts as A
+from .schema import resources as RS
+from .schema import rollouts as R
+from .schema import workers as W
 
 if TYPE_CHECKING:
     from ._steps import AnySelect
 
-R = schema.rollouts
-A = schema.attempts
-W = schema.workers
-RS = schema.resources
 
 __all__ = ["KEEP"]
 
