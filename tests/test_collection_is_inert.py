@@ -46,7 +46,8 @@ def test_collecting_every_test_opens_nothing(tmp_path: Path) -> None:
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     }
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "collection_audit"],
+        # one process (-n 0): the audit watches the process that collects
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "collection_audit"],
         cwd=ROOT,
         env=env,
         capture_output=True,
