@@ -299,24 +299,19 @@ class Database:
         if self._closed:
             raise RuntimeError("the SQL store is closed")
         if self.dialect == "sqlite":
-            batching = write and self._group_commit
-            if batching:
-                loop = asyncio.get_running_loop()
-                writer = self._group_writer(loop)
-                if writer.busy or worth_batching(self._local, loop):
-                    return await self._write_in_group(writer, fn, args)
+            loop = asyncio.get_running_loop()
+            writer = self._group_writer(loop) if write and self._group_commit else None
+            if writer is not None and (writer.busy or worth_batching(self._local, loop)):
+                return await self._write_in_group(writer, fn, args)
             if not snapshot:  # short operations run right here when they need not wait for anyone
                 try:
                     return self._sqlite_transaction(fn, args, write, snapshot, inline=True)
                 except _LockHeld:  # another thread of ours writes: wait for it in a group (not the pool)
-                    if batching:
-                        return await self._write_in_group(
-                            self._group_writer(asyncio.get_running_loop()), fn, args
-                        )
+                    if writer is not None:
+                        return await self._write_in_group(writer, fn, args)
                 except _WouldWait:
                     pass
             assert self._executor is not None
-            loop = asyncio.get_running_loop()
             self.pooled += 1
             try:
                 return await loop.run_in_executor(
